@@ -1,0 +1,104 @@
+# hilock — see README.md. `make` builds everything; `make test` and
+# `make demo` first install missing packages (scripts/deps.sh).
+#
+#   make SANITIZE=1      ASan + UBSan build in build/san
+#   make HIREDIS=/prefix build against a hiredis installed under /prefix
+#                        (e.g. 1.x from scripts/hiredis1.sh), in build/h1
+
+CC      ?= cc
+PREFIX  ?= /usr/local
+VERSION := 0.1.0
+SOVER   := 0
+
+BUILD   ?= build
+ifeq ($(SANITIZE),1)
+BUILD   := build/san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+endif
+ifneq ($(HIREDIS),)
+BUILD   := $(BUILD)/h1
+HR_CFLAGS := -I$(HIREDIS)/include
+HR_LIBS   := -L$(HIREDIS)/lib -Wl,-rpath,$(abspath $(HIREDIS))/lib
+endif
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-function
+CFLAGS  ?= -O2 -g
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) $(HR_CFLAGS) -Iinclude -I. -I$(BUILD)/gen
+LIB_CFLAGS := $(ALL_CFLAGS) -fPIC -fvisibility=hidden
+LDLIBS_LIB := $(HR_LIBS) -lhiredis -levent -luuid
+LDFLAGS ?=
+ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS)
+
+LIB_SRC := $(wildcard src/*.c)
+LIB_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(BUILD)/obj/scripts.o
+LUA     := $(wildcard src/lua/*.lua)
+HDRS    := $(wildcard include/hilock/*.h) adapters/libevent.h src/internal.h
+
+STATIC  := $(BUILD)/libhilock.a
+SHARED  := $(BUILD)/libhilock.so.$(VERSION)
+CLI     := $(BUILD)/hilock
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+TEST_SRC := $(wildcard tests/*.c tests/support/*.c)
+TESTS   := $(BUILD)/hilock-tests
+BENCH_SRC := $(wildcard bench/*.c)
+BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+.PHONY: all lib clean deps test demo check-san install-deps bench stress
+all: lib $(CLI) $(EXAMPLES) $(TESTS) $(BENCHES)
+lib: $(STATIC) $(SHARED) $(BUILD)/libhilock.so $(BUILD)/hilock.pc
+
+$(BUILD)/gen/scripts.c: $(LUA) scripts/embed-lua.sh
+	@mkdir -p $(@D)
+	sh scripts/embed-lua.sh $(LUA) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/%.o: src/%.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(LIB_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/scripts.o: $(BUILD)/gen/scripts.c src/internal.h
+	@mkdir -p $(@D)
+	$(CC) $(LIB_CFLAGS) -Isrc -c $< -o $@
+
+$(STATIC): $(LIB_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+$(SHARED): $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,libhilock.so.$(SOVER) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_LIB)
+
+$(BUILD)/libhilock.so: $(SHARED)
+	ln -sf libhilock.so.$(VERSION) $(BUILD)/libhilock.so.$(SOVER)
+	ln -sf libhilock.so.$(VERSION) $@
+
+$(BUILD)/hilock.pc: hilock.pc.in Makefile
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
+
+# Programs link the static library so they run from the build tree.
+$(CLI): tools/hilock.c $(STATIC) $(HDRS)
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(LDLIBS_LIB)
+
+$(BUILD)/examples/%: examples/%.c $(STATIC) $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(LDLIBS_LIB)
+
+$(BUILD)/bench/%: bench/%.c $(STATIC) $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(LDLIBS_LIB) -lm
+
+# Unit tests reach private functions, so they link the objects directly.
+$(TESTS): $(TEST_SRC) $(wildcard tests/*.h tests/support/*.h) $(LIB_OBJ) $(HDRS)
+	$(CC) $(ALL_CFLAGS) -Isrc -Itests $(ALL_LDFLAGS) -o $@ $(TEST_SRC) $(LIB_OBJ) $(LDLIBS_LIB) -lcriterion
+
+deps:
+	sh scripts/deps.sh
+
+test: deps
+	$(MAKE) all
+	sh scripts/run-tests.sh $(BUILD)
+
+demo: deps
+	$(MAKE) all
+	sh scripts/demo.sh $(BUILD)
+
+clean:
+	rm -rf build

@@ -1,0 +1,71 @@
+/* hilock adapter for libevent 2.x. Header-only, in the manner of hiredis's
+ * adapters: include it in one or more .c files of your program.
+ *
+ *     struct event_base *base = event_base_new();
+ *     hilock_loop loop;
+ *     hilock_libevent_init(&loop, base);
+ *     hilock_client_new(&client, &cfg, &loop);
+ */
+#ifndef HILOCK_ADAPTERS_LIBEVENT_H
+#define HILOCK_ADAPTERS_LIBEVENT_H
+
+#include <stdlib.h>
+#include <event2/event.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+#include <hiredis/adapters/libevent.h>
+#include "hilock/hilock.h"
+
+struct hilock_loop_timer {
+    struct event *ev;
+    void (*cb)(void *arg);
+    void *arg;
+};
+
+static void hilock_libevent_fire_(evutil_socket_t fd, short what, void *arg) {
+    struct hilock_loop_timer *t = (struct hilock_loop_timer *)arg;
+    (void)fd; (void)what;
+    t->cb(t->arg);
+}
+
+static int hilock_libevent_attach_(void *data, struct redisAsyncContext *ac) {
+    return redisLibeventAttach(ac, (struct event_base *)data) == REDIS_OK ? 0 : -1;
+}
+
+static hilock_loop_timer *hilock_libevent_timer_new_(void *data, void (*cb)(void *), void *arg) {
+    struct hilock_loop_timer *t = (struct hilock_loop_timer *)malloc(sizeof(*t));
+    if (t == NULL) return NULL;
+    t->cb = cb;
+    t->arg = arg;
+    t->ev = evtimer_new((struct event_base *)data, hilock_libevent_fire_, t);
+    if (t->ev == NULL) { free(t); return NULL; }
+    return t;
+}
+
+static void hilock_libevent_timer_start_(hilock_loop_timer *t, uint64_t ms) {
+    struct timeval tv;
+    tv.tv_sec = (time_t)(ms / 1000);
+    tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
+    evtimer_add(t->ev, &tv);
+}
+
+static void hilock_libevent_timer_stop_(hilock_loop_timer *t) {
+    evtimer_del(t->ev);
+}
+
+static void hilock_libevent_timer_free_(hilock_loop_timer *t) {
+    event_free(t->ev);
+    free(t);
+}
+
+/* Fill `loop` so that hilock runs on `base`. */
+static inline void hilock_libevent_init(hilock_loop *loop, struct event_base *base) {
+    loop->data = base;
+    loop->attach = hilock_libevent_attach_;
+    loop->timer_new = hilock_libevent_timer_new_;
+    loop->timer_start = hilock_libevent_timer_start_;
+    loop->timer_stop = hilock_libevent_timer_stop_;
+    loop->timer_free = hilock_libevent_timer_free_;
+}
+
+#endif /* HILOCK_ADAPTERS_LIBEVENT_H */

@@ -1,0 +1,245 @@
+/* hilock: non-blocking distributed locks on Redis for event-driven servers.
+ *
+ * A request that needs a lock calls hilock_acquire() and returns to its event
+ * loop at once; the callback runs when the lock is its own, when the wait
+ * times out, or when the wait is cancelled. Waiters are woken by Redis pub/sub
+ * (one subscription per lock name per client), never by polling.
+ *
+ * Callback contract (every callback in this API):
+ *   - runs exactly once per request, with a status code (0 or a negative
+ *     HILOCK_E* code);
+ *   - never runs from inside the call that started the request: it is deferred
+ *     to the event loop;
+ *   - may call any hilock function, including hilock_client_free().
+ *
+ * Handles and requests:
+ *   hilock_client  one Redis server; owns two connections (commands, pub/sub).
+ *   hilock_wait    a pending acquire; valid until its callback has run.
+ *   hilock_hold    a lock that is held; valid from the acquire callback until
+ *                  the callback of its final hilock_release() has run (or the
+ *                  client is freed).
+ *   hilock_owner   an identity for reentrancy, e.g. one per callback chain.
+ */
+#ifndef HILOCK_H
+#define HILOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HILOCK_VERSION_MAJOR 0
+#define HILOCK_VERSION_MINOR 1
+#define HILOCK_VERSION_PATCH 0
+
+#if defined(__GNUC__) && !defined(HILOCK_STATIC_ONLY)
+#define HILOCK_API __attribute__((visibility("default")))
+#else
+#define HILOCK_API
+#endif
+
+/* ---- Error codes ------------------------------------------------------- */
+
+#define HILOCK_OK          0
+#define HILOCK_EINVAL     -1  /* bad argument (NULL/empty/oversized name, lease 0, ...) */
+#define HILOCK_ENOMEM     -2  /* out of memory */
+#define HILOCK_EURL       -3  /* malformed Redis URL */
+#define HILOCK_ETIMEDOUT  -4  /* the wait time ran out before the lock was acquired */
+#define HILOCK_ECANCELED  -5  /* the wait was cancelled, or the client was freed/closed */
+#define HILOCK_ECONN      -6  /* Redis could not be reached, or the connection broke */
+#define HILOCK_EREPLY     -7  /* Redis answered with an error (see hilock_client_errstr) */
+#define HILOCK_EPROTO     -8  /* the peer does not speak the Redis protocol */
+#define HILOCK_ELOST      -9  /* the lock was lost: expired or taken over before release */
+#define HILOCK_EBUSY     -10  /* the lock is held elsewhere (try-once acquire) */
+#define HILOCK_ECLOSED   -11  /* the client is closing; no new requests */
+#define HILOCK_EAUTH     -12  /* authentication failed (NOAUTH, WRONGPASS) */
+#define HILOCK_ELOOP     -13  /* the event-loop adapter failed (attach or timer) */
+#define HILOCK_EDEADLINE -14  /* Redis did not answer a request in time */
+
+/* A constant, human-readable message for an error code; never NULL. */
+HILOCK_API const char *hilock_strerror(int err);
+
+/* ---- Event-loop adapter interface -------------------------------------- */
+
+struct redisAsyncContext;
+
+/* One timer of the event loop. hilock arms at most one at a time per client
+ * (it keeps its own timer heap), so adapters need not be fast at scale. */
+typedef struct hilock_loop_timer hilock_loop_timer;
+
+/* What hilock needs from an event loop. Fill one with an adapter from
+ * adapters/ (e.g. hilock_libevent_init()) or write your own: each member is
+ * a plain function over `data`. hilock copies the struct. */
+typedef struct hilock_loop {
+    void *data;
+    /* Attach a hiredis async context to the loop (as hiredis's own adapters
+     * do). Return 0, or -1 on failure. */
+    int (*attach)(void *data, struct redisAsyncContext *ac);
+    /* Create a one-shot timer that calls cb(arg) when it fires. NULL on failure. */
+    hilock_loop_timer *(*timer_new)(void *data, void (*cb)(void *arg), void *arg);
+    /* (Re)arm a timer to fire once after `ms` milliseconds (0 = next loop turn). */
+    void (*timer_start)(hilock_loop_timer *t, uint64_t ms);
+    /* Disarm a timer; harmless if it is not armed. */
+    void (*timer_stop)(hilock_loop_timer *t);
+    /* Disarm and free a timer. */
+    void (*timer_free)(hilock_loop_timer *t);
+} hilock_loop;
+
+/* ---- Client ------------------------------------------------------------- */
+
+typedef struct hilock_client hilock_client;
+typedef struct hilock_hold hilock_hold;
+typedef struct hilock_wait hilock_wait;
+typedef struct hilock_owner hilock_owner;
+
+#define HILOCK_NAME_MAX    1024   /* bytes in a lock name */
+#define HILOCK_PREFIX_MAX  256    /* bytes in a key prefix */
+
+typedef struct hilock_config {
+    /* "redis://[user:pass@]host[:port][/db]" (host may be [ipv6]) or
+     * "unix:///path/to/socket[?db=N]". NULL means redis://127.0.0.1:6379. */
+    const char *url;
+    /* Prefix of every key and channel. Must not contain '{' or '}'. NULL
+     * means "hilock:". */
+    const char *prefix;
+    uint32_t default_lease_ms;   /* lease when an acquire gives none; default 30000 */
+    uint32_t connect_timeout_ms; /* per connection attempt; default 2000 */
+    uint32_t request_timeout_ms; /* a Redis request not answered by then fails with
+                                    HILOCK_EDEADLINE; default 2000 */
+    uint32_t linger_ms;          /* keep a name's subscription this long after its
+                                    last local waiter leaves; default 1000 */
+    uint32_t reconnect_max_ms;   /* cap of the reconnect backoff; default 1000 */
+} hilock_config;
+
+/* Fill `cfg` with the defaults above. */
+HILOCK_API void hilock_config_init(hilock_config *cfg);
+
+/* Create a client. Validates the config (bad URL -> HILOCK_EURL, bad prefix
+ * -> HILOCK_EINVAL) and starts connecting in the background; connection
+ * errors show up in the callbacks of requests, not here. On success stores
+ * the client in *out and returns 0. */
+HILOCK_API int hilock_client_new(hilock_client **out, const hilock_config *cfg,
+                                 const hilock_loop *loop);
+
+/* Free a client at once. Every pending wait gets its callback with
+ * HILOCK_ECANCELED before this returns (the one exception to deferral: the
+ * client is gone afterwards). Holds are abandoned, not released: their keys
+ * expire after their lease. All handles of the client become invalid. Safe to
+ * call from inside any hilock callback. */
+HILOCK_API void hilock_client_free(hilock_client *c);
+
+typedef void (*hilock_close_cb)(void *data);
+
+/* Close a client gracefully: pending waits end with HILOCK_ECANCELED, every
+ * hold is released in Redis (its release callback, if one is pending, runs),
+ * then both connections close, `cb` runs (may be NULL), and the client is
+ * freed. New requests fail with HILOCK_ECLOSED meanwhile. */
+HILOCK_API void hilock_client_close(hilock_client *c, hilock_close_cb cb, void *data);
+
+/* The text of the last error reply or connection error seen, or "". */
+HILOCK_API const char *hilock_client_errstr(const hilock_client *c);
+
+/* ---- Owners (reentrancy) ---------------------------------------------- */
+
+/* An owner makes acquisition reentrant: an acquire of a name that the owner
+ * already holds (or is granted while the owner's earlier acquire is waiting)
+ * succeeds at once with the same hold, counted in the client; nothing is sent
+ * to Redis. Each acquire needs one matching hilock_release(). */
+HILOCK_API hilock_owner *hilock_owner_new(hilock_client *c);
+
+/* Free an owner. Its holds stay valid (they simply stop being reentrant). */
+HILOCK_API void hilock_owner_free(hilock_owner *o);
+
+/* ---- Acquire ------------------------------------------------------------ */
+
+#define HILOCK_WAIT_FOREVER (-1)
+
+/* Runs once when a lock held by `hold` was lost: its key expired, was
+ * deleted, or was taken over (renewal failed). The hold stays valid and must
+ * still be released (the release then reports HILOCK_ELOST). `why` is
+ * HILOCK_ELOST or the connection error that kept renewals from working. */
+typedef void (*hilock_lost_cb)(hilock_hold *hold, int why, void *data);
+
+typedef struct hilock_acquire_opts {
+    int64_t wait_ms;        /* HILOCK_WAIT_FOREVER (default), 0 = try once, or ms */
+    uint32_t lease_ms;      /* key TTL; 0 = the client's default_lease_ms */
+    int no_renew;           /* 1 = no watchdog: the key expires after lease_ms */
+    hilock_owner *owner;    /* NULL = not reentrant */
+    hilock_lost_cb lost_cb; /* NULL = not told (hilock_hold_lost() still works) */
+    void *lost_data;
+} hilock_acquire_opts;
+
+/* Fill `opts` with the defaults above. */
+HILOCK_API void hilock_acquire_opts_init(hilock_acquire_opts *opts);
+
+/* status 0: `hold` is the lock. Otherwise hold is NULL and status is
+ * HILOCK_EBUSY (try once), HILOCK_ETIMEDOUT, HILOCK_ECANCELED, HILOCK_ECONN,
+ * HILOCK_EDEADLINE, HILOCK_EREPLY, HILOCK_EAUTH or HILOCK_EPROTO. */
+typedef void (*hilock_acquire_cb)(hilock_hold *hold, int status, void *data);
+
+/* Ask for the lock `name` (1..HILOCK_NAME_MAX bytes). `opts` may be NULL for
+ * the defaults. Returns 0 and, if wait_out is not NULL, the wait handle; or
+ * a negative code at once (HILOCK_EINVAL, HILOCK_ENOMEM, HILOCK_ECLOSED), in
+ * which case nothing was sent and `cb` will not run. */
+HILOCK_API int hilock_acquire(hilock_client *c, const char *name,
+                              const hilock_acquire_opts *opts,
+                              hilock_acquire_cb cb, void *data,
+                              hilock_wait **wait_out);
+
+/* Cancel a pending wait: its callback runs (deferred) with HILOCK_ECANCELED.
+ * If a try was in flight and wins the lock, that lock is released in Redis:
+ * a cancel never leaks a lock. Returns 0, or HILOCK_EINVAL if the wait has
+ * already been given its outcome (its callback is queued or has run: do not
+ * cancel after the callback has run, the handle is gone). */
+HILOCK_API int hilock_wait_cancel(hilock_wait *w);
+
+/* ---- Holds -------------------------------------------------------------- */
+
+/* The fencing token of this acquisition: strictly increasing per name (a
+ * reentrant acquire shares its hold's token). Pass it to the resource you
+ * protect so it can reject a stale holder. */
+HILOCK_API uint64_t hilock_hold_fence(const hilock_hold *h);
+
+/* The lock name (NUL-terminated, as given to hilock_acquire). */
+HILOCK_API const char *hilock_hold_name(const hilock_hold *h);
+
+/* 1 if the hold has been found lost (see hilock_lost_cb), else 0. */
+HILOCK_API int hilock_hold_lost(const hilock_hold *h);
+
+/* Reentrancy depth: how many releases this hold still needs. */
+HILOCK_API unsigned hilock_hold_count(const hilock_hold *h);
+
+/* status 0: released (or one reentrancy level dropped). HILOCK_ELOST: the
+ * key was no longer ours (expired or taken over), so nothing was deleted.
+ * Or a connection/reply error: the key then expires after its lease. */
+typedef void (*hilock_release_cb)(int status, void *data);
+
+/* Release one level of `h`. The last level deletes the key (only if it is
+ * still ours) and wakes a waiter; `h` is invalid after `cb` has run (cb may
+ * be NULL). Returns 0, or HILOCK_EINVAL for a hold already being released. */
+HILOCK_API int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data);
+
+/* ---- Keys (documented for interop and tooling) ------------------------ */
+
+/* hilock stores lock NAME under prefix P in these keys, all hash-tagged so
+ * that they share one Redis Cluster slot:
+ *     P{T}        the lock (a hash: token, fence), with a TTL of the lease
+ *     P{T}:fence  the fencing counter (no TTL)
+ *     P{T}:ch     the pub/sub channel on which releases are announced
+ * where T is NAME with '%', '{' and '}' written as "%25", "%7B", "%7D".
+ * That keeps T brace-free and non-empty, so the hash tag is exactly T, and
+ * distinct names never share keys. */
+
+/* Write the lock key for `name` into buf (size n), NUL-terminated. Returns
+ * its length, or a negative code (HILOCK_EINVAL bad args or buffer too small). */
+HILOCK_API int hilock_key(const char *prefix, const char *name, char *buf, size_t n);
+
+/* The Redis Cluster slot (0..16383) of a key, per Redis's hash-tag rule. */
+HILOCK_API unsigned hilock_key_slot(const char *key, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HILOCK_H */

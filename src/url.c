@@ -1,0 +1,114 @@
+/* Redis URLs: redis://[[user]:pass@]host[:port][/db] and unix:///path[?db=N]. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+static int hexval(int ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    ch = tolower(ch);
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    return -1;
+}
+
+/* Copy [s, s+n) percent-decoded into a new string; NULL on a bad escape or
+ * an encoded NUL. */
+static char *decode(const char *s, size_t n) {
+    char *out = malloc(n + 1), *p = out;
+    if (out == NULL) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '%') {
+            if (i + 2 >= n) { free(out); return NULL; }
+            int a = hexval((unsigned char)s[i + 1]), b = hexval((unsigned char)s[i + 2]);
+            if (a < 0 || b < 0 || (a == 0 && b == 0)) { free(out); return NULL; }
+            *p++ = (char)(a * 16 + b);
+            i += 2;
+        } else {
+            *p++ = s[i];
+        }
+    }
+    *p = '\0';
+    return out;
+}
+
+static int parse_int(const char *s, size_t n, long min, long max, int *out) {
+    if (n == 0 || n > 9) return -1;
+    long v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isdigit((unsigned char)s[i])) return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v < min || v > max) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+void hl_url_free(hl_url *u) {
+    free(u->host); free(u->path); free(u->user); free(u->pass);
+    memset(u, 0, sizeof(*u));
+}
+
+static int fail(hl_url *u) { hl_url_free(u); return HILOCK_EURL; }
+
+int hl_url_parse(const char *s, hl_url *u) {
+    memset(u, 0, sizeof(*u));
+    u->port = 6379;
+    if (s == NULL) s = "redis://127.0.0.1:6379";
+    if (strncmp(s, "unix://", 7) == 0) {
+        const char *path = s + 7, *q = strchr(path, '?');
+        size_t plen = q ? (size_t)(q - path) : strlen(path);
+        if (plen == 0 || path[0] != '/') return fail(u);
+        if ((u->path = decode(path, plen)) == NULL) return fail(u);
+        if (q) {
+            if (strncmp(q + 1, "db=", 3) != 0) return fail(u);
+            if (parse_int(q + 4, strlen(q + 4), 0, 1 << 20, &u->db) < 0) return fail(u);
+        }
+        return 0;
+    }
+    if (strncmp(s, "redis://", 8) != 0) return fail(u);
+    const char *p = s + 8, *end = p + strlen(p);
+    const char *slash = memchr(p, '/', (size_t)(end - p));
+    const char *auth_end = slash ? slash : end;
+    /* The last '@' before the path ends the userinfo (a password may hold '@'
+     * only percent-encoded, but be lenient). */
+    const char *at = NULL;
+    for (const char *x = p; x < auth_end; x++)
+        if (*x == '@') at = x;
+    if (at) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (colon) {
+            if (colon > p && (u->user = decode(p, (size_t)(colon - p))) == NULL) return fail(u);
+            if ((u->pass = decode(colon + 1, (size_t)(at - colon - 1))) == NULL) return fail(u);
+        } else if (at > p) {
+            /* redis://secret@host: a bare password, as redis-cli accepts. */
+            if ((u->pass = decode(p, (size_t)(at - p))) == NULL) return fail(u);
+        }
+        p = at + 1;
+    }
+    const char *hend;
+    if (*p == '[') {
+        const char *rb = memchr(p, ']', (size_t)(auth_end - p));
+        if (rb == NULL || rb == p + 1) return fail(u);
+        u->host = strndup(p + 1, (size_t)(rb - p - 1));
+        hend = rb + 1;
+        if (hend < auth_end && *hend != ':') return fail(u);
+    } else {
+        hend = memchr(p, ':', (size_t)(auth_end - p));
+        if (hend == NULL) hend = auth_end;
+        if (hend == p) return fail(u);
+        u->host = strndup(p, (size_t)(hend - p));
+    }
+    if (u->host == NULL) return fail(u);
+    for (const char *h = u->host; *h; h++)
+        if (isspace((unsigned char)*h) || *h == '/' || *h == '@') return fail(u);
+    if (hend < auth_end) { /* ":port" */
+        if (parse_int(hend + 1, (size_t)(auth_end - hend - 1), 1, 65535, &u->port) < 0)
+            return fail(u);
+    }
+    if (slash && slash + 1 < end) {
+        if (parse_int(slash + 1, (size_t)(end - slash - 1), 0, 1 << 20, &u->db) < 0)
+            return fail(u);
+    }
+    return 0;
+}
