@@ -45,6 +45,7 @@ typedef struct hl_timer {
 
 void hl_timer_start(hilock_client *c, hl_timer *t, uint64_t delay_ms);
 void hl_timer_stop(hilock_client *c, hl_timer *t);
+int hl_timer_reserve(hilock_client *c, size_t more);
 static inline int hl_timer_armed(const hl_timer *t) { return t->slot != 0; }
 
 /* ---- Deferred callbacks ------------------------------------------------- */
@@ -58,7 +59,7 @@ typedef struct hl_defer {
     int kind;
 } hl_defer;
 
-void hl_defer(hilock_client *c, hl_defer *d);
+void hl_defer_push(hilock_client *c, hl_defer *d);
 void hl_defer_cancel(hl_defer *d);
 
 /* ---- URL ---------------------------------------------------------------- */
@@ -134,6 +135,7 @@ struct hl_req {
 int hl_conn_init(hilock_client *c, hl_conn *k, int is_sub);
 void hl_conn_connect(hl_conn *k);
 void hl_conn_teardown(hl_conn *k);
+void hl_conn_cancel_queue(hl_conn *k);
 /* Queue or send a script request; its `done` runs exactly once. */
 void hl_req_submit(hilock_client *c, hl_req *r);
 hl_req *hl_req_new(hilock_client *c, const hl_script *s, struct hl_name *n,
@@ -239,6 +241,7 @@ void hl_hold_free(hilock_hold *h);
 void hl_release_token(hilock_client *c, hl_name *n, const char *token);
 void hl_token_new(char *out);
 void hl_wait_finish(hilock_wait *w, int status, hilock_hold *h);
+void hl_wait_run(hilock_wait *w, int cancel);
 
 /* ---- The client --------------------------------------------------------- */
 
@@ -268,6 +271,7 @@ struct hilock_client {
     hl_link holds;               /* every live hold */
     hl_link owners;
     size_t nreqs;                /* requests alive (for close) */
+    uint64_t rng;                /* backoff jitter */
     char errstr[256];
 };
 

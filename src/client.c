@@ -1,0 +1,217 @@
+/* The client: configuration, life cycle, deferred callbacks, errors. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "internal.h"
+
+void hl_tick(void *arg);
+void hl_relop_run(hl_defer *d, int cancel);
+void hl_hold_run_lost(hilock_hold *h);
+void hl_client_destroy(hilock_client *c);
+
+const char *hilock_strerror(int err) {
+    switch (err) {
+    case HILOCK_OK:         return "success";
+    case HILOCK_EINVAL:     return "invalid argument";
+    case HILOCK_ENOMEM:     return "out of memory";
+    case HILOCK_EURL:       return "malformed Redis URL";
+    case HILOCK_ETIMEDOUT:  return "timed out waiting for the lock";
+    case HILOCK_ECANCELED:  return "cancelled";
+    case HILOCK_ECONN:      return "cannot reach Redis";
+    case HILOCK_EREPLY:     return "Redis replied with an error";
+    case HILOCK_EPROTO:     return "the server does not speak the Redis protocol";
+    case HILOCK_ELOST:      return "the lock was lost";
+    case HILOCK_EBUSY:      return "the lock is held by another owner";
+    case HILOCK_ECLOSED:    return "the client is closing";
+    case HILOCK_EAUTH:      return "Redis authentication failed";
+    case HILOCK_ELOOP:      return "the event-loop adapter failed";
+    case HILOCK_EDEADLINE:  return "Redis did not answer in time";
+    default:                return "unknown error";
+    }
+}
+
+void hl_set_error(hilock_client *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->errstr, sizeof(c->errstr), fmt, ap);
+    va_end(ap);
+}
+
+const char *hilock_client_errstr(const hilock_client *c) {
+    return c ? c->errstr : "";
+}
+
+void hilock_config_init(hilock_config *cfg) {
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->url = "redis://127.0.0.1:6379";
+    cfg->prefix = "hilock:";
+    cfg->default_lease_ms = 30000;
+    cfg->connect_timeout_ms = 2000;
+    cfg->request_timeout_ms = 2000;
+    cfg->linger_ms = 1000;
+    cfg->reconnect_max_ms = 1000;
+}
+
+static uint32_t or_default(uint32_t v, uint32_t d) { return v ? v : d; }
+
+int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hilock_loop *loop) {
+    hilock_config defaults;
+    if (out == NULL) return HILOCK_EINVAL;
+    *out = NULL;
+    if (loop == NULL || loop->attach == NULL || loop->timer_new == NULL ||
+        loop->timer_start == NULL || loop->timer_stop == NULL || loop->timer_free == NULL)
+        return HILOCK_EINVAL;
+    hilock_config_init(&defaults);
+    if (cfg == NULL) cfg = &defaults;
+    const char *prefix = cfg->prefix ? cfg->prefix : defaults.prefix;
+    if (!hl_prefix_valid(prefix)) return HILOCK_EINVAL;
+
+    hilock_client *c = calloc(1, sizeof(*c));
+    if (c == NULL) return HILOCK_ENOMEM;
+    int rc = hl_url_parse(cfg->url, &c->url);
+    if (rc != 0) { free(c); return rc; }
+    c->cfg = *cfg;
+    c->cfg.url = NULL; /* not kept: the caller's string may go away */
+    c->cfg.prefix = NULL;
+    c->cfg.default_lease_ms = or_default(cfg->default_lease_ms, defaults.default_lease_ms);
+    c->cfg.connect_timeout_ms = or_default(cfg->connect_timeout_ms, defaults.connect_timeout_ms);
+    c->cfg.request_timeout_ms = or_default(cfg->request_timeout_ms, defaults.request_timeout_ms);
+    c->cfg.linger_ms = or_default(cfg->linger_ms, defaults.linger_ms);
+    c->cfg.reconnect_max_ms = or_default(cfg->reconnect_max_ms, defaults.reconnect_max_ms);
+    c->prefix = strdup(prefix);
+    c->prefix_len = strlen(prefix);
+    c->loop = *loop;
+    c->armed_at = UINT64_MAX;
+    c->rng = hl_now_ms() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c;
+    if (c->rng == 0) c->rng = 1;
+    hl_list_init(&c->defers);
+    hl_list_init(&c->holds);
+    hl_list_init(&c->owners);
+    c->close_defer.kind = HL_DEFER_CLOSE;
+    hl_list_init(&c->close_defer.link);
+    c->ltimer = c->prefix ? loop->timer_new(loop->data, hl_tick, c) : NULL;
+    if (c->ltimer == NULL) {
+        rc = c->prefix ? HILOCK_ELOOP : HILOCK_ENOMEM;
+        hl_url_free(&c->url);
+        free(c->prefix);
+        free(c);
+        return rc;
+    }
+    hl_conn_init(c, &c->cmd, 0);
+    hl_conn_init(c, &c->sub, 1);
+    hl_conn_connect(&c->cmd);
+    hl_conn_connect(&c->sub);
+    *out = c;
+    return 0;
+}
+
+/* ---- Deferred callbacks ------------------------------------------------ */
+
+static void run_defer(hilock_client *c, hl_defer *d, int cancel) {
+    switch (d->kind) {
+    case HL_DEFER_WAIT:
+        hl_wait_run(HL_CONTAINER(d, hilock_wait, defer), cancel);
+        break;
+    case HL_DEFER_RELEASE:
+        hl_relop_run(d, cancel);
+        break;
+    case HL_DEFER_LOST:
+        if (!cancel) hl_hold_run_lost(HL_CONTAINER(d, hilock_hold, lost_defer));
+        break;
+    case HL_DEFER_CLOSE:
+        if (c->close_cb) c->close_cb(c->close_data);
+        c->close_cb = NULL;
+        if (!cancel) hilock_client_free(c);
+        break;
+    default: /* the tick's batch marker */
+        break;
+    }
+}
+
+void hl_defer_run(hilock_client *c, hl_defer *d) { run_defer(c, d, 0); }
+
+/* ---- Teardown ------------------------------------------------------------ */
+
+void hilock_client_free(hilock_client *c) {
+    if (c == NULL || c->freeing) return;
+    c->freeing = 1;
+    /* End every request that has not had its callback, in a fixed order:
+     * queued callbacks first, then waits still in line. */
+    while (!hl_list_empty(&c->defers)) {
+        hl_defer *d = HL_CONTAINER(c->defers.next, hl_defer, link);
+        hl_list_remove(&d->link);
+        run_defer(c, d, 1);
+    }
+    for (size_t i = 0; i < c->nbuckets; i++) {
+        for (hl_name *n = c->buckets[i]; n; n = n->next_in_bucket) {
+            while (!hl_list_empty(&n->waiters)) {
+                hilock_wait *w = HL_CONTAINER(n->waiters.next, hilock_wait, link);
+                hl_list_remove(&w->link);
+                n->nwaiters--;
+                hl_timer_stop(c, &w->timer);
+                w->state = HL_WAIT_DONE;
+                w->status = HILOCK_ECANCELED;
+                hl_wait_run(w, 1);
+            }
+        }
+    }
+    hl_conn_cancel_queue(&c->cmd);
+    hl_conn_cancel_queue(&c->sub);
+    hl_conn_teardown(&c->cmd); /* in-flight requests end here */
+    hl_conn_teardown(&c->sub);
+    if (!c->dispatching) hl_client_destroy(c);
+}
+
+void hl_client_destroy(hilock_client *c) {
+    while (!hl_list_empty(&c->holds)) {
+        hilock_hold *h = HL_CONTAINER(c->holds.next, hilock_hold, link);
+        hl_list_remove(&h->link);
+        free(h);
+    }
+    while (!hl_list_empty(&c->owners)) {
+        hilock_owner *o = HL_CONTAINER(c->owners.next, hilock_owner, link);
+        hl_list_remove(&o->link);
+        free(o);
+    }
+    hl_names_free_all(c);
+    c->loop.timer_free(c->ltimer);
+    free(c->heap);
+    hl_url_free(&c->url);
+    free(c->prefix);
+    free(c);
+}
+
+/* ---- Graceful close ------------------------------------------------------ */
+
+void hl_close_progress(hilock_client *c) {
+    if (c->nreqs == 0 && !hl_linked(&c->close_defer.link)) hl_defer_push(c, &c->close_defer);
+}
+
+void hilock_client_close(hilock_client *c, hilock_close_cb cb, void *data) {
+    if (c == NULL || c->freeing || c->closing) return;
+    c->closing = 1;
+    c->close_cb = cb;
+    c->close_data = data;
+    for (size_t i = 0; i < c->nbuckets; i++) {
+        hl_name *n = c->buckets[i], *next;
+        for (; n; n = next) {
+            n->refs++; /* keep it while its waiters leave */
+            while (n->nwaiters > 0)
+                hl_wait_finish(HL_CONTAINER(n->waiters.next, hilock_wait, link),
+                               HILOCK_ECANCELED, NULL);
+            next = n->next_in_bucket;
+            hl_name_unref(n);
+        }
+    }
+    for (hl_link *l = c->holds.next; l != &c->holds; l = l->next) {
+        hilock_hold *h = HL_CONTAINER(l, hilock_hold, link);
+        if (h->releasing) continue;
+        h->releasing = 1;
+        hl_timer_stop(c, &h->watchdog);
+        hl_defer_cancel(&h->lost_defer);
+        hl_release_token(c, h->name, h->token);
+    }
+    hl_close_progress(c);
+}

@@ -1,0 +1,231 @@
+/* Holds: the watchdog that renews a lease, loss detection, and release.
+ *
+ * A hold counts as ours until `confirmed + lease`, where `confirmed` is when
+ * the last successful acquire or renew was *sent* (the key's TTL started no
+ * earlier). Past that instant another client may hold the lock, so the hold
+ * is reported lost then at the latest, whatever the connection is doing. */
+#include <stdlib.h>
+#include <string.h>
+#include <uuid/uuid.h>
+#include "internal.h"
+
+void hl_token_new(char *out) {
+    static const char hex[] = "0123456789abcdef";
+    uuid_t u;
+    uuid_generate_random(u);
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = hex[u[i] >> 4];
+        out[2 * i + 1] = hex[u[i] & 15];
+    }
+    out[HL_TOKEN_LEN] = '\0';
+}
+
+/* ---- Fire-and-forget release (cancel races, unknown outcomes, close) --- */
+
+static void on_token_released(hl_req *r, redisReply *reply, int err) {
+    (void)r; (void)reply; (void)err; /* best effort: the lease bounds the rest */
+}
+
+void hl_release_token(hilock_client *c, hl_name *n, const char *token) {
+    hl_req *r = hl_req_new(c, &hl_script_release, n, token, 0, on_token_released, NULL);
+    if (r != NULL) hl_req_submit(c, r);
+}
+
+/* ---- Loss and the watchdog --------------------------------------------- */
+
+static void hold_lost(hilock_hold *h, int why) {
+    if (h->lost) return;
+    h->lost = 1;
+    h->lost_why = why;
+    hl_timer_stop(h->c, &h->watchdog);
+    if (h->lost_cb != NULL && !h->releasing) hl_defer_push(h->c, &h->lost_defer);
+}
+
+void hl_hold_run_lost(hilock_hold *h) {
+    if (!h->releasing) h->lost_cb(h, h->lost_why, h->lost_data);
+}
+
+static void watchdog_arm(hilock_hold *h) {
+    uint64_t now = hl_now_ms(), expiry = h->confirmed + h->lease_ms;
+    uint64_t next = h->no_renew ? expiry : now + h->lease_ms / 3;
+    if (next > expiry) next = expiry;
+    hl_timer_start(h->c, &h->watchdog, next > now ? next - now : 0);
+}
+
+static void on_renewed(hl_req *r, redisReply *reply, int err) {
+    hilock_hold *h = r->owner;
+    uint64_t sent_at = r->deadline.when - h->c->cfg.request_timeout_ms;
+    h->renew = NULL;
+    if (h->c->freeing || h->releasing || h->lost) return;
+    if (err == 0 && reply->type == REDIS_REPLY_INTEGER) {
+        if (reply->integer == 1) {
+            if (sent_at > h->confirmed) h->confirmed = sent_at;
+        } else {
+            hold_lost(h, HILOCK_ELOST); /* expired or taken over */
+            return;
+        }
+    } else if (err == 0 && reply->type == REDIS_REPLY_ERROR) {
+        hl_reply_error(h->c, reply); /* keep trying until the lease runs out */
+    }
+    watchdog_arm(h);
+}
+
+static void watchdog_fired(hl_timer *t) {
+    hilock_hold *h = HL_CONTAINER(t, hilock_hold, watchdog);
+    hilock_client *c = h->c;
+    if (hl_now_ms() >= h->confirmed + h->lease_ms) {
+        int why = h->no_renew || c->cmd.state == HL_CONN_READY ? HILOCK_ELOST
+                  : (c->cmd.last_err ? c->cmd.last_err : HILOCK_ECONN);
+        hold_lost(h, why);
+        return;
+    }
+    if (h->renew == NULL) {
+        h->renew = hl_req_new(c, &hl_script_renew, h->name, h->token, h->lease_ms, on_renewed, h);
+        if (h->renew) hl_req_submit(c, h->renew);
+    }
+    watchdog_arm(h);
+}
+
+static void lost_defer_init(hilock_hold *h) {
+    h->lost_defer.kind = HL_DEFER_LOST;
+    hl_list_init(&h->lost_defer.link);
+}
+
+hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence,
+                         uint64_t sent_at, const hilock_wait *w) {
+    hilock_hold *h = calloc(1, sizeof(*h));
+    if (h == NULL) return NULL;
+    h->c = n->c;
+    h->name = n;
+    n->refs++;
+    memcpy(h->token, token, HL_TOKEN_LEN + 1);
+    h->fence = fence;
+    h->confirmed = sent_at;
+    h->count = 1;
+    h->lease_ms = w->lease_ms;
+    h->no_renew = w->no_renew;
+    h->owner = w->owner;
+    h->lost_cb = w->lost_cb;
+    h->lost_data = w->lost_data;
+    h->watchdog.cb = watchdog_fired;
+    lost_defer_init(h);
+    hl_list_push(&n->c->holds, &h->link);
+    if (h->owner) hl_list_push(&h->owner->holds, &h->olink);
+    else hl_list_init(&h->olink);
+    watchdog_arm(h);
+    return h;
+}
+
+void hl_hold_free(hilock_hold *h) {
+    hilock_client *c = h->c;
+    hl_timer_stop(c, &h->watchdog);
+    hl_defer_cancel(&h->lost_defer);
+    if (h->renew) { /* its reply must not find us */
+        h->renew->owner = NULL;
+        h->renew->done = on_token_released;
+    }
+    hl_list_remove(&h->link);
+    if (hl_linked(&h->olink)) hl_list_remove(&h->olink);
+    hl_name *n = h->name;
+    free(h);
+    hl_name_unref(n);
+}
+
+/* ---- Release ------------------------------------------------------------- */
+
+typedef struct hl_relop {
+    hl_defer defer;
+    hilock_hold *hold;   /* freed after the callback when last is set */
+    hilock_release_cb cb;
+    void *data;
+    int status;
+    int last;
+} hl_relop;
+
+void hl_relop_run(hl_defer *d, int cancel) {
+    hl_relop *op = HL_CONTAINER(d, hl_relop, defer);
+    if (op->cb) op->cb(cancel ? HILOCK_ECANCELED : op->status, op->data);
+    if (op->last && !cancel) hl_hold_free(op->hold);
+    free(op);
+}
+
+static void on_released(hl_req *r, redisReply *reply, int err) {
+    hl_relop *op = r->owner;
+    hilock_client *c = r->c;
+    if (err == 0) {
+        if (reply->type == REDIS_REPLY_INTEGER)
+            err = reply->integer == 1 ? 0 : HILOCK_ELOST;
+        else if (reply->type == REDIS_REPLY_ERROR)
+            err = hl_reply_error(c, reply);
+        else
+            err = HILOCK_EPROTO;
+    }
+    /* A hold already found lost reports it, even if the key happened to be
+     * back in our hands. */
+    if (err == 0 && op->hold->lost) err = HILOCK_ELOST;
+    op->status = err;
+    if (c->freeing) { hl_relop_run(&op->defer, 1); return; }
+    hl_defer_push(c, &op->defer);
+}
+
+int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
+    if (h == NULL || h->releasing) return HILOCK_EINVAL;
+    if (h->c->freeing) return HILOCK_ECLOSED;
+    hl_relop *op = calloc(1, sizeof(*op));
+    if (op == NULL) return HILOCK_ENOMEM;
+    op->defer.kind = HL_DEFER_RELEASE;
+    op->hold = h;
+    op->cb = cb;
+    op->data = data;
+    if (h->count > 1) { /* one reentrant level: nothing to send */
+        h->count--;
+        hl_defer_push(h->c, &op->defer);
+        return 0;
+    }
+    hl_req *r = hl_req_new(h->c, &hl_script_release, h->name, h->token, 0, on_released, op);
+    if (r == NULL) { free(op); return HILOCK_ENOMEM; }
+    op->last = 1;
+    h->releasing = 1;
+    h->count = 0;
+    hl_timer_stop(h->c, &h->watchdog);
+    hl_defer_cancel(&h->lost_defer);
+    if (hl_linked(&h->olink)) hl_list_remove(&h->olink); /* no longer reentrant */
+    hl_req_submit(h->c, r);
+    return 0;
+}
+
+uint64_t hilock_hold_fence(const hilock_hold *h) { return h ? h->fence : 0; }
+const char *hilock_hold_name(const hilock_hold *h) { return h ? h->name->name : NULL; }
+int hilock_hold_lost(const hilock_hold *h) { return h ? (int)h->lost : 0; }
+unsigned hilock_hold_count(const hilock_hold *h) { return h ? h->count : 0; }
+
+/* ---- Owners ----------------------------------------------------------- */
+
+hilock_owner *hilock_owner_new(hilock_client *c) {
+    if (c == NULL || c->freeing) return NULL;
+    hilock_owner *o = calloc(1, sizeof(*o));
+    if (o == NULL) return NULL;
+    o->c = c;
+    hl_list_init(&o->holds);
+    hl_list_push(&c->owners, &o->link);
+    return o;
+}
+
+void hilock_owner_free(hilock_owner *o) {
+    if (o == NULL) return;
+    hilock_client *c = o->c;
+    /* Waits still queued for this owner carry on without reentrancy. */
+    for (size_t i = 0; i < c->nbuckets; i++)
+        for (hl_name *n = c->buckets[i]; n; n = n->next_in_bucket)
+            for (hl_link *l = n->waiters.next; l != &n->waiters; l = l->next) {
+                hilock_wait *w = HL_CONTAINER(l, hilock_wait, link);
+                if (w->owner == o) w->owner = NULL;
+            }
+    while (!hl_list_empty(&o->holds)) {
+        hilock_hold *h = HL_CONTAINER(o->holds.next, hilock_hold, olink);
+        hl_list_remove(&h->olink);
+        h->owner = NULL;
+    }
+    hl_list_remove(&o->link);
+    free(o);
+}
