@@ -67,6 +67,9 @@ int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hiloc
     if (cfg == NULL) cfg = &defaults;
     const char *prefix = cfg->prefix ? cfg->prefix : defaults.prefix;
     if (!hl_prefix_valid(prefix)) return HILOCK_EINVAL;
+    if ((cfg->default_lease_ms != 0 && cfg->default_lease_ms < HILOCK_LEASE_MIN) ||
+        cfg->default_lease_ms > INT32_MAX)
+        return HILOCK_EINVAL;
 
     hilock_client *c = calloc(1, sizeof(*c));
     if (c == NULL) return HILOCK_ENOMEM;

@@ -349,6 +349,7 @@ static void try_send(hilock_wait *w) {
 void hilock_acquire_opts_init(hilock_acquire_opts *o) {
     memset(o, 0, sizeof(*o));
     o->wait_ms = HILOCK_WAIT_FOREVER;
+    o->lease_ms = HILOCK_LEASE_DEFAULT;
 }
 
 static hilock_hold *owner_hold(hilock_owner *o, hl_name *n) {
@@ -371,8 +372,8 @@ int hilock_acquire(hilock_client *c, const char *name, const hilock_acquire_opts
     if (opts == NULL) { hilock_acquire_opts_init(&defaults); opts = &defaults; }
     if (opts->wait_ms < HILOCK_WAIT_FOREVER) return HILOCK_EINVAL;
     if (opts->owner != NULL && opts->owner->c != c) return HILOCK_EINVAL;
-    uint32_t lease = opts->lease_ms ? opts->lease_ms : c->cfg.default_lease_ms;
-    if (lease == 0) return HILOCK_EINVAL;
+    uint32_t lease = opts->lease_ms == HILOCK_LEASE_DEFAULT ? c->cfg.default_lease_ms : opts->lease_ms;
+    if (lease < HILOCK_LEASE_MIN || lease > INT32_MAX) return HILOCK_EINVAL;
 
     hilock_wait *w = calloc(1, sizeof(*w));
     if (w == NULL || hl_timer_reserve(c, 4) != 0) { free(w); return HILOCK_ENOMEM; }

@@ -155,6 +155,8 @@ HILOCK_API void hilock_owner_free(hilock_owner *o);
 /* ---- Acquire ------------------------------------------------------------ */
 
 #define HILOCK_WAIT_FOREVER (-1)
+#define HILOCK_LEASE_DEFAULT 0xFFFFFFFFu /* use the client's default_lease_ms */
+#define HILOCK_LEASE_MIN     10u         /* shorter leases are refused */
 
 /* Runs once when a lock held by `hold` was lost: its key expired, was
  * deleted, or was taken over (renewal failed). The hold stays valid and must
@@ -164,7 +166,8 @@ typedef void (*hilock_lost_cb)(hilock_hold *hold, int why, void *data);
 
 typedef struct hilock_acquire_opts {
     int64_t wait_ms;        /* HILOCK_WAIT_FOREVER (default), 0 = try once, or ms */
-    uint32_t lease_ms;      /* key TTL; 0 = the client's default_lease_ms */
+    uint32_t lease_ms;      /* key TTL, >= HILOCK_LEASE_MIN and <= INT32_MAX, or
+                               HILOCK_LEASE_DEFAULT (default); 0 is an error */
     int no_renew;           /* 1 = no watchdog: the key expires after lease_ms */
     hilock_owner *owner;    /* NULL = not reentrant */
     hilock_lost_cb lost_cb; /* NULL = not told (hilock_hold_lost() still works) */
@@ -179,8 +182,9 @@ HILOCK_API void hilock_acquire_opts_init(hilock_acquire_opts *opts);
  * HILOCK_EDEADLINE, HILOCK_EREPLY, HILOCK_EAUTH or HILOCK_EPROTO. */
 typedef void (*hilock_acquire_cb)(hilock_hold *hold, int status, void *data);
 
-/* Ask for the lock `name` (1..HILOCK_NAME_MAX bytes). `opts` may be NULL for
- * the defaults. Returns 0 and, if wait_out is not NULL, the wait handle; or
+/* Ask for the lock `name` (1..HILOCK_NAME_MAX bytes, any bytes but NUL).
+ * `opts` may be NULL for the defaults; a struct must be filled by
+ * hilock_acquire_opts_init() first. Returns 0 and, if wait_out is not NULL, the wait handle; or
  * a negative code at once (HILOCK_EINVAL, HILOCK_ENOMEM, HILOCK_ECLOSED), in
  * which case nothing was sent and `cb` will not run. */
 HILOCK_API int hilock_acquire(hilock_client *c, const char *name,

@@ -1,0 +1,139 @@
+/* Shared set-up for the library's integration tests: a real redis-server,
+ * a libevent loop, clients, and a look at Redis's own counters. */
+#ifndef HILOCK_TEST_LOCKENV_H
+#define HILOCK_TEST_LOCKENV_H
+
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include "hilock/hilock.h"
+#include "adapters/libevent.h"
+#include "support/harness.h"
+
+typedef struct lockenv {
+    test_redis r;
+    struct event_base *base;
+    hilock_loop loop;
+} lockenv;
+
+static inline void lockenv_start(lockenv *e) {
+    cr_assert_eq(test_redis_start(&e->r, 0, NULL), 0, "redis-server did not start");
+    e->base = event_base_new();
+    cr_assert_not_null(e->base);
+    hilock_libevent_init(&e->loop, e->base);
+}
+
+static inline void lockenv_stop(lockenv *e) {
+    test_redis_stop(&e->r);
+    if (e->base) event_base_free(e->base);
+    e->base = NULL;
+}
+
+/* A client with short timings suited to tests. */
+static inline hilock_client *lockenv_client_url(lockenv *e, const char *url, uint32_t linger_ms) {
+    hilock_config cfg;
+    hilock_client *c = NULL;
+    hilock_config_init(&cfg);
+    cfg.url = url;
+    cfg.request_timeout_ms = 1000;
+    cfg.connect_timeout_ms = 1000;
+    cfg.linger_ms = linger_ms ? linger_ms : 100;
+    cr_assert_eq(hilock_client_new(&c, &cfg, &e->loop), 0);
+    return c;
+}
+
+static inline hilock_client *lockenv_client(lockenv *e) {
+    return lockenv_client_url(e, e->r.url, 0);
+}
+
+/* A field of INFO commandstats, e.g. stat_calls(r, "evalsha"); 0 if absent. */
+static inline long long stat_calls(const test_redis *r, const char *cmd) {
+    redisContext *k = test_redis_connect(r);
+    long long n = 0;
+    redisReply *rep = k ? redisCommand(k, "INFO commandstats") : NULL;
+    if (rep && rep->type == REDIS_REPLY_STRING) {
+        char needle[64];
+        snprintf(needle, sizeof(needle), "cmdstat_%s:calls=", cmd);
+        const char *p = strstr(rep->str, needle);
+        if (p) n = atoll(p + strlen(needle));
+    }
+    if (rep) freeReplyObject(rep);
+    if (k) redisFree(k);
+    return n;
+}
+
+/* Subscribers of a lock's channel (PUBSUB NUMSUB). */
+static inline long long numsub(const test_redis *r, const char *name) {
+    char key[HILOCK_NAME_MAX * 3 + 64];
+    long long n = -1;
+    hilock_key("hilock:", name, key, sizeof(key));
+    strcat(key, ":ch");
+    redisContext *k = test_redis_connect(r);
+    redisReply *rep = k ? redisCommand(k, "PUBSUB NUMSUB %s", key) : NULL;
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
+        n = rep->element[1]->integer;
+    if (rep) freeReplyObject(rep);
+    if (k) redisFree(k);
+    return n;
+}
+
+/* 1 if the lock key of `name` exists. */
+static inline long long lock_exists(const test_redis *r, const char *name) {
+    char key[HILOCK_NAME_MAX * 3 + 64];
+    hilock_key("hilock:", name, key, sizeof(key));
+    return test_redis_int(r, "EXISTS %s", key);
+}
+
+/* A record of one acquire callback. */
+typedef struct got {
+    int calls;
+    int status;
+    hilock_hold *hold;
+    long long at_ms;
+} got;
+
+static inline void got_cb(hilock_hold *h, int status, void *data) {
+    got *g = data;
+    g->calls++;
+    g->status = status;
+    g->hold = h;
+    g->at_ms = test_now_ms();
+}
+
+typedef struct rel {
+    int calls;
+    int status;
+} rel;
+
+static inline void rel_cb(int status, void *data) {
+    rel *r = data;
+    r->calls++;
+    r->status = status;
+}
+
+static inline hilock_acquire_opts opts_wait(int64_t wait_ms) {
+    hilock_acquire_opts o;
+    hilock_acquire_opts_init(&o);
+    o.wait_ms = wait_ms;
+    return o;
+}
+
+/* Acquire and run the loop until the callback came (or 5 s). */
+static inline got acquire_now(lockenv *e, hilock_client *c, const char *name,
+                              const hilock_acquire_opts *o) {
+    got g = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(c, name, o, got_cb, &g, NULL), 0);
+    test_loop_until(e->base, &g.calls, 5000);
+    cr_assert_eq(g.calls, 1, "acquire of %s got no callback", name);
+    return g;
+}
+
+static inline int release_now(lockenv *e, hilock_hold *h) {
+    rel r = {0, 0};
+    cr_assert_eq(hilock_release(h, rel_cb, &r), 0);
+    test_loop_until(e->base, &r.calls, 5000);
+    cr_assert_eq(r.calls, 1);
+    return r.status;
+}
+
+#endif
