@@ -11,6 +11,7 @@
 #include "internal.h"
 
 static void conn_schedule_retry(hl_conn *k);
+static void conn_fail_queue(hl_conn *k, int err);
 static void conn_send(hl_conn *k, hl_req *r);
 
 static hl_conn *conn_of(const redisAsyncContext *ac) { return (hl_conn *)ac->data; }
@@ -263,7 +264,12 @@ static void conn_retry(hl_timer *t) {
  * in lockstep after a server restart. */
 static void conn_schedule_retry(hl_conn *k) {
     hilock_client *c = k->c;
-    if (c->freeing || (c->closing && c->nreqs == 0)) return;
+    if (c->freeing) return;
+    if (c->closing) {
+        /* Closing does not wait for a server that is away. */
+        conn_fail_queue(&c->cmd, k->last_err ? k->last_err : HILOCK_ECONN);
+        if (k->is_sub || c->nreqs == 0) return;
+    }
     uint64_t cap = c->cfg.reconnect_max_ms ? c->cfg.reconnect_max_ms : 1;
     uint64_t d = k->failures >= 16 ? cap : (uint64_t)25 << k->failures;
     if (d > cap) d = cap;
