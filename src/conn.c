@@ -132,6 +132,7 @@ static void conn_send(hl_conn *k, hl_req *r) {
         return;
     }
     r->sent = 1;
+    r->ever_sent = 1;
     k->inflight++;
 }
 
@@ -164,10 +165,10 @@ static void conn_fail_queue(hl_conn *k, int err) {
 static void on_handshake(redisAsyncContext *ac, void *reply_, void *privdata) {
     redisReply *reply = reply_;
     hl_conn *k = conn_of(ac);
-    (void)privdata;
     if (reply == NULL || k->c->freeing) return;
     if (reply->type == REDIS_REPLY_ERROR) {
         int err = hl_reply_error(k->c, reply);
+        if (privdata == &k->handshake_left) err = HILOCK_EAUTH; /* any AUTH refusal */
         k->last_err = err;
         if (!k->is_sub) conn_fail_queue(k, err);
         redisAsyncDisconnect(ac);
@@ -194,9 +195,10 @@ static void on_connect(const redisAsyncContext *ac, int status) {
     redisAsyncContext *wac = k->ac;
     if (c->url.pass) {
         if (c->url.user)
-            redisAsyncCommand(wac, on_handshake, NULL, "AUTH %s %s", c->url.user, c->url.pass);
+            redisAsyncCommand(wac, on_handshake, &k->handshake_left, "AUTH %s %s",
+                              c->url.user, c->url.pass);
         else
-            redisAsyncCommand(wac, on_handshake, NULL, "AUTH %s", c->url.pass);
+            redisAsyncCommand(wac, on_handshake, &k->handshake_left, "AUTH %s", c->url.pass);
         k->handshake_left++;
     }
     if (c->url.db != 0 && !k->is_sub) { /* pub/sub ignores the db */

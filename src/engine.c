@@ -301,8 +301,9 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
     }
 
     if (err != 0) {
-        /* The outcome in Redis is unknown: make sure no lock of ours stays. */
-        hl_release_token(c, n, w->token);
+        /* If the try may have run, its outcome is unknown: make sure no lock
+         * of ours stays behind. */
+        if (r->ever_sent) hl_release_token(c, n, w->token);
         if (w->state == HL_WAIT_QUEUED) hl_wait_finish(w, err, NULL);
         fail_all(n, err);
     } else if (got == 1) {

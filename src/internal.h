@@ -130,6 +130,7 @@ struct hl_req {
     unsigned sent : 1;         /* hiredis holds a callback for it */
     unsigned finished : 1;     /* `done` has run */
     unsigned use_eval : 1;     /* the server lacked the script: send EVAL */
+    unsigned ever_sent : 1;    /* it may have reached Redis */
 };
 
 int hl_conn_init(hilock_client *c, hl_conn *k, int is_sub);

@@ -1,0 +1,156 @@
+#!/bin/sh
+# demo.sh BUILD_DIR — run the hilock demos against a throwaway redis-server.
+#
+# `make demo` calls this after building. It starts a private redis-server on a
+# free loopback port (no persistence, data in a temporary directory), runs
+#   1. examples/libevent_basic   acquire, work 100 ms, release, close
+#   2. scripts/demo-cli.sh       the command-line tool (if that script exists)
+#   3. examples/many_waiters     5000 waiters on 4 names, checked invariants
+# and always stops the server and removes its directory, however it ends.
+# Exits non-zero if the server cannot be started or any part fails.
+set -u
+
+BUILD=${1:-build}
+HERE=$(cd "$(dirname "$0")" && pwd)
+BASIC=$BUILD/examples/libevent_basic
+MANY=$BUILD/examples/many_waiters
+
+for bin in "$BASIC" "$MANY"; do
+    if [ ! -x "$bin" ]; then
+        echo "demo: $bin is not built (run: make demo)" >&2
+        exit 1
+    fi
+done
+for tool in redis-server redis-cli; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "demo: $tool not found (run: sh scripts/deps.sh)" >&2
+        exit 1
+    fi
+done
+
+# Bound every step that talks to a program, so a hang cannot stall `make`.
+# (A command prefix, not a function: a backgrounded function would be a
+# subshell, and killing it would not reach the program.)
+if command -v timeout >/dev/null 2>&1; then
+    T5="timeout 5"
+    T300="timeout 300"
+else
+    T5=
+    T300=
+fi
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/hilock-demo.XXXXXX") || exit 1
+PID=      # the redis-server
+CHILD=    # the part running now
+cleanup() {
+    if [ -n "$CHILD" ]; then
+        kill "$CHILD" 2>/dev/null
+        wait "$CHILD" 2>/dev/null
+        CHILD=
+    fi
+    if [ -n "$PID" ]; then
+        kill "$PID" 2>/dev/null
+        wait "$PID" 2>/dev/null
+        PID=
+    fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+trap 'exit 141' PIPE
+
+# 0 if the redis-server on port $1 is the one with pid $2.
+is_ours() {
+    $T5 redis-cli -h 127.0.0.1 -p "$1" info server 2>/dev/null |
+        tr -d '\r' | grep -qx "process_id:$2"
+}
+
+# Start redis-server on the first port that works, from a per-process start
+# point in 20000..39999. A port where something already answers is skipped;
+# if another process wins the port between check and bind, our server exits
+# and the next port is tried.
+start_redis() {
+    port=$((20000 + $$ % 20000))
+    tries=0
+    while [ "$tries" -lt 50 ]; do
+        tries=$((tries + 1))
+        port=$((port + 1))
+        [ "$port" -gt 39999 ] && port=20000
+        if $T5 redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1; then
+            continue
+        fi
+        redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+            --daemonize no --dir "$TMP" --logfile "$TMP/redis.log" &
+        PID=$!
+        waited=0
+        while [ "$waited" -lt 100 ]; do
+            if ! kill -0 "$PID" 2>/dev/null; then
+                wait "$PID" 2>/dev/null
+                PID=
+                break
+            fi
+            if is_ours "$port" "$PID"; then
+                PORT=$port
+                return 0
+            fi
+            sleep 0.1
+            waited=$((waited + 1))
+        done
+        if [ -n "$PID" ]; then # alive but never answered: give up on it
+            kill "$PID" 2>/dev/null
+            wait "$PID" 2>/dev/null
+            PID=
+        fi
+    done
+    echo "demo: could not start redis-server; its last log lines:" >&2
+    tail -n 5 "$TMP/redis.log" >&2 2>/dev/null
+    return 1
+}
+
+start_redis || exit 1
+URL=redis://127.0.0.1:$PORT
+echo "== redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on $URL (pid $PID)"
+
+FAILED=
+# part LABEL CMD...: run one part, remember a failure. The part runs in the
+# background and we `wait` for it, so that INT/TERM reach our traps at once.
+part() {
+    label=$1
+    shift
+    $T300 "$@" </dev/null &
+    CHILD=$!
+    wait "$CHILD"
+    rc=$?
+    CHILD=
+    if [ "$rc" -eq 0 ]; then
+        echo "-- $label: ok"
+    else
+        echo "-- $label: FAILED (exit $rc)" >&2
+        FAILED="$FAILED $label"
+    fi
+}
+
+echo
+echo "== 1/3 libevent_basic: acquire with a 5 s wait, work 100 ms, release, close"
+part libevent_basic "$BASIC" "$URL" demo
+
+echo
+echo "== 2/3 hilock command-line tool"
+if [ -f "$HERE/demo-cli.sh" ]; then
+    part cli sh "$HERE/demo-cli.sh" "$URL" "$BUILD"
+else
+    echo "-- cli: skipped (scripts/demo-cli.sh not present)"
+fi
+
+echo
+echo "== 3/3 many_waiters: 5000 waiters on 4 names in one event loop"
+part many_waiters "$MANY" "$URL" 5000 4 0
+
+echo
+if [ -n "$FAILED" ]; then
+    echo "demo: FAILED:$FAILED" >&2
+    exit 1
+fi
+echo "demo: all parts passed"

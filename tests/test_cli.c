@@ -1,0 +1,547 @@
+/* Tests of the `hilock` command-line program. Each test runs the built binary
+ * (BUILD/hilock, or $HILOCK_CLI) as a child process against a real
+ * redis-server started by the harness, and checks what a script would see:
+ * exit statuses, the environment COMMAND gets, and the keys left in Redis. */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "hilock/hilock.h"
+#include "support/harness.h"
+
+#define MAX_KIDS 16
+
+static test_redis srv;
+static int srv_started;
+static char cli[PATH_MAX];          /* the binary under test */
+static char dir[64];                /* this test's scratch dir */
+static pid_t kids[MAX_KIDS];        /* children still to reap */
+
+/* ---- Helpers ------------------------------------------------------------ */
+
+static void msleep(int ms) {
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+/* A path in the scratch dir. A ring of buffers, so a few can be alive. */
+static const char *tmp(const char *file) {
+    static char ring[16][PATH_MAX];
+    static int next;
+    char *p = ring[next++ % 16];
+    snprintf(p, PATH_MAX, "%s/%s", dir, file);
+    return p;
+}
+
+/* The lock key of NAME under the default prefix (names here need no escaping). */
+static const char *key(const char *name) {
+    static char ring[4][256];
+    static int next;
+    char *p = ring[next++ % 4];
+    snprintf(p, 256, "hilock:{%s}", name);
+    return p;
+}
+
+static int file_exists(const char *path) {
+    return access(path, F_OK) == 0;
+}
+
+/* The file's content (at most n-1 bytes), "" if it cannot be read. */
+static char *slurp(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "r");
+    size_t got = 0;
+    if (f != NULL) {
+        got = fread(buf, 1, n - 1, f);
+        fclose(f);
+    }
+    buf[got] = '\0';
+    return buf;
+}
+
+#define WAIT_UNTIL(cond, ms) do {                                   \
+        long long until_ = test_now_ms() + (ms);                    \
+        while (!(cond) && test_now_ms() < until_) msleep(5);        \
+    } while (0)
+
+/* A string reply ("" for nil or an error) from one command. */
+static char *redis_str(char *out, size_t n, const char *fmt, ...) {
+    redisContext *rc = test_redis_connect(&srv);
+    redisReply *r = NULL;
+    va_list ap;
+
+    out[0] = '\0';
+    if (rc == NULL) return out;
+    va_start(ap, fmt);
+    r = redisvCommand(rc, fmt, ap);
+    va_end(ap);
+    if (r != NULL && r->type == REDIS_REPLY_STRING) snprintf(out, n, "%s", r->str);
+    if (r != NULL) freeReplyObject(r);
+    redisFree(rc);
+    return out;
+}
+
+/* Subscribers of NAME's release channel: a waiting hilock holds one. */
+static long long numsub(const char *name) {
+    redisContext *rc = test_redis_connect(&srv);
+    redisReply *r;
+    long long n = -1;
+    char ch[256];
+
+    if (rc == NULL) return -1;
+    snprintf(ch, sizeof(ch), "hilock:{%s}:ch", name);
+    r = redisCommand(rc, "PUBSUB NUMSUB %s", ch);
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+        n = r->element[1]->integer;
+    if (r != NULL) freeReplyObject(r);
+    redisFree(rc);
+    return n;
+}
+
+/* Hold NAME as someone else would: the lock hash with a foreign token. */
+static void hold_key(const char *prefix, const char *name, int ttl_ms) {
+    char k[256];
+    snprintf(k, sizeof(k), "%s{%s}", prefix, name);
+    cr_assert_eq(test_redis_int(&srv, "HSET %s token someone-else fence 1", k), 2);
+    cr_assert_eq(test_redis_int(&srv, "PEXPIRE %s %d", k, ttl_ms), 1);
+}
+
+static void remember(pid_t pid) {
+    int i;
+    for (i = 0; i < MAX_KIDS; i++)
+        if (kids[i] == 0) { kids[i] = pid; return; }
+    cr_assert_fail("too many children");
+}
+
+/* Start the CLI with args (NULL-terminated, no argv[0]). Its stdout and
+ * stderr go to the scratch file `out`; `env` ("K=V") may be NULL. */
+static pid_t cli_start(const char *out, const char *env, const char *const *args) {
+    char *argv[40];
+    int n = 0, i;
+    pid_t pid;
+
+    argv[n++] = cli;
+    while (*args != NULL && n < 39) argv[n++] = (char *)*args++;
+    argv[n] = NULL;
+    pid = fork();
+    cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE };
+        sigset_t none;
+        int fd;
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        for (i = 0; i < 5; i++) signal(sigs[i], SIG_DFL);
+        fd = open(tmp(out), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
+        unsetenv("HILOCK_URL");
+        if (env != NULL) putenv((char *)env);
+        execv(cli, argv);
+        _exit(126);
+    }
+    remember(pid);
+    return pid;
+}
+
+/* Wait up to ms for the child: its exit status (128+N for signal N), or -1
+ * if it is still running. */
+static int cli_wait(pid_t pid, int ms) {
+    long long until = test_now_ms() + ms;
+    int st, i;
+
+    for (;;) {
+        pid_t got = waitpid(pid, &st, WNOHANG);
+        if (got == pid) break;
+        if (got < 0 || test_now_ms() >= until) return -1;
+        msleep(2);
+    }
+    for (i = 0; i < MAX_KIDS; i++)
+        if (kids[i] == pid) kids[i] = 0;
+    return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+}
+
+static int cli_run_env(const char *env, const char *const *args) {
+    return cli_wait(cli_start("out", env, args), 20000);
+}
+
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+/* Run the CLI to its end and return its exit status. */
+#define RUN(...) cli_run_env(NULL, ARGS(__VA_ARGS__))
+
+/* The fence that a command of the form FENCE_TO(file) wrote. */
+#define FENCE_TO(file) "sh", "-c", "echo \"$HILOCK_FENCE\" > \"$0\"", tmp(file)
+static long long fence_in(const char *file) {
+    char buf[64];
+    slurp(tmp(file), buf, sizeof(buf));
+    return buf[0] ? atoll(buf) : -1;
+}
+
+/* A listener on a free loopback port; *port gets its number. */
+static int listen_any(int *port) {
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    cr_assert_geq(fd, 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(fd, 16), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+/* ---- Fixture ------------------------------------------------------------- */
+
+static void setup(void) {
+    const char *env = getenv("HILOCK_CLI");
+    char self[PATH_MAX - 16];
+    ssize_t n;
+
+    if (env != NULL && *env) {
+        snprintf(cli, sizeof(cli), "%s", env);
+    } else {
+        n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        cr_assert_gt(n, 0);
+        self[n] = '\0';
+        *strrchr(self, '/') = '\0';
+        snprintf(cli, sizeof(cli), "%s/hilock", self);
+    }
+    cr_assert_eq(access(cli, X_OK), 0, "no CLI binary at %s (set HILOCK_CLI)", cli);
+    snprintf(dir, sizeof(dir), "/tmp/hilock-cli-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    cr_assert_eq(test_redis_start(&srv, 0, NULL), 0, "cannot start redis-server");
+    srv_started = 1;
+}
+
+static void teardown(void) {
+    DIR *d;
+    struct dirent *e;
+    int i;
+
+    for (i = 0; i < MAX_KIDS; i++) {
+        if (kids[i] == 0) continue;
+        kill(kids[i], SIGKILL);
+        waitpid(kids[i], NULL, 0);
+        kids[i] = 0;
+    }
+    /* Grandchildren (background sleeps) left their pids in *.pid files. */
+    d = opendir(dir);
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char buf[32];
+        if (e->d_name[0] == '.') continue;
+        if (strstr(e->d_name, ".pid") != NULL && atoi(slurp(tmp(e->d_name), buf, sizeof(buf))) > 0)
+            kill(atoi(buf), SIGKILL);
+        unlink(tmp(e->d_name));
+    }
+    if (d != NULL) closedir(d);
+    rmdir(dir);
+    if (srv_started) test_redis_stop(&srv);
+}
+
+TestSuite(cli, .init = setup, .fini = teardown);
+
+/* ---- Running COMMAND -------------------------------------------------- */
+
+Test(cli, exit_status_passes_through, .timeout = 30) {
+    cr_assert_eq(RUN("-u", srv.url, "st", "--", "sh", "-c", "exit 7"), 7);
+    cr_assert_eq(RUN("-u", srv.url, "st", "--", "true"), 0);
+    cr_assert_eq(RUN("-u", srv.url, "st", "--", "sh", "-c", "kill -KILL $$"), 128 + SIGKILL);
+    cr_assert_eq(RUN("-u", srv.url, "st", "--", "/nonexistent/command"), 127);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("st")), 0, "the lock was left behind");
+}
+
+Test(cli, env_has_name_and_increasing_fence, .timeout = 30) {
+    const char *cmd = "echo \"$HILOCK_NAME $HILOCK_FENCE\" >> \"$0\"";
+    char buf[256], out[1024], want[64], name[64];
+    long long fence, last = 0;
+    FILE *f;
+    int i, lines = 0;
+
+    for (i = 0; i < 3; i++) {
+        cr_assert_eq(RUN("-u", srv.url, "-v", "envlock", "--", "sh", "-c", cmd, tmp("env")), 0);
+        cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("envlock")), 0, "key left after run %d", i);
+    }
+    f = fopen(tmp("env"), "r");
+    cr_assert_not_null(f, "COMMAND did not run");
+    while (fgets(buf, sizeof(buf), f) != NULL) {
+        cr_assert_eq(sscanf(buf, "%63s %lld", name, &fence), 2, "bad line: %s", buf);
+        cr_assert_str_eq(name, "envlock");
+        cr_assert_gt(fence, last, "fence %lld after %lld", fence, last);
+        last = fence;
+        lines++;
+    }
+    fclose(f);
+    cr_assert_eq(lines, 3);
+    /* -v reports the acquisition with its fence, and the release. */
+    slurp(tmp("out"), out, sizeof(out));
+    snprintf(want, sizeof(want), "acquired envlock with fence %lld", last);
+    cr_assert(strstr(out, want) != NULL, "-v output lacks '%s': %s", want, out);
+    cr_assert(strstr(out, "released envlock") != NULL, "-v output: %s", out);
+}
+
+Test(cli, url_from_environment, .timeout = 30) {
+    char env[128];
+    snprintf(env, sizeof(env), "HILOCK_URL=%s", srv.url);
+    cr_assert_eq(cli_run_env(env, ARGS("envurl", "--", FENCE_TO("f"))), 0);
+    cr_assert_geq(fence_in("f"), 1);
+}
+
+Test(cli, prefix_names_the_keys, .timeout = 30) {
+    hold_key("other:", "pfx", 10000);
+    cr_assert_eq(RUN("-u", srv.url, "-p", "other:", "-w", "0", "pfx", "--", "true"), 75);
+    cr_assert_eq(RUN("-u", srv.url, "-w", "0", "pfx", "--", "true"), 0);
+}
+
+Test(cli, lease_is_renewed_while_command_runs, .timeout = 30) {
+    /* COMMAND outlives the 600 ms lease twice over: only the watchdog's
+     * renewals keep the lock, and a lost lock would exit 74. */
+    pid_t pid = cli_start("out", NULL, ARGS("-u", srv.url, "-l", "600", "renew", "--", "sleep", "1.5"));
+    long long pttl;
+
+    WAIT_UNTIL(test_redis_int(&srv, "EXISTS %s", key("renew")) == 1, 5000);
+    pttl = test_redis_int(&srv, "PTTL %s", key("renew"));
+    cr_assert(pttl > 0 && pttl <= 600, "PTTL %lld", pttl);
+    cr_assert_eq(cli_wait(pid, 10000), 0);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("renew")), 0);
+}
+
+/* ---- Contention --------------------------------------------------------- */
+
+Test(cli, try_once_on_a_held_lock_is_busy, .timeout = 30) {
+    pid_t holder;
+
+    /* Held through the key itself... */
+    hold_key("hilock:", "busy", 10000);
+    cr_assert_eq(RUN("-u", srv.url, "-w", "0", "busy", "--", "touch", tmp("ran")), 75);
+    cr_assert(!file_exists(tmp("ran")), "COMMAND ran without the lock");
+    {
+        char tok[64];
+        cr_assert_str_eq(redis_str(tok, sizeof(tok), "HGET %s token", key("busy")), "someone-else");
+    }
+
+    /* ...and by another hilock, which gets SIGTERM forwarded to its sleep. */
+    holder = cli_start("holder", NULL, ARGS("-u", srv.url, "busy2", "--", "sleep", "10"));
+    WAIT_UNTIL(test_redis_int(&srv, "EXISTS %s", key("busy2")) == 1, 5000);
+    cr_assert_eq(RUN("-u", srv.url, "-w", "0", "busy2", "--", "touch", tmp("ran")), 75);
+    cr_assert(!file_exists(tmp("ran")));
+    kill(holder, SIGTERM);
+    cr_assert_eq(cli_wait(holder, 5000), 128 + SIGTERM);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("busy2")), 0);
+}
+
+Test(cli, wait_times_out, .timeout = 30) {
+    long long t0, took;
+
+    hold_key("hilock:", "tmo", 10000);
+    t0 = test_now_ms();
+    cr_assert_eq(RUN("-u", srv.url, "-w", "300", "tmo", "--", "touch", tmp("ran")), 75);
+    took = test_now_ms() - t0;
+    cr_assert(took >= 280 && took < 2000, "gave up after %lld ms, want ~300", took);
+    cr_assert(!file_exists(tmp("ran")));
+}
+
+Test(cli, waiter_gets_the_lock_when_it_is_released, .timeout = 30) {
+    long long t0, took;
+    pid_t holder;
+
+    holder = cli_start("holder", NULL, ARGS("-u", srv.url, "wq", "--", "sh", "-c",
+                                            "echo \"$HILOCK_FENCE\" > \"$0\"; sleep 1", tmp("h")));
+    WAIT_UNTIL(file_exists(tmp("h")), 5000);
+    cr_assert(file_exists(tmp("h")), "the holder did not start");
+    t0 = test_now_ms();
+    cr_assert_eq(RUN("-u", srv.url, "wq", "--", FENCE_TO("w")), 0);
+    took = test_now_ms() - t0;
+    /* Not before the holder's second is up; and woken by the release, not
+     * by the expiry of the 30 s lease. */
+    cr_assert(took >= 300 && took < 5000, "waited %lld ms", took);
+    cr_assert_eq(cli_wait(holder, 5000), 0);
+    cr_assert_eq(fence_in("w"), fence_in("h") + 1);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("wq")), 0);
+}
+
+/* ---- Losing the lock ---------------------------------------------------- */
+
+Test(cli, lost_lock_terms_command_and_exits_74, .timeout = 30) {
+    const char *script = "trap 'echo term > \"$1\"; exit 1' TERM; "
+                         "sleep 10 & echo $! > \"$2\"; : > \"$3\"; wait";
+    char buf[64];
+    long long t0, took;
+    pid_t pid;
+
+    pid = cli_start("out", NULL, ARGS("-u", srv.url, "-l", "600", "lost", "--", "sh", "-c", script,
+                                      "sh", tmp("sig"), tmp("sleep.pid"), tmp("ready")));
+    WAIT_UNTIL(file_exists(tmp("ready")), 5000);
+    cr_assert(file_exists(tmp("ready")), "COMMAND did not start");
+    cr_assert_eq(test_redis_int(&srv, "DEL %s", key("lost")), 1);
+    t0 = test_now_ms();
+    cr_assert_eq(cli_wait(pid, 10000), 74);
+    took = test_now_ms() - t0;
+    /* The next renewal (every lease/3) finds the key gone. */
+    cr_assert_lt(took, 600 + 1000, "noticed after %lld ms", took);
+    cr_assert_str_eq(slurp(tmp("sig"), buf, sizeof(buf)), "term\n", "COMMAND got no SIGTERM");
+}
+
+/* ---- Redis not there ---------------------------------------------------- */
+
+Test(cli, unreachable_server_exits_69, .timeout = 30) {
+    char url[64], out[1024];
+    long long t0, took;
+
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_free_port());
+    t0 = test_now_ms();
+    cr_assert_eq(RUN("-u", url, "nope", "--", "touch", tmp("ran")), 69);
+    took = test_now_ms() - t0;
+    cr_assert_lt(took, 4000, "took %lld ms", took);
+    cr_assert(!file_exists(tmp("ran")));
+    cr_assert(strstr(slurp(tmp("out"), out, sizeof(out)), "hilock: cannot lock nope") != NULL,
+              "message: %s", out);
+}
+
+Test(cli, peer_speaking_http_exits_69, .timeout = 30) {
+    char url[64];
+    long long t0, took;
+    int port, fd = listen_any(&port);
+    pid_t peer = fork();
+
+    cr_assert_geq(peer, 0);
+    if (peer == 0) {
+        static const char reply[] = "HTTP/1.0 400 Bad\r\n\r\n";
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        for (;;) {
+            int s = accept(fd, NULL, NULL);
+            if (s < 0) continue;
+            if (write(s, reply, sizeof(reply) - 1) < 0) {}
+            close(s);
+        }
+    }
+    remember(peer);
+    close(fd);
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+    t0 = test_now_ms();
+    cr_assert_eq(RUN("-u", url, "http", "--", "touch", tmp("ran")), 69);
+    took = test_now_ms() - t0;
+    cr_assert_lt(took, 5000, "took %lld ms", took);
+    cr_assert(!file_exists(tmp("ran")));
+}
+
+Test(cli, silent_peer_exits_69, .timeout = 30) {
+    char url[64];
+    long long t0, took;
+    int port, fd = listen_any(&port); /* never accepted: the kernel completes connects */
+
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+    t0 = test_now_ms();
+    cr_assert_eq(RUN("-u", url, "silent", "--", "touch", tmp("ran")), 69);
+    took = test_now_ms() - t0;
+    cr_assert_lt(took, 5000, "took %lld ms", took);
+    cr_assert(!file_exists(tmp("ran")));
+    close(fd);
+}
+
+/* ---- Usage --------------------------------------------------------------- */
+
+Test(cli, usage_errors_exit_64, .timeout = 60) {
+    static char longname[HILOCK_NAME_MAX + 2];
+    char ran[PATH_MAX];
+    const char *cases[][10] = {
+        { NULL },
+        { "-u", srv.url, "name", "touch", ran, NULL },          /* missing -- */
+        { "-u", srv.url, "name", "--", NULL },                   /* missing COMMAND */
+        { "-u", srv.url, "name", NULL },
+        { "-u", srv.url, "", "--", "touch", ran, NULL },         /* empty NAME */
+        { "-u", "http://x", "name", "--", "touch", ran, NULL },  /* bad URL */
+        { "-u", srv.url, "-w", "abc", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-w", "-5", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-l", "0", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-l", "10x", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-l", "5", "name", "--", "touch", ran, NULL },   /* under HILOCK_LEASE_MIN */
+        { "-u", srv.url, "-p", "a{b", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, longname, "--", "touch", ran, NULL },  /* NAME too long */
+        { "-u", srv.url, "-x", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-w", NULL },
+    };
+    char out[4096];
+    size_t i;
+
+    snprintf(ran, sizeof(ran), "%s", tmp("ran"));
+    memset(longname, 'n', HILOCK_NAME_MAX + 1);
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cr_assert_eq(cli_run_env(NULL, cases[i]), 64, "case %zu", i);
+        cr_assert(!file_exists(ran), "case %zu ran COMMAND", i);
+        slurp(tmp("out"), out, sizeof(out));
+        cr_assert(strncmp(out, "hilock: ", 8) == 0 && strstr(out, "Usage: hilock") != NULL,
+                  "case %zu: want a message and the usage, got: %s", i, out);
+    }
+    cr_assert_eq(RUN("--help"), 0);
+    cr_assert(strncmp(slurp(tmp("out"), out, sizeof(out)), "Usage: hilock", 13) == 0, "%s", out);
+    cr_assert_eq(RUN("-h"), 0);
+}
+
+/* ---- Signals ------------------------------------------------------------- */
+
+Test(cli, sigterm_while_waiting_leaves_nothing, .timeout = 30) {
+    char tok[64];
+    pid_t pid;
+
+    hold_key("hilock:", "sw", 20000);
+    pid = cli_start("out", NULL, ARGS("-u", srv.url, "sw", "--", "touch", tmp("ran")));
+    WAIT_UNTIL(numsub("sw") == 1, 5000);
+    cr_assert_eq(numsub("sw"), 1, "the waiter never subscribed");
+    kill(pid, SIGTERM);
+    cr_assert_eq(cli_wait(pid, 5000), 128 + SIGTERM);
+    cr_assert(!file_exists(tmp("ran")));
+    cr_assert_str_eq(redis_str(tok, sizeof(tok), "HGET %s token", key("sw")), "someone-else");
+    cr_assert_eq(test_redis_int(&srv, "EXISTS hilock:{sw}:fence"), 0, "the waiter took the lock");
+    WAIT_UNTIL(numsub("sw") == 0, 2000);
+    cr_assert_eq(numsub("sw"), 0, "a subscription outlived the waiter");
+}
+
+Test(cli, sigint_racing_a_release_leaves_no_lock, .timeout = 30) {
+    pid_t pid;
+
+    /* Free the lock and signal at once: the waiter's retry and its cancel
+     * race, and either way the lock must not stay behind. */
+    hold_key("hilock:", "race", 20000);
+    pid = cli_start("out", NULL, ARGS("-u", srv.url, "race", "--", "sleep", "10"));
+    WAIT_UNTIL(numsub("race") == 1, 5000);
+    cr_assert_eq(numsub("race"), 1, "the waiter never subscribed");
+    cr_assert_eq(test_redis_int(&srv, "DEL %s", key("race")), 1);
+    cr_assert_eq(test_redis_int(&srv, "PUBLISH hilock:{race}:ch r"), 1);
+    kill(pid, SIGINT);
+    cr_assert_eq(cli_wait(pid, 5000), 128 + SIGINT);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("race")), 0, "the lock leaked");
+}
+
+Test(cli, sigint_is_forwarded_to_command, .timeout = 30) {
+    const char *script = "trap 'echo int > \"$1\"; exit 5' INT; "
+                         "sleep 10 & echo $! > \"$2\"; : > \"$3\"; wait";
+    char buf[64];
+    pid_t pid;
+
+    pid = cli_start("out", NULL, ARGS("-u", srv.url, "fw", "--", "sh", "-c", script,
+                                      "sh", tmp("sig"), tmp("sleep.pid"), tmp("ready")));
+    WAIT_UNTIL(file_exists(tmp("ready")), 5000);
+    cr_assert(file_exists(tmp("ready")), "COMMAND did not start");
+    kill(pid, SIGINT);
+    /* hilock stays until COMMAND has handled it, then passes on its status. */
+    cr_assert_eq(cli_wait(pid, 5000), 5);
+    cr_assert_str_eq(slurp(tmp("sig"), buf, sizeof(buf)), "int\n");
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("fw")), 0);
+}

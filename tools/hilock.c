@@ -1,0 +1,457 @@
+/* hilock: run a command while holding a distributed lock, a flock(1) for
+ * machines that share one Redis.
+ *
+ *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-v] NAME -- COMMAND [ARG...]
+ *
+ * Everything happens on one libevent loop: the lock request, the watchdog
+ * that renews the lease while COMMAND runs (inside the library), signals, and
+ * the end of COMMAND (SIGCHLD). Nothing polls and nothing sleeps.
+ *
+ * Exit statuses follow sysexits(3) where one fits, so that scripts can tell
+ * "someone else has it" (75) from "Redis is down" (69) from COMMAND's own
+ * failures, which pass through unchanged. */
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <sysexits.h>
+#include <unistd.h>
+#include <event2/event.h>
+#include "hilock/hilock.h"
+#include "adapters/libevent.h"
+
+#define DEFAULT_URL    "redis://127.0.0.1:6379"
+#define DEFAULT_PREFIX "hilock:"
+#define DEFAULT_LEASE  30000
+
+static const char usage_text[] =
+"Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-v] NAME -- COMMAND [ARG...]\n"
+"Run COMMAND while holding the distributed lock NAME in Redis.\n"
+"\n"
+"  -u URL       Redis URL (default: $HILOCK_URL, else " DEFAULT_URL ")\n"
+"  -w WAIT_MS   give up after waiting this long (default: wait forever;\n"
+"               0: try once)\n"
+"  -l LEASE_MS  lease of the lock, renewed while COMMAND runs (default 30000)\n"
+"  -p PREFIX    prefix of the Redis keys (default " DEFAULT_PREFIX ")\n"
+"  -v           report progress on stderr\n"
+"  -h, --help   show this help\n"
+"\n"
+"COMMAND finds the lock name in $HILOCK_NAME and the fencing token, a number\n"
+"that grows with every acquisition of NAME, in $HILOCK_FENCE.\n"
+"SIGINT, SIGTERM and SIGHUP are passed on to COMMAND; the lock is released\n"
+"when COMMAND exits.\n"
+"\n"
+"Exit status: COMMAND's own (128+N if signal N killed it, 127 if it could\n"
+"not be run); 75 the lock was not acquired in time; 74 the lock was lost\n"
+"while COMMAND ran (COMMAND got SIGTERM); 69 Redis could not be reached or\n"
+"failed; 64 usage error; 128+N when signal N stopped the wait.\n";
+
+/* The signals we catch. Everything else keeps its inherited disposition. */
+static const int caught[] = { SIGCHLD, SIGINT, SIGTERM, SIGHUP };
+#define NCAUGHT (sizeof(caught) / sizeof(caught[0]))
+
+enum { ST_WAITING, ST_RUNNING, ST_ENDING };
+
+typedef struct cli {
+    struct event_base *base;
+    struct event *sigev[NCAUGHT];
+    hilock_client *client;
+    hilock_wait *wait;      /* valid until on_acquired runs */
+    hilock_hold *hold;      /* valid until on_released runs */
+    const char *name;
+    char **cmd;
+    int verbose;
+    int state;
+    pid_t child;            /* COMMAND, once started */
+    int stop_sig;           /* the signal that stopped the wait */
+    int lost;               /* the library told us the lock was lost */
+    int status;             /* our exit status */
+} cli;
+
+/* What we must give back to COMMAND: the signal dispositions and mask we
+ * were started with (so `nohup hilock ...` still ignores SIGHUP in COMMAND),
+ * and only the file descriptors we inherited. */
+static struct sigaction saved_act[NCAUGHT + 1]; /* + SIGPIPE */
+static sigset_t saved_mask;
+static int *inherited_fds;
+static size_t n_inherited;
+
+static void usage(FILE *f) {
+    fputs(usage_text, f);
+}
+
+static int usage_error(const char *fmt, ...) {
+    va_list ap;
+    fputs("hilock: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n\n", stderr);
+    usage(stderr);
+    return EX_USAGE;
+}
+
+/* A decimal number in [min, max], nothing else (no sign, no spaces). */
+static int parse_num(const char *s, long long min, long long max, long long *out) {
+    char *end;
+    long long v;
+
+    if (*s < '0' || *s > '9') return -1;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Print a URL for -v without its password. */
+static void print_url(const char *url) {
+    const char *auth = strstr(url, "://");
+    const char *at = auth ? strchr(auth + 3, '@') : NULL;
+    const char *slash = auth ? strchr(auth + 3, '/') : NULL;
+
+    if (at != NULL && (slash == NULL || at < slash))
+        fprintf(stderr, "%.*s***%s", (int)(auth + 3 - url), url, at);
+    else
+        fputs(url, stderr);
+}
+
+/* ---- Handing over to COMMAND ------------------------------------------ */
+
+static void note_inherited_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+
+    if (d == NULL) return; /* no /proc: the child then keeps every fd */
+    while ((e = readdir(d)) != NULL) {
+        int fd = atoi(e->d_name);
+        int *more;
+        if (e->d_name[0] == '.' || fd == dirfd(d)) continue;
+        more = realloc(inherited_fds, (n_inherited + 1) * sizeof(*more));
+        if (more == NULL) break;
+        inherited_fds = more;
+        inherited_fds[n_inherited++] = fd;
+    }
+    closedir(d);
+}
+
+/* In the child: close on exec every fd we opened ourselves (Redis sockets,
+ * libevent's internals). A background grandchild of COMMAND would otherwise
+ * keep our Redis connections, and the subscriptions on them, alive after we
+ * are gone. Safe after fork because this program has one thread. */
+static void cloexec_own_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+
+    if (d == NULL) return;
+    while ((e = readdir(d)) != NULL) {
+        int fd = atoi(e->d_name), ours = 1;
+        size_t i;
+        if (e->d_name[0] == '.' || fd <= 2 || fd == dirfd(d)) continue;
+        for (i = 0; i < n_inherited; i++)
+            if (inherited_fds[i] == fd) ours = 0;
+        if (ours) fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+    closedir(d);
+}
+
+static pid_t spawn(char **cmd) {
+    sigset_t all, old;
+    pid_t pid;
+    size_t i;
+    int err;
+
+    /* Block every signal across fork: until exec, the child still runs
+     * libevent's handlers, which would write into the signal pipe it shares
+     * with us and make us see the child's signals as our own. */
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, &old);
+    fflush(NULL);
+    pid = fork();
+    if (pid == 0) {
+        int code;
+        for (i = 0; i < NCAUGHT; i++) sigaction(caught[i], &saved_act[i], NULL);
+        sigaction(SIGPIPE, &saved_act[NCAUGHT], NULL);
+        sigprocmask(SIG_SETMASK, &saved_mask, NULL);
+        cloexec_own_fds();
+        execvp(cmd[0], cmd);
+        /* As shells do: 127 when there is no such command, 126 otherwise. */
+        code = errno == ENOENT ? 127 : 126;
+        fprintf(stderr, "hilock: %s: %s\n", cmd[0], strerror(errno));
+        _exit(code);
+    }
+    err = errno;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    errno = err;
+    return pid;
+}
+
+/* "hilock: WHAT NAME: <code's message> (<what Redis or the socket said>)" */
+static void report(const cli *c, const char *what, int err) {
+    const char *detail = hilock_client_errstr(c->client);
+
+    if (err == HILOCK_ELOST || *detail == '\0')
+        fprintf(stderr, "hilock: %s %s: %s\n", what, c->name, hilock_strerror(err));
+    else
+        fprintf(stderr, "hilock: %s %s: %s (%s)\n", what, c->name, hilock_strerror(err), detail);
+}
+
+static int exit_for_error(int err) {
+    switch (err) {
+    case HILOCK_ECONN: case HILOCK_EDEADLINE: case HILOCK_EREPLY:
+    case HILOCK_EAUTH: case HILOCK_EPROTO:
+        return EX_UNAVAILABLE;
+    default:
+        return EX_SOFTWARE; /* ENOMEM, ELOOP: our side failed */
+    }
+}
+
+/* ---- The end: release, close, leave the loop --------------------------- */
+
+static void on_closed(void *arg) {
+    cli *c = arg;
+    size_t i;
+
+    c->client = NULL;
+    /* Our signal events would keep the loop running forever. */
+    for (i = 0; i < NCAUGHT; i++) event_del(c->sigev[i]);
+    event_base_loopexit(c->base, NULL);
+}
+
+static void on_released(int status, void *arg) {
+    cli *c = arg;
+
+    c->hold = NULL;
+    if (status == HILOCK_ELOST) {
+        /* The key expired or changed hands before the watchdog noticed:
+         * COMMAND may not have run alone, and the caller must know. */
+        if (c->child > 0) {
+            if (!c->lost) fprintf(stderr, "hilock: the lock %s was lost while COMMAND ran\n", c->name);
+            c->status = EX_IOERR;
+        }
+    } else if (status < 0) {
+        report(c, "could not release", status); /* the key expires after its lease */
+    } else if (c->verbose) {
+        fprintf(stderr, "hilock: released %s\n", c->name);
+    }
+    hilock_client_close(c->client, on_closed, c);
+}
+
+/* Leave with `status`, after giving back the lock if we hold it. Waiting for
+ * the release reply means the next holder can rely on our exit. */
+static void finish(cli *c, int status) {
+    c->state = ST_ENDING;
+    c->status = status;
+    if (c->hold != NULL && hilock_release(c->hold, on_released, c) == 0) return;
+    hilock_client_close(c->client, on_closed, c);
+}
+
+/* ---- Events ------------------------------------------------------------- */
+
+static void run_command(cli *c) {
+    char fence[24];
+
+    snprintf(fence, sizeof(fence), "%" PRIu64, hilock_hold_fence(c->hold));
+    if (c->verbose) fprintf(stderr, "hilock: acquired %s with fence %s\n", c->name, fence);
+    if (setenv("HILOCK_NAME", c->name, 1) != 0 || setenv("HILOCK_FENCE", fence, 1) != 0) {
+        fprintf(stderr, "hilock: setenv: %s\n", strerror(errno));
+        finish(c, EX_OSERR);
+        return;
+    }
+    c->child = spawn(c->cmd);
+    if (c->child < 0) {
+        fprintf(stderr, "hilock: fork: %s\n", strerror(errno));
+        finish(c, EX_OSERR);
+        return;
+    }
+    c->state = ST_RUNNING;
+}
+
+static void on_acquired(hilock_hold *hold, int status, void *arg) {
+    cli *c = arg;
+
+    c->wait = NULL; /* the handle is gone once its callback has run */
+    if (status == 0) {
+        c->hold = hold;
+        /* A signal came while the lock was being granted: give it back. */
+        if (c->stop_sig) finish(c, 128 + c->stop_sig);
+        else run_command(c);
+        return;
+    }
+    if (c->stop_sig) {
+        finish(c, 128 + c->stop_sig);
+    } else if (status == HILOCK_EBUSY || status == HILOCK_ETIMEDOUT) {
+        if (c->verbose) fprintf(stderr, "hilock: %s is busy: %s\n", c->name, hilock_strerror(status));
+        finish(c, EX_TEMPFAIL);
+    } else {
+        report(c, "cannot lock", status);
+        finish(c, exit_for_error(status));
+    }
+}
+
+static void on_lost(hilock_hold *hold, int why, void *arg) {
+    cli *c = arg;
+
+    (void)hold;
+    c->lost = 1;
+    report(c, "lost the lock", why);
+    /* Someone else may hold it now: stop COMMAND, then exit 74 when it has. */
+    if (c->state == ST_RUNNING) kill(c->child, SIGTERM);
+}
+
+static void on_child(cli *c) {
+    int st;
+
+    if (c->state != ST_RUNNING || waitpid(c->child, &st, WNOHANG) != c->child) return;
+    if (c->verbose) {
+        if (WIFSIGNALED(st)) fprintf(stderr, "hilock: COMMAND killed by signal %d\n", WTERMSIG(st));
+        else fprintf(stderr, "hilock: COMMAND exited with %d\n", WEXITSTATUS(st));
+    }
+    if (c->lost) finish(c, EX_IOERR);
+    else finish(c, WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st));
+}
+
+static void on_signal(evutil_socket_t fd, short what, void *arg) {
+    cli *c = arg;
+    int sig = (int)fd; /* libevent passes the signal number as the fd */
+
+    (void)what;
+    if (sig == SIGCHLD) {
+        on_child(c);
+    } else if (c->state == ST_WAITING && c->stop_sig == 0) {
+        /* Stop waiting. on_acquired then runs with HILOCK_ECANCELED, or
+         * with the lock if the grant was already on its way (we give it
+         * back); a cancel never leaves the lock behind in Redis. */
+        if (c->verbose) fprintf(stderr, "hilock: signal %d, giving up on %s\n", sig, c->name);
+        c->stop_sig = sig;
+        if (c->wait != NULL) hilock_wait_cancel(c->wait);
+    } else if (c->state == ST_RUNNING) {
+        /* COMMAND decides; we hold the lock until it exits. A ^C typed at
+         * a terminal reaches COMMAND directly too (same process group), so
+         * it may see SIGINT twice; but a signal sent to hilock alone (kill,
+         * timeout(1), a service manager) must not be lost. */
+        kill(c->child, sig);
+    }
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+int main(int argc, char **argv) {
+    static const struct option longopts[] = {
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *env_url = getenv("HILOCK_URL");
+    const char *url = env_url != NULL && *env_url ? env_url : DEFAULT_URL;
+    const char *prefix = DEFAULT_PREFIX;
+    long long wait_ms = HILOCK_WAIT_FOREVER, lease_ms = DEFAULT_LEASE;
+    hilock_config cfg;
+    hilock_acquire_opts opts;
+    hilock_loop loop;
+    cli c;
+    size_t i;
+    int opt, rc;
+
+    memset(&c, 0, sizeof(c));
+    opterr = 0; /* our own messages, with usage */
+    while ((opt = getopt_long(argc, argv, "+:hu:w:l:p:v", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'h': usage(stdout); return 0;
+        case 'u': url = optarg; break;
+        case 'p': prefix = optarg; break;
+        case 'v': c.verbose = 1; break;
+        case 'w':
+            if (parse_num(optarg, 0, LLONG_MAX, &wait_ms) != 0)
+                return usage_error("bad -w WAIT_MS '%s': want milliseconds, 0 to try once", optarg);
+            break;
+        case 'l':
+            if (parse_num(optarg, HILOCK_LEASE_MIN, INT32_MAX, &lease_ms) != 0)
+                return usage_error("bad -l LEASE_MS '%s': want milliseconds, %u to %d",
+                                   optarg, HILOCK_LEASE_MIN, INT32_MAX);
+            break;
+        case ':':
+            return usage_error("option -%c needs a value", optopt);
+        default:
+            if (optopt) return usage_error("unknown option -%c", optopt);
+            return usage_error("unknown option %s", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc) return usage_error("missing NAME");
+    c.name = argv[optind];
+    if (*c.name == '\0') return usage_error("empty lock NAME");
+    if (strlen(c.name) > HILOCK_NAME_MAX)
+        return usage_error("lock NAME longer than %d bytes", HILOCK_NAME_MAX);
+    if (optind + 1 >= argc || strcmp(argv[optind + 1], "--") != 0)
+        return usage_error("missing -- between NAME and COMMAND");
+    if (optind + 2 >= argc) return usage_error("missing COMMAND");
+    c.cmd = argv + optind + 2;
+
+    /* Remember what COMMAND must inherit before we open or catch anything. */
+    note_inherited_fds();
+    sigprocmask(SIG_SETMASK, NULL, &saved_mask);
+    for (i = 0; i < NCAUGHT; i++) sigaction(caught[i], NULL, &saved_act[i]);
+    sigaction(SIGPIPE, NULL, &saved_act[NCAUGHT]);
+    /* A write to a Redis connection that broke must fail, not kill us. */
+    signal(SIGPIPE, SIG_IGN);
+
+    c.base = event_base_new();
+    if (c.base == NULL) {
+        fprintf(stderr, "hilock: cannot create the event loop\n");
+        return EX_OSERR;
+    }
+    hilock_libevent_init(&loop, c.base);
+    hilock_config_init(&cfg);
+    cfg.url = url;
+    cfg.prefix = prefix;
+    cfg.default_lease_ms = (uint32_t)lease_ms;
+    rc = hilock_client_new(&c.client, &cfg, &loop);
+    if (rc != 0) {
+        event_base_free(c.base);
+        if (rc == HILOCK_EURL) return usage_error("bad Redis URL '%s'", url);
+        if (rc == HILOCK_EINVAL) return usage_error("bad -p PREFIX '%s'", prefix);
+        fprintf(stderr, "hilock: %s\n", hilock_strerror(rc));
+        return EX_SOFTWARE;
+    }
+    for (i = 0; i < NCAUGHT; i++) {
+        c.sigev[i] = evsignal_new(c.base, caught[i], on_signal, &c);
+        if (c.sigev[i] == NULL || event_add(c.sigev[i], NULL) != 0) {
+            fprintf(stderr, "hilock: cannot catch signal %d\n", caught[i]);
+            hilock_client_free(c.client);
+            return EX_OSERR;
+        }
+    }
+    if (c.verbose) {
+        fputs("hilock: connecting to ", stderr);
+        print_url(url);
+        fputc('\n', stderr);
+    }
+
+    hilock_acquire_opts_init(&opts);
+    opts.wait_ms = wait_ms;
+    opts.lease_ms = (uint32_t)lease_ms;
+    opts.lost_cb = on_lost;
+    opts.lost_data = &c;
+    rc = hilock_acquire(c.client, c.name, &opts, on_acquired, &c, &c.wait);
+    if (rc != 0) {
+        hilock_client_free(c.client);
+        fprintf(stderr, "hilock: cannot lock %s: %s\n", c.name, hilock_strerror(rc));
+        c.status = rc == HILOCK_EINVAL ? EX_USAGE : EX_SOFTWARE;
+    } else {
+        event_base_dispatch(c.base);
+    }
+
+    for (i = 0; i < NCAUGHT; i++) event_free(c.sigev[i]);
+    event_base_free(c.base);
+    free(inherited_fds);
+    return c.status;
+}
