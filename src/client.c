@@ -28,6 +28,10 @@ const char *hilock_strerror(int err) {
     case HILOCK_EAUTH:      return "Redis authentication failed";
     case HILOCK_ELOOP:      return "the event-loop adapter failed";
     case HILOCK_EDEADLINE:  return "Redis did not answer in time";
+    case HILOCK_EREADONLY:  return "Redis is a read-only replica";
+    case HILOCK_EOOM:       return "Redis is out of memory";
+    case HILOCK_ELOADING:   return "Redis is loading its data set";
+    case HILOCK_ESCRIPT:    return "a lock script failed in Redis";
     default:                return "unknown error";
     }
 }
@@ -92,6 +96,7 @@ int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hiloc
     hl_list_init(&c->defers);
     hl_list_init(&c->holds);
     hl_list_init(&c->owners);
+    hl_list_init(&c->reqs);
     c->close_defer.kind = HL_DEFER_CLOSE;
     hl_list_init(&c->close_defer.link);
     c->ltimer = c->prefix ? loop->timer_new(loop->data, hl_tick, c) : NULL;
@@ -164,6 +169,7 @@ void hilock_client_free(hilock_client *c) {
     hl_conn_cancel_queue(&c->sub);
     hl_conn_teardown(&c->cmd); /* in-flight requests end here */
     hl_conn_teardown(&c->sub);
+    hl_reqs_cancel_all(c);
     if (!c->dispatching) hl_client_destroy(c);
 }
 

@@ -22,6 +22,8 @@ static void req_free(hl_req *r) {
     hilock_client *c = r->c;
     if (hl_linked(&r->link)) hl_list_remove(&r->link);
     hl_timer_stop(c, &r->deadline);
+    hl_timer_stop(c, &r->backoff);
+    hl_list_remove(&r->all);
     if (r->name) hl_name_unref(r->name);
     free(r);
     c->nreqs--;
@@ -32,6 +34,7 @@ static void req_finish(hl_req *r, redisReply *reply, int err) {
     if (r->finished) return;
     r->finished = 1;
     hl_timer_stop(r->c, &r->deadline);
+    hl_timer_stop(r->c, &r->backoff);
     if (hl_linked(&r->link)) hl_list_remove(&r->link);
     r->done(r, reply, err);
     if (!r->sent) req_free(r);
@@ -52,6 +55,13 @@ static void req_deadline(hl_timer *t) {
     if (sent && k->ac != NULL) hl_conn_teardown(k);
 }
 
+/* Back off from a server that is still loading, then go again. */
+static void req_resend(hl_timer *t) {
+    hl_req *r = HL_CONTAINER(t, hl_req, backoff);
+    if (r->c->cmd.state == HL_CONN_READY) conn_send(&r->c->cmd, r);
+    else hl_list_push(&r->c->cmd.queue, &r->link);
+}
+
 hl_req *hl_req_new(hilock_client *c, const hl_script *s, hl_name *n,
                    const char *token, uint32_t lease_ms, hl_req_done done, void *owner) {
     hl_req *r = calloc(1, sizeof(*r));
@@ -65,7 +75,9 @@ hl_req *hl_req_new(hilock_client *c, const hl_script *s, hl_name *n,
     memcpy(r->token, token, HL_TOKEN_LEN + 1);
     r->lease_ms = lease_ms;
     r->deadline.cb = req_deadline;
+    r->backoff.cb = req_resend;
     hl_list_init(&r->link);
+    hl_list_push(&c->reqs, &r->all);
     c->nreqs++;
     return r;
 }
@@ -76,10 +88,19 @@ void hl_req_submit(hilock_client *c, hl_req *r) {
     else hl_list_push(&c->cmd.queue, &r->link);
 }
 
+/* Redis error replies start with a code word; map the ones a caller can act
+ * on, keep the text for hilock_client_errstr(). */
 int hl_reply_error(hilock_client *c, const redisReply *reply) {
+    static const struct { const char *prefix; int err; } codes[] = {
+        {"NOAUTH", HILOCK_EAUTH}, {"WRONGPASS", HILOCK_EAUTH}, {"NOPERM", HILOCK_EAUTH},
+        {"READONLY", HILOCK_EREADONLY}, {"OOM", HILOCK_EOOM}, {"LOADING", HILOCK_ELOADING},
+        {"ERR Error running script", HILOCK_ESCRIPT}, {"ERR user_script", HILOCK_ESCRIPT},
+        {"WRONGTYPE", HILOCK_ESCRIPT}, /* the key exists but is not a hilock lock */
+    };
     hl_set_error(c, "%.*s", (int)reply->len, reply->str);
-    if (strncmp(reply->str, "NOAUTH", 6) == 0 || strncmp(reply->str, "WRONGPASS", 9) == 0)
-        return HILOCK_EAUTH;
+    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
+        if (strncmp(reply->str, codes[i].prefix, strlen(codes[i].prefix)) == 0)
+            return codes[i].err;
     return HILOCK_EREPLY;
 }
 
@@ -93,7 +114,14 @@ static void on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
     if (r->c->freeing) { req_finish(r, NULL, HILOCK_ECANCELED); return; }
     if (reply == NULL) {
         /* The connection dropped: send again once it is back. */
+        r->lost_reply = 1;
         hl_list_push(&k->queue, &r->link);
+        return;
+    }
+    if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "LOADING", 7) == 0 &&
+        hl_now_ms() + 50 < r->deadline.when) {
+        hl_set_error(r->c, "%s", reply->str);
+        hl_timer_start(r->c, &r->backoff, 50);
         return;
     }
     if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0 && !r->use_eval) {
@@ -345,4 +373,15 @@ void hl_conn_cancel_queue(hl_conn *k) {
     conn_fail_queue(k, HILOCK_ECANCELED);
     hl_timer_stop(k->c, &k->retry);
     hl_timer_stop(k->c, &k->connect_to);
+}
+
+/* Client teardown, after both connections are gone: end whatever is left
+ * (requests backing off from a loading server). */
+void hl_reqs_cancel_all(hilock_client *c) {
+    while (!hl_list_empty(&c->reqs)) {
+        hl_req *r = HL_CONTAINER(c->reqs.next, hl_req, all);
+        r->sent = 0;
+        if (r->finished) req_free(r);
+        else req_finish(r, NULL, HILOCK_ECANCELED);
+    }
 }

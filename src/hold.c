@@ -153,8 +153,9 @@ static void on_released(hl_req *r, redisReply *reply, int err) {
     hl_relop *op = r->owner;
     hilock_client *c = r->c;
     if (err == 0) {
+        /* 0 after a lost reply: most likely our own first send deleted it. */
         if (reply->type == REDIS_REPLY_INTEGER)
-            err = reply->integer == 1 ? 0 : HILOCK_ELOST;
+            err = reply->integer == 1 || r->lost_reply ? 0 : HILOCK_ELOST;
         else if (reply->type == REDIS_REPLY_ERROR)
             err = hl_reply_error(c, reply);
         else

@@ -119,6 +119,7 @@ typedef void (*hl_req_done)(hl_req *r, redisReply *reply, int err);
 
 struct hl_req {
     hl_link link;              /* in conn->queue while unsent */
+    hl_link all;               /* in client->reqs while alive */
     hilock_client *c;
     const hl_script *script;
     hl_req_done done;
@@ -127,16 +128,19 @@ struct hl_req {
     char token[HL_TOKEN_LEN + 1];
     uint32_t lease_ms;
     hl_timer deadline;
+    hl_timer backoff;          /* re-send after LOADING */
     unsigned sent : 1;         /* hiredis holds a callback for it */
     unsigned finished : 1;     /* `done` has run */
     unsigned use_eval : 1;     /* the server lacked the script: send EVAL */
     unsigned ever_sent : 1;    /* it may have reached Redis */
+    unsigned lost_reply : 1;   /* a send of it may have run, unanswered */
 };
 
 int hl_conn_init(hilock_client *c, hl_conn *k, int is_sub);
 void hl_conn_connect(hl_conn *k);
 void hl_conn_teardown(hl_conn *k);
 void hl_conn_cancel_queue(hl_conn *k);
+void hl_reqs_cancel_all(hilock_client *c);
 /* Queue or send a script request; its `done` runs exactly once. */
 void hl_req_submit(hilock_client *c, hl_req *r);
 hl_req *hl_req_new(hilock_client *c, const hl_script *s, struct hl_name *n,
@@ -272,6 +276,7 @@ struct hilock_client {
     hl_link holds;               /* every live hold */
     hl_link owners;
     size_t nreqs;                /* requests alive (for close) */
+    hl_link reqs;                /* and the list of them */
     uint64_t rng;                /* backoff jitter */
     char errstr[256];
 };

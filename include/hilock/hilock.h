@@ -57,6 +57,10 @@ extern "C" {
 #define HILOCK_EAUTH     -12  /* authentication failed (NOAUTH, WRONGPASS) */
 #define HILOCK_ELOOP     -13  /* the event-loop adapter failed (attach or timer) */
 #define HILOCK_EDEADLINE -14  /* Redis did not answer a request in time */
+#define HILOCK_EREADONLY -15  /* the server is a read-only replica (READONLY) */
+#define HILOCK_EOOM      -16  /* the server is out of memory (OOM, maxmemory) */
+#define HILOCK_ELOADING  -17  /* the server was still loading its data set */
+#define HILOCK_ESCRIPT   -18  /* a lock script failed on the server */
 
 /* A constant, human-readable message for an error code; never NULL. */
 HILOCK_API const char *hilock_strerror(int err);
@@ -179,7 +183,8 @@ HILOCK_API void hilock_acquire_opts_init(hilock_acquire_opts *opts);
 
 /* status 0: `hold` is the lock. Otherwise hold is NULL and status is
  * HILOCK_EBUSY (try once), HILOCK_ETIMEDOUT, HILOCK_ECANCELED, HILOCK_ECONN,
- * HILOCK_EDEADLINE, HILOCK_EREPLY, HILOCK_EAUTH or HILOCK_EPROTO. */
+ * HILOCK_EDEADLINE, HILOCK_EPROTO, HILOCK_EAUTH, or a server refusal:
+ * HILOCK_EREADONLY, HILOCK_EOOM, HILOCK_ELOADING, HILOCK_ESCRIPT, HILOCK_EREPLY. */
 typedef void (*hilock_acquire_cb)(hilock_hold *hold, int status, void *data);
 
 /* Ask for the lock `name` (1..HILOCK_NAME_MAX bytes, any bytes but NUL).
