@@ -12,11 +12,11 @@ SOVER   := 0
 
 BUILD   ?= build
 ifeq ($(SANITIZE),1)
-BUILD   := build/san
+override BUILD := build/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 endif
 ifneq ($(HIREDIS),)
-BUILD   := $(BUILD)/h1
+override BUILD := $(BUILD)/h1
 HR_CFLAGS := -I$(HIREDIS)/include
 HR_LIBS   := -L$(HIREDIS)/lib -Wl,-rpath,$(abspath $(HIREDIS))/lib
 endif
@@ -86,7 +86,7 @@ $(BUILD)/bench/%: bench/%.c $(STATIC) $(HDRS)
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(LDLIBS_LIB) -lm
 
 # Unit tests reach private functions, so they link the objects directly.
-$(TESTS): $(TEST_SRC) $(wildcard tests/*.h tests/support/*.h) $(LIB_OBJ) $(HDRS)
+$(TESTS): $(TEST_SRC) $(wildcard tests/*.h tests/support/*.h) $(LIB_OBJ) $(HDRS) | $(CLI)
 	$(CC) $(ALL_CFLAGS) -Isrc -Itests $(ALL_LDFLAGS) -o $@ $(TEST_SRC) $(LIB_OBJ) $(LDLIBS_LIB) -lcriterion
 
 deps:

@@ -220,7 +220,7 @@ void hilock_client_close(hilock_client *c, hilock_close_cb cb, void *data) {
         h->releasing = 1;
         hl_timer_stop(c, &h->watchdog);
         hl_defer_cancel(&h->lost_defer);
-        hl_release_token(c, h->name, h->token);
+        hl_release_token(c, h->name, h->token, 0);
     }
     if (c->cmd.state != HL_CONN_READY && c->cmd.failures > 0)
         hl_conn_cancel_queue(&c->cmd); /* the server is away: do not wait for it */

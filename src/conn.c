@@ -12,6 +12,7 @@
 
 static void conn_schedule_retry(hl_conn *k);
 static void conn_fail_queue(hl_conn *k, int err);
+void hl_req_again(hl_req *r);
 static void conn_send(hl_conn *k, hl_req *r);
 
 static hl_conn *conn_of(const redisAsyncContext *ac) { return (hl_conn *)ac->data; }
@@ -57,9 +58,7 @@ static void req_deadline(hl_timer *t) {
 
 /* Back off from a server that is still loading, then go again. */
 static void req_resend(hl_timer *t) {
-    hl_req *r = HL_CONTAINER(t, hl_req, backoff);
-    if (r->c->cmd.state == HL_CONN_READY) conn_send(&r->c->cmd, r);
-    else hl_list_push(&r->c->cmd.queue, &r->link);
+    hl_req_again(HL_CONTAINER(t, hl_req, backoff));
 }
 
 hl_req *hl_req_new(hilock_client *c, const hl_script *s, hl_name *n,
@@ -83,7 +82,11 @@ hl_req *hl_req_new(hilock_client *c, const hl_script *s, hl_name *n,
 }
 
 void hl_req_submit(hilock_client *c, hl_req *r) {
-    hl_timer_start(c, &r->deadline, c->cfg.request_timeout_ms);
+    hl_req_submit_within(c, r, c->cfg.request_timeout_ms);
+}
+
+void hl_req_submit_within(hilock_client *c, hl_req *r, uint64_t ms) {
+    hl_timer_start(c, &r->deadline, ms);
     if (c->cmd.state == HL_CONN_READY) conn_send(&c->cmd, r);
     else hl_list_push(&c->cmd.queue, &r->link);
 }
@@ -130,6 +133,13 @@ static void on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
         return;
     }
     req_finish(r, reply, 0);
+}
+
+/* Send a request again on the command connection (or queue it). */
+void hl_req_again(hl_req *r) {
+    hl_conn *k = &r->c->cmd;
+    if (k->state == HL_CONN_READY) conn_send(k, r);
+    else hl_list_push(&k->queue, &r->link);
 }
 
 static void conn_send(hl_conn *k, hl_req *r) {

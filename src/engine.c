@@ -172,7 +172,9 @@ void hl_engine_sub_ack(hl_name *n, int subscribed) {
 void hl_engine_sub_ready(hilock_client *c) {
     for (size_t i = 0; i < c->nbuckets; i++)
         for (hl_name *n = c->buckets[i]; n; n = n->next_in_bucket)
-            if (n->nwaiters > 0) ensure_subscribed(n); /* the ack retries the head */
+            /* Names whose try is in flight subscribe if it fails; the ack
+             * of the others retries their head. */
+            if (n->nwaiters > 0 && !n->trying) ensure_subscribed(n);
 }
 
 void hl_engine_sub_lost(hilock_client *c) {
@@ -246,7 +248,7 @@ static void grant(hilock_wait *w, uint64_t fence, uint64_t sent_at) {
     hl_name *n = w->name;
     hilock_hold *h = hl_hold_new(n, w->token, fence, sent_at, w);
     if (h == NULL) {
-        hl_release_token(w->c, n, w->token);
+        hl_release_token(w->c, n, w->token, 0);
         hl_wait_finish(w, HILOCK_ENOMEM, NULL);
         return;
     }
@@ -303,7 +305,7 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
     if (err != 0) {
         /* If the try may have run, its outcome is unknown: make sure no lock
          * of ours stays behind. */
-        if (r->ever_sent) hl_release_token(c, n, w->token);
+        if (r->ever_sent) hl_release_token(c, n, w->token, w->lease_ms);
         if (w->state == HL_WAIT_QUEUED) hl_wait_finish(w, err, NULL);
         fail_all(n, err);
     } else if (got == 1) {
@@ -311,9 +313,12 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
             grant(w, (uint64_t)val, sent_at);
             /* The others wait for our release message; should the key expire
              * instead (no renewal), they must still wake. */
-            if (n->nwaiters > 0) hl_timer_start(c, &n->fallback, w->lease_ms + 1);
+            if (n->nwaiters > 0) {
+                ensure_subscribed(n);
+                hl_timer_start(c, &n->fallback, w->lease_ms + 1);
+            }
         } else {
-            hl_release_token(c, n, w->token); /* cancelled meanwhile: never leak */
+            hl_release_token(c, n, w->token, 0); /* cancelled meanwhile: never leak */
         }
     } else {
         if (w->state == HL_WAIT_QUEUED && w->try_once) hl_wait_finish(w, HILOCK_EBUSY, NULL);

@@ -23,12 +23,38 @@ void hl_token_new(char *out) {
 /* ---- Fire-and-forget release (cancel races, unknown outcomes, close) --- */
 
 static void on_token_released(hl_req *r, redisReply *reply, int err) {
-    (void)r; (void)reply; (void)err; /* best effort: the lease bounds the rest */
+    hilock_client *c = r->c;
+    /* After an unknown outcome, 0 is ambiguous: the unanswered try may still
+     * sit unread in a dead connection's socket on the server. Once this reply
+     * is here, the server has read what older connections had sent before,
+     * so one more release settles it. */
+    if (err == 0 && r->rounds == 1 && reply->type == REDIS_REPLY_INTEGER &&
+        reply->integer == 0 && !c->freeing) {
+        uint64_t now = hl_now_ms();
+        hl_req *again = hl_req_new(c, &hl_script_release, r->name, r->token, 0,
+                                   on_token_released, NULL);
+        if (again != NULL) {
+            again->rounds = 2;
+            hl_req_submit_within(c, again, r->deadline.when > now ? r->deadline.when - now
+                                                                  : c->cfg.request_timeout_ms);
+        }
+    }
 }
 
-void hl_release_token(hilock_client *c, hl_name *n, const char *token) {
+/* Release a lock that `token` may hold, with nobody to tell. unknown_lease_ms
+ * > 0 means we do not know whether the try ran: keep at it through
+ * reconnects for as long as the lock could live, in two rounds. */
+void hl_release_token(hilock_client *c, hl_name *n, const char *token, uint32_t unknown_lease_ms) {
     hl_req *r = hl_req_new(c, &hl_script_release, n, token, 0, on_token_released, NULL);
-    if (r != NULL) hl_req_submit(c, r);
+    if (r == NULL) return;
+    if (unknown_lease_ms > 0) {
+        r->rounds = 1;
+        uint64_t ms = unknown_lease_ms > c->cfg.request_timeout_ms ? unknown_lease_ms
+                                                                   : c->cfg.request_timeout_ms;
+        hl_req_submit_within(c, r, ms);
+    } else {
+        hl_req_submit(c, r);
+    }
 }
 
 /* ---- Loss and the watchdog --------------------------------------------- */

@@ -78,7 +78,7 @@ void hl_url_free(hl_url *u);
 
 /* ---- Keys --------------------------------------------------------------- */
 
-/* Length of the hash tag for `name` (after escaping), or -1 if invalid. */
+/* Length of the hash tag for `name` (after escaping). */
 size_t hl_tag_len(const char *name, size_t len);
 /* Write prefix{tag} into out (which has room for plen + 2 + taglen + 1). */
 size_t hl_key_write(char *out, const char *prefix, size_t plen,
@@ -134,6 +134,7 @@ struct hl_req {
     unsigned use_eval : 1;     /* the server lacked the script: send EVAL */
     unsigned ever_sent : 1;    /* it may have reached Redis */
     unsigned lost_reply : 1;   /* a send of it may have run, unanswered */
+    unsigned rounds : 2;       /* cleanup releases sent after an unknown outcome */
 };
 
 int hl_conn_init(hilock_client *c, hl_conn *k, int is_sub);
@@ -143,6 +144,8 @@ void hl_conn_cancel_queue(hl_conn *k);
 void hl_reqs_cancel_all(hilock_client *c);
 /* Queue or send a script request; its `done` runs exactly once. */
 void hl_req_submit(hilock_client *c, hl_req *r);
+/* The same with its own deadline (ms from now). */
+void hl_req_submit_within(hilock_client *c, hl_req *r, uint64_t ms);
 hl_req *hl_req_new(hilock_client *c, const hl_script *s, struct hl_name *n,
                    const char *token, uint32_t lease_ms, hl_req_done done, void *owner);
 int hl_reply_error(hilock_client *c, const redisReply *reply);
@@ -243,7 +246,7 @@ struct hilock_owner {
 hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence,
                          uint64_t sent_at, const hilock_wait *w);
 void hl_hold_free(hilock_hold *h);
-void hl_release_token(hilock_client *c, hl_name *n, const char *token);
+void hl_release_token(hilock_client *c, hl_name *n, const char *token, uint32_t lease_ms);
 void hl_token_new(char *out);
 void hl_wait_finish(hilock_wait *w, int status, hilock_hold *h);
 void hl_wait_run(hilock_wait *w, int cancel);

@@ -1,0 +1,110 @@
+#!/bin/sh
+# Check what building and testing hilock needs, and install what is missing
+# with apt-get (Debian/Ubuntu). A quick no-op when everything is present.
+#
+#   sh scripts/deps.sh          check, install what is missing
+#   sh scripts/deps.sh --check  check only: exit 1 and list what is missing
+#
+# Needs: cc, make, pkg-config, redis-server, redis-cli, and the headers and
+# libraries of hiredis, libevent, libuuid and Criterion.
+set -u
+
+check_only=0
+[ "${1:-}" = "--check" ] && check_only=1
+
+CC_BIN=${CC:-cc}
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# has_lib HEADER LIBNAME: the header preprocesses and the library is found.
+has_lib() {
+    have "$CC_BIN" || return 1
+    printf '#include <%s>\n' "$1" | "$CC_BIN" -E -x c - >/dev/null 2>&1 || return 1
+    for ext in so a; do
+        f=$("$CC_BIN" -print-file-name="lib$2.$ext" 2>/dev/null)
+        case $f in /*) [ -e "$f" ] && return 0 ;; esac
+    done
+    return 1
+}
+
+missing=""
+add() {
+    case " $missing " in *" $1 "*) ;; *) missing="${missing:+$missing }$1" ;; esac
+}
+
+check() {
+    missing=""
+    have "$CC_BIN" || add build-essential
+    have make || add make
+    have pkg-config || add pkg-config
+    have redis-server || add redis-server
+    have redis-cli || add redis-tools
+    has_lib hiredis/hiredis.h hiredis || add libhiredis-dev
+    has_lib event2/event.h event || add libevent-dev
+    has_lib uuid/uuid.h uuid || add uuid-dev
+    has_lib criterion/criterion.h criterion || add libcriterion-dev
+    # Without a compiler no header can be checked: ask for all of them.
+    if ! have "$CC_BIN"; then
+        for p in libhiredis-dev libevent-dev uuid-dev libcriterion-dev; do add "$p"; done
+    fi
+}
+
+check
+[ -z "$missing" ] && exit 0
+
+echo "deps: missing packages: $missing"
+if [ "$check_only" = 1 ]; then
+    exit 1
+fi
+
+if ! have apt-get; then
+    echo "deps: no apt-get here; install the equivalents of these Debian packages:" >&2
+    echo "    $missing" >&2
+    exit 1
+fi
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+    if ! have sudo; then
+        echo "deps: not root and no sudo; as root, run:" >&2
+        echo "    apt-get update && apt-get install -y --no-install-recommends $missing" >&2
+        exit 1
+    fi
+    # No terminal (CI): never wait for a password prompt.
+    if [ -t 0 ]; then SUDO="sudo"; else SUDO="sudo -n"; fi
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+apt_install() {
+    # shellcheck disable=SC2086 # word splitting of $SUDO and $missing is intended
+    $SUDO apt-get install -y --no-install-recommends $missing </dev/null
+}
+apt_update() {
+    echo "deps: apt-get update"
+    $SUDO apt-get update </dev/null
+}
+
+# Fresh machines (containers) often have no package lists: update first then.
+updated=0
+if ! ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; then
+    apt_update || exit 1
+    updated=1
+fi
+echo "deps: apt-get install $missing"
+if ! apt_install; then
+    if [ "$updated" = 1 ]; then
+        echo "deps: apt-get install failed" >&2
+        exit 1
+    fi
+    # Stale lists (a package moved, or the list lacks it): update once, retry.
+    apt_update || exit 1
+    apt_install || { echo "deps: apt-get install failed" >&2; exit 1; }
+fi
+
+wanted=$missing
+check
+if [ -n "$missing" ]; then
+    echo "deps: still missing after installing $wanted: $missing" >&2
+    exit 1
+fi
+echo "deps: ok"

@@ -1,0 +1,370 @@
+/* Test harness: real redis-server processes on free loopback ports (see
+ * harness.h). Each server runs in its own mkdtemp() directory, is started with
+ * PR_SET_PDEATHSIG so that it dies with the test process, and is removed with
+ * its directory by test_redis_stop().
+ *
+ * Environment:
+ *   HILOCK_REDIS_SERVER  the redis-server binary (default: from PATH)
+ *   HILOCK_TEST_RUN_ID   tag put into the temp dir names, so that
+ *                        scripts/run-tests.sh can find servers a run left behind
+ *   TMPDIR               where the temp dirs go (default /tmp) */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define START_WAIT_MS 5000
+#define START_TRIES 5      /* new ports to try when the server dies at start */
+#define MAX_EXTRA_ARGS 64
+
+long long test_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
+}
+
+/* ---- Ports ---------------------------------------------------------------- */
+
+int test_free_port(void) {
+    /* Keep port + 10000 (the Redis Cluster bus port) a valid port too, so a
+     * server started with --cluster-enabled yes can use the same helper. */
+    for (int attempt = 0; attempt < 100; attempt++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return -1;
+        struct sockaddr_in sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        sa.sin_port = 0;
+        socklen_t sl = sizeof(sa);
+        int port = -1;
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+            getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
+            port = ntohs(sa.sin_port);
+        close(fd);
+        if (port < 0) return -1;
+        if (port <= 65535 - 10000) return port;
+    }
+    return -1;
+}
+
+/* ---- Temp dirs ------------------------------------------------------------ */
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb; (void)flag; (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void rm_rf(const char *dir) {
+    if (dir[0] != '\0') nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int make_dir(char *out, size_t n) {
+    const char *tmp = getenv("TMPDIR");
+    if (tmp == NULL || tmp[0] != '/' || strlen(tmp) > 64) tmp = "/tmp";
+    /* Only [A-Za-z0-9_] of the run id, at most 24 chars. */
+    char id[25] = "";
+    const char *env = getenv("HILOCK_TEST_RUN_ID");
+    if (env != NULL) {
+        size_t k = 0;
+        for (const char *p = env; *p && k < sizeof(id) - 1; p++)
+            if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                (*p >= '0' && *p <= '9') || *p == '_')
+                id[k++] = *p;
+        id[k] = '\0';
+    }
+    int w = snprintf(out, n, "%s/hilock-test-%s%sXXXXXX", tmp, id, id[0] ? "-" : "");
+    if (w < 0 || (size_t)w >= n) return -1;
+    return mkdtemp(out) ? 0 : -1;
+}
+
+/* ---- Server processes ----------------------------------------------------- */
+
+static void close_fds_from(int lowfd) {
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, (unsigned)lowfd, ~0U, 0) == 0) return;
+#endif
+    long max = sysconf(_SC_OPEN_MAX);
+    if (max < 0 || max > 65536) max = 65536;
+    for (int fd = lowfd; fd < max; fd++) close(fd);
+}
+
+/* fork + exec redis-server; returns the pid or -1. Never returns in the child. */
+static pid_t spawn(const test_redis *r, const char *const *extra, int nextra) {
+    char port[16], logfile[192], outfile[192];
+    snprintf(port, sizeof(port), "%d", r->port);
+    snprintf(logfile, sizeof(logfile), "%s/redis.log", r->dir);
+    snprintf(outfile, sizeof(outfile), "%s/stdout.log", r->dir);
+
+    const char *bin = getenv("HILOCK_REDIS_SERVER");
+    if (bin == NULL || bin[0] == '\0') bin = "redis-server";
+
+    const char *argv[24 + MAX_EXTRA_ARGS];
+    int a = 0;
+    argv[a++] = bin;
+    argv[a++] = "--port"; argv[a++] = port;
+    argv[a++] = "--bind"; argv[a++] = "127.0.0.1";
+    argv[a++] = "--save"; argv[a++] = "";
+    argv[a++] = "--appendonly"; argv[a++] = "no";
+    argv[a++] = "--dir"; argv[a++] = r->dir;
+    argv[a++] = "--daemonize"; argv[a++] = "no";
+    argv[a++] = "--logfile"; argv[a++] = logfile;
+    for (int i = 0; i < nextra; i++) argv[a++] = extra[i];
+    argv[a] = NULL;
+
+    pid_t parent = getpid();
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid > 0) return pid;
+
+    /* Child: die with the test process (and close the race where it died
+     * before the prctl). */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    signal(SIGPIPE, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    int in = open("/dev/null", O_RDONLY);
+    int out = open(outfile, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+    if (in >= 0) dup2(in, 0);
+    if (out >= 0) { dup2(out, 1); dup2(out, 2); }
+    close_fds_from(3);
+    execvp(bin, (char *const *)argv);
+    _exit(127);
+}
+
+static void reap(pid_t pid) {
+    if (pid <= 0) return;
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+}
+
+/* The value of "process_id:" in an INFO reply, or -1. */
+static long info_pid(const char *info) {
+    const char *p = strstr(info, "process_id:");
+    return p ? strtol(p + 11, NULL, 10) : -1;
+}
+
+/* 1: our server answers; 0: not yet; -1: it died; -2: another server answers. */
+static int probe(const test_redis *r) {
+    int status;
+    pid_t w = waitpid(r->pid, &status, WNOHANG);
+    if (w == r->pid || (w < 0 && errno == ECHILD)) return -1;
+    struct timeval tv = {0, 200000};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    if (c == NULL) return 0;
+    if (c->err) { redisFree(c); return 0; }
+    int ok = 0;
+    redisReply *rep = redisCommand(c, "PING");
+    if (rep != NULL) {
+        if (rep->type == REDIS_REPLY_STATUS || rep->type == REDIS_REPLY_STRING) {
+            ok = 1;
+            /* Make sure it is our process that answers, not another server
+             * that grabbed the port between test_free_port and our bind. */
+            redisReply *info = redisCommand(c, "INFO server");
+            if (info != NULL && info->type == REDIS_REPLY_STRING) {
+                long p = info_pid(info->str);
+                if (p > 0 && p != (long)r->pid) ok = -2;
+            }
+            if (info) freeReplyObject(info);
+        } else if (rep->type == REDIS_REPLY_ERROR) {
+            /* NOAUTH (--requirepass) means it is up; LOADING, not yet. */
+            if (strncmp(rep->str, "LOADING", 7) != 0) ok = 1;
+        }
+        freeReplyObject(rep);
+    }
+    redisFree(c);
+    if (ok == 1 && waitpid(r->pid, &status, WNOHANG) != 0) ok = -1;
+    return ok;
+}
+
+static void dump_file(const char *dir, const char *name) {
+    char path[256], line[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return;
+    while (fgets(line, sizeof(line), f)) fprintf(stderr, "  | %s", line);
+    fclose(f);
+}
+
+static int file_has(const char *dir, const char *name, const char *needle) {
+    char path[256], line[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof(line), f)) found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* Did the server fail because its port (or cluster bus port) was taken? */
+static int port_was_taken(const test_redis *r) {
+    return file_has(r->dir, "redis.log", "already in use") ||
+           file_has(r->dir, "stdout.log", "already in use") ||
+           file_has(r->dir, "redis.log", "Failed listening");
+}
+
+int test_redis_start(test_redis *r, int port, ...) {
+    const char *extra[MAX_EXTRA_ARGS];
+    int nextra = 0;
+    va_list ap;
+    va_start(ap, port);
+    for (const char *s; (s = va_arg(ap, const char *)) != NULL;) {
+        if (nextra == MAX_EXTRA_ARGS) { va_end(ap); return -1; }
+        extra[nextra++] = s;
+    }
+    va_end(ap);
+
+    memset(r, 0, sizeof(*r));
+    int tries = port > 0 ? 1 : START_TRIES;
+    for (int t = 0; t < tries; t++) {
+        memset(r, 0, sizeof(*r));
+        r->port = port > 0 ? port : test_free_port();
+        if (r->port <= 0) return -1;
+        if (make_dir(r->dir, sizeof(r->dir)) < 0) {
+            fprintf(stderr, "harness: mkdtemp: %s\n", strerror(errno));
+            r->dir[0] = '\0';
+            return -1;
+        }
+        snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
+        r->pid = spawn(r, extra, nextra);
+        if (r->pid < 0) {
+            fprintf(stderr, "harness: fork: %s\n", strerror(errno));
+            rm_rf(r->dir);
+            memset(r, 0, sizeof(*r));
+            return -1;
+        }
+        long long deadline = test_now_ms() + START_WAIT_MS;
+        int st = 0;
+        while ((st = probe(r)) == 0 && test_now_ms() < deadline) sleep_ms(10);
+        if (st == 1) return 0;
+        /* Only a lost port race is worth another port; a bad argument or a
+         * missing binary fails the same way every time. */
+        int retry = st == -2 || (st == -1 && port_was_taken(r));
+        fprintf(stderr, "harness: redis-server on port %d %s%s\n", r->port,
+                st == -2 ? "lost its port to another server"
+                : st == -1 ? "exited" : "did not answer PING in time",
+                retry && t + 1 < tries ? "; retrying on another port" : "");
+        if (st == -1 && !file_has(r->dir, "stdout.log", "") && !file_has(r->dir, "redis.log", ""))
+            fprintf(stderr, "harness: is redis-server installed? (set HILOCK_REDIS_SERVER)\n");
+        dump_file(r->dir, "stdout.log");
+        dump_file(r->dir, "redis.log");
+        test_redis_stop(r);
+        if (!retry) break;
+    }
+    return -1;
+}
+
+void test_redis_stop(test_redis *r) {
+    if (r == NULL) return;
+    if (r->pid > 0) reap(r->pid);
+    r->pid = 0;
+    rm_rf(r->dir);
+    r->dir[0] = '\0';
+}
+
+redisContext *test_redis_connect(const test_redis *r) {
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    if (c == NULL) return NULL;
+    if (c->err) { redisFree(c); return NULL; }
+    redisSetTimeout(c, tv);
+    return c;
+}
+
+long long test_redis_int(const test_redis *r, const char *fmt, ...) {
+    redisContext *c = test_redis_connect(r);
+    if (c == NULL) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    long long v = -1;
+    if (rep != NULL) {
+        if (rep->type == REDIS_REPLY_INTEGER) {
+            v = rep->integer;
+        } else if (rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&
+                   rep->element[rep->elements - 1]->type == REDIS_REPLY_INTEGER) {
+            /* PUBSUB NUMSUB ch -> [ch, n] */
+            v = rep->element[rep->elements - 1]->integer;
+        }
+        freeReplyObject(rep);
+    }
+    redisFree(c);
+    return v;
+}
+
+/* ---- Loop helpers --------------------------------------------------------- */
+
+static void on_tick(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what; (void)arg;
+}
+
+int test_loop_until(struct event_base *base, volatile int *flag, int timeout_ms) {
+    long long deadline = test_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    struct event *tick = evtimer_new(base, on_tick, NULL);
+    if (tick == NULL) return flag != NULL && *flag != 0;
+    while (flag == NULL || *flag == 0) {
+        long long left = deadline - test_now_ms();
+        if (left <= 0) break;
+        /* The timer bounds each turn, so EVLOOP_ONCE never blocks past the
+         * deadline and never returns at once for lack of events. */
+        struct timeval tv = {(time_t)(left / 1000), (suseconds_t)((left % 1000) * 1000)};
+        evtimer_add(tick, &tv);
+        event_base_loop(base, EVLOOP_ONCE);
+    }
+    event_free(tick);
+    return flag != NULL && *flag != 0;
+}
+
+void test_loop_for(struct event_base *base, int ms) {
+    test_loop_until(base, NULL, ms);
+}
+
+/* ---- Sanitizer builds ------------------------------------------------------ */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define HARNESS_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HARNESS_LSAN 1
+#endif
+#endif
+
+#ifdef HARNESS_LSAN
+/* LeakSanitizer asks this at exit. Criterion 2.4's runner process (the one
+ * that is not a test) leaks a few of its own allocations at exit, with no
+ * test code on the stack, and would fail every sanitizer run; so skip the
+ * leak check there only. Test processes, which BoxFort (Criterion's sandbox)
+ * starts with BXFI_MAP in their environment, are still checked. */
+int __lsan_is_turned_off(void);
+int __lsan_is_turned_off(void) {
+    return getenv("BXFI_MAP") == NULL;
+}
+#endif
