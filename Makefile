@@ -40,11 +40,15 @@ CLI     := $(BUILD)/hilock
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 TEST_SRC := $(wildcard tests/*.c tests/support/*.c)
 TESTS   := $(BUILD)/hilock-tests
-BENCH_SRC := $(wildcard bench/*.c)
-BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+# Extension points for mk/*.mk fragments (benchmarks, install, adapters):
+#   EXTRA_TARGETS  built by `make`;  TEST_LIBS  more libraries for the tests;
+#   EXAMPLE_LIBS_<name>  more libraries for examples/<name>.c
+EXTRA_TARGETS :=
+TEST_LIBS :=
+-include $(sort $(wildcard mk/*.mk))
 
-.PHONY: all lib clean deps test demo check-san install-deps bench stress
-all: lib $(CLI) $(EXAMPLES) $(TESTS) $(BENCHES)
+.PHONY: all lib clean deps test demo
+all: lib $(CLI) $(EXAMPLES) $(TESTS) $(EXTRA_TARGETS)
 lib: $(STATIC) $(SHARED) $(BUILD)/libhilock.so $(BUILD)/hilock.pc
 
 $(BUILD)/gen/scripts.c: $(LUA) scripts/embed-lua.sh
@@ -79,15 +83,11 @@ $(CLI): tools/hilock.c $(STATIC) $(HDRS)
 
 $(BUILD)/examples/%: examples/%.c $(STATIC) $(HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(LDLIBS_LIB)
-
-$(BUILD)/bench/%: bench/%.c $(STATIC) $(HDRS)
-	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(LDLIBS_LIB) -lm
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(LDLIBS_LIB) $(EXAMPLE_LIBS_$*)
 
 # Unit tests reach private functions, so they link the objects directly.
 $(TESTS): $(TEST_SRC) $(wildcard tests/*.h tests/support/*.h) $(LIB_OBJ) $(HDRS) | $(CLI)
-	$(CC) $(ALL_CFLAGS) -Isrc -Itests $(ALL_LDFLAGS) -o $@ $(TEST_SRC) $(LIB_OBJ) $(LDLIBS_LIB) -lcriterion
+	$(CC) $(ALL_CFLAGS) -Isrc -Itests $(ALL_LDFLAGS) -o $@ $(TEST_SRC) $(LIB_OBJ) $(LDLIBS_LIB) $(TEST_LIBS) -lcriterion
 
 deps:
 	sh scripts/deps.sh
