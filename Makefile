@@ -47,7 +47,7 @@ EXTRA_TARGETS :=
 TEST_LIBS :=
 -include $(sort $(wildcard mk/*.mk))
 
-.PHONY: all lib clean deps test demo
+.PHONY: all lib clean deps test demo valgrind
 all: lib $(CLI) $(EXAMPLES) $(TESTS) $(EXTRA_TARGETS)
 lib: $(STATIC) $(SHARED) $(BUILD)/libhilock.so $(BUILD)/hilock.pc
 
@@ -99,6 +99,12 @@ test: deps
 demo: deps
 	$(MAKE) all
 	sh scripts/demo.sh $(BUILD)
+
+# The examples under valgrind: any error or leak fails (run by CI).
+VALGRIND := valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=9
+valgrind: deps
+	$(MAKE) all
+	DEMO_WRAP="$(VALGRIND)" DEMO_WAITERS=500 sh scripts/demo.sh $(BUILD)
 
 clean:
 	rm -rf build

@@ -8,9 +8,14 @@
 #   3. examples/many_waiters     5000 waiters on 4 names, checked invariants
 # and always stops the server and removes its directory, however it ends.
 # Exits non-zero if the server cannot be started or any part fails.
+#
+# DEMO_WRAP runs the examples under a wrapper, e.g. valgrind (`make valgrind`);
+# DEMO_WAITERS sets the many_waiters count (default 5000).
 set -u
 
 BUILD=${1:-build}
+WRAP=${DEMO_WRAP:-}
+WAITERS=${DEMO_WAITERS:-5000}
 HERE=$(cd "$(dirname "$0")" && pwd)
 BASIC=$BUILD/examples/libevent_basic
 MANY=$BUILD/examples/many_waiters
@@ -134,7 +139,7 @@ part() {
 
 echo
 echo "== 1/3 libevent_basic: acquire with a 5 s wait, work 100 ms, release, close"
-part libevent_basic "$BASIC" "$URL" demo
+part libevent_basic $WRAP "$BASIC" "$URL" demo
 
 echo
 echo "== 2/3 hilock command-line tool"
@@ -145,8 +150,8 @@ else
 fi
 
 echo
-echo "== 3/3 many_waiters: 5000 waiters on 4 names in one event loop"
-part many_waiters "$MANY" "$URL" 5000 4 0
+echo "== 3/3 many_waiters: $WAITERS waiters on 4 names in one event loop"
+part many_waiters $WRAP "$MANY" "$URL" "$WAITERS" 4 0
 
 echo
 if [ -n "$FAILED" ]; then
