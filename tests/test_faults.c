@@ -196,19 +196,6 @@ static pid_t debug_sleep(const test_redis *r, const char *secs) {
     return pid;
 }
 
-typedef struct lostrec {
-    int calls;
-    int why;
-    long long at_ms;
-} lostrec;
-
-static void lost_cb(hilock_hold *h, int why, void *data) {
-    lostrec *l = data;
-    (void)h;
-    l->calls++;
-    l->why = why;
-    l->at_ms = test_now_ms();
-}
 
 Test(faults, stall_longer_than_deadline) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e); /* deadline 1 s */

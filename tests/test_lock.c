@@ -268,19 +268,6 @@ Test(owner, release_by_non_owner_is_refused) {
 
 TestSuite(lease, .init = setup, .fini = teardown, .timeout = 30);
 
-typedef struct lostrec {
-    int calls;
-    int why;
-    long long at_ms;
-} lostrec;
-
-static void lost_cb(hilock_hold *h, int why, void *data) {
-    lostrec *l = data;
-    (void)h;
-    l->calls++;
-    l->why = why;
-    l->at_ms = test_now_ms();
-}
 
 Test(lease, expiry_wakes_waiter_without_release) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);

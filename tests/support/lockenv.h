@@ -111,6 +111,21 @@ static inline void rel_cb(int status, void *data) {
     r->status = status;
 }
 
+/* A record of a hold's lost callback. */
+typedef struct lostrec {
+    int calls;
+    int why;
+    long long at_ms;
+} lostrec;
+
+static inline void lost_cb(hilock_hold *h, int why, void *data) {
+    lostrec *l = data;
+    (void)h;
+    l->calls++;
+    l->why = why;
+    l->at_ms = test_now_ms();
+}
+
 static inline hilock_acquire_opts opts_wait(int64_t wait_ms) {
     hilock_acquire_opts o;
     hilock_acquire_opts_init(&o);
