@@ -4,6 +4,7 @@
  * exactly one callback, that no two holders overlap (fences in order), and
  * that nothing is left behind. */
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "support/lockenv.h"
@@ -245,7 +246,8 @@ Test(faults, restart_on_same_port) {
     slot *s = start_waiters(b, &t, "f6", 100);
     test_loop_for(e.base, 100);
     int port = e.r.port;
-    test_redis_stop(&e.r); /* like SHUTDOWN NOSAVE: the data is gone */
+    test_redis_int(&e.r, "SHUTDOWN NOSAVE"); /* the data is gone */
+    test_redis_stop(&e.r);
     test_loop_for(e.base, 200);
     cr_assert_eq(start_debuggable(&e.r, port), 0, "restart on port %d", port);
     /* The holder learns at its next renewal that the key is gone; the waiters
@@ -342,4 +344,102 @@ Test(faults, acl_user) {
     cr_expect_eq(g.status, HILOCK_EAUTH);
     hilock_client_free(c);
     test_redis_stop(&r2);
+}
+
+Test(faults, scripts_reload_after_flush) {
+    hilock_client *c = lockenv_client(&e);
+    got g = acquire_now(&e, c, "fl", NULL);
+    cr_assert_eq(release_now(&e, g.hold), 0);
+    long long evals = stat_calls(&e.r, "eval");
+    cr_assert_eq(test_redis_int(&e.r, "SCRIPT FLUSH"), -1); /* status reply */
+    g = acquire_now(&e, c, "fl", NULL);
+    cr_expect_eq(g.status, 0, "NOSCRIPT must fall back to EVAL");
+    cr_expect_eq(stat_calls(&e.r, "eval"), evals + 1, "one EVAL reloads the script");
+    cr_expect_eq(release_now(&e, g.hold), 0);
+    hilock_client_free(c);
+}
+
+Test(faults, unix_socket) {
+    test_redis r2;
+    char dir[] = "/tmp/hilock-sock-XXXXXX", sock[200], url[220];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(sock, sizeof(sock), "%s/redis.sock", dir);
+    cr_assert_eq(test_redis_start(&r2, 0, "--unixsocket", sock, NULL), 0);
+    snprintf(url, sizeof(url), "unix://%s?db=2", sock);
+    hilock_client *c = lockenv_client_url(&e, url, 0);
+    got g = acquire_now(&e, c, "ux", NULL);
+    cr_expect_eq(g.status, 0, "got %s: %s", hilock_strerror(g.status), hilock_client_errstr(c));
+    redisContext *k = test_redis_connect(&r2);
+    freeReplyObject(redisCommand(k, "SELECT 2"));
+    redisReply *rep = redisCommand(k, "EXISTS hilock:{ux}");
+    cr_expect_eq(rep->integer, 1, "the lock lives in db 2");
+    freeReplyObject(rep);
+    redisFree(k);
+    if (g.status == 0) cr_expect_eq(release_now(&e, g.hold), 0);
+    hilock_client_free(c);
+    test_redis_stop(&r2);
+    unlink(sock); /* SIGKILL leaves it behind */
+    rmdir(dir);
+}
+
+/* A server still loading its data set answers LOADING: requests are retried
+ * until their deadline, then end with HILOCK_ELOADING. Loading is slowed
+ * with Redis's own test knobs (key-load-delay). */
+static pid_t start_loading(const char *dir, int port) {
+    char p[16];
+    snprintf(p, sizeof(p), "%d", port);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--dir", dir,
+               "--save", "", "--appendonly", "no", "--key-load-delay", "50",
+               "--loading-process-events-interval-bytes", "1024", "--logfile", "loading.log",
+               (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+Test(faults, loading_is_retried) {
+    cr_assert_eq(test_redis_int(&e.r, "DEBUG POPULATE 20000"), -1);
+    cr_assert_eq(test_redis_int(&e.r, "SAVE"), -1);
+    int port = test_free_port();
+    pid_t pid = start_loading(e.r.dir, port);
+    char url[64];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+    redisContext *k = NULL;
+    for (int i = 0; i < 100 && k == NULL; i++) { /* wait until it listens */
+        k = redisConnect("127.0.0.1", port);
+        if (k && k->err) { redisFree(k); k = NULL; usleep(20000); }
+    }
+    cr_assert_not_null(k);
+    redisReply *rep = redisCommand(k, "SET probe 1");
+    int loading = rep && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "LOADING", 7) == 0;
+    if (rep) freeReplyObject(rep);
+    redisFree(k);
+    cr_assert(loading, "the server should still be loading");
+
+    /* A short deadline: the loading outlasts it. */
+    hilock_config cfg;
+    hilock_config_init(&cfg);
+    cfg.url = url;
+    cfg.request_timeout_ms = 200;
+    hilock_client *fast = NULL;
+    cr_assert_eq(hilock_client_new(&fast, &cfg, &e.loop), 0);
+    got g = acquire_now(&e, fast, "ld", NULL);
+    cr_expect_eq(g.status, HILOCK_ELOADING, "got %s", hilock_strerror(g.status));
+    hilock_client_free(fast);
+
+    /* A long one: retried until the data set is in. */
+    cfg.request_timeout_ms = 20000;
+    hilock_client *patient = NULL;
+    cr_assert_eq(hilock_client_new(&patient, &cfg, &e.loop), 0);
+    got g2 = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(patient, "ld", NULL, got_cb, &g2, NULL), 0);
+    cr_assert(test_loop_until(e.base, &g2.calls, 25000));
+    cr_expect_eq(g2.status, 0, "got %s", hilock_strerror(g2.status));
+    if (g2.status == 0) cr_expect_eq(release_now(&e, g2.hold), 0);
+    hilock_client_free(patient);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
 }
