@@ -25,7 +25,9 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-functi
 CFLAGS  ?= -O2 -g
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) $(HR_CFLAGS) -Iinclude -I. -I$(BUILD)/gen
 LIB_CFLAGS := $(ALL_CFLAGS) -fPIC -fvisibility=hidden
-LDLIBS_LIB := $(HR_LIBS) -lhiredis -levent -luuid
+# The library needs hiredis and libuuid; programs add their event loop.
+LDLIBS_SO  := $(HR_LIBS) -lhiredis -luuid
+LDLIBS_LIB := $(LDLIBS_SO) -levent
 LDFLAGS ?=
 ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS)
 
@@ -45,6 +47,7 @@ TESTS   := $(BUILD)/hilock-tests
 #   EXAMPLE_LIBS_<name>  more libraries for examples/<name>.c
 EXTRA_TARGETS :=
 TEST_LIBS :=
+.DEFAULT_GOAL := all
 -include $(sort $(wildcard mk/*.mk))
 
 .PHONY: all lib clean deps test demo valgrind
@@ -68,7 +71,7 @@ $(STATIC): $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(SHARED): $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libhilock.so.$(SOVER) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_LIB)
+	$(CC) -shared -Wl,-soname,libhilock.so.$(SOVER) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_SO)
 
 $(BUILD)/libhilock.so: $(SHARED)
 	ln -sf libhilock.so.$(VERSION) $(BUILD)/libhilock.so.$(SOVER)

@@ -6,7 +6,9 @@
 #   sh scripts/deps.sh --check  check only: exit 1 and list what is missing
 #
 # Needs: cc, make, pkg-config, redis-server, redis-cli, and the headers and
-# libraries of hiredis, libevent, libuuid and Criterion.
+# libraries of hiredis, libevent, libuuid and Criterion. The libev and libuv
+# adapters need libev and libuv; their tests and the install test also use
+# ab (apache2-utils, HTTP load), man (man-db, groff) and readelf/nm.
 set -u
 
 check_only=0
@@ -43,9 +45,18 @@ check() {
     has_lib event2/event.h event || add libevent-dev
     has_lib uuid/uuid.h uuid || add uuid-dev
     has_lib criterion/criterion.h criterion || add libcriterion-dev
+    has_lib ev.h ev || add libev-dev
+    has_lib uv.h uv || add libuv1-dev
+    have ab || add apache2-utils
+    have man || add man-db
+    have nroff || add groff-base
+    have readelf || add binutils
+    have valgrind || add valgrind
     # Without a compiler no header can be checked: ask for all of them.
     if ! have "$CC_BIN"; then
-        for p in libhiredis-dev libevent-dev uuid-dev libcriterion-dev; do add "$p"; done
+        for p in libhiredis-dev libevent-dev uuid-dev libcriterion-dev libev-dev libuv1-dev; do
+            add "$p"
+        done
     fi
 }
 

@@ -9,6 +9,7 @@
  *                        scripts/run-tests.sh can find servers a run left behind
  *   TMPDIR               where the temp dirs go (default /tmp) */
 #include "harness.h"
+#include <event2/event.h>
 
 #include <arpa/inet.h>
 #include <errno.h>

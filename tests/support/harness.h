@@ -7,7 +7,8 @@
 
 #include <sys/types.h>
 #include <hiredis/hiredis.h>
-#include <event2/event.h>
+
+struct event_base; /* libevent's; declared here so libev users can include this */
 
 typedef struct test_redis {
     pid_t pid;

@@ -1,0 +1,149 @@
+/* libev_basic: take a distributed lock on a libev loop, work, release.
+ *
+ *     libev_basic [REDIS_URL [LOCK_NAME]]
+ *
+ * REDIS_URL defaults to redis://127.0.0.1:6379 and LOCK_NAME to "example".
+ * The same program as libevent_basic.c, on libev: only the loop calls differ.
+ *
+ *     main           the loop, the client, ask for the lock, ev_run()
+ *     on_acquired    we hold the lock: print the fencing token, start "work"
+ *     on_work_done   the work (a 100 ms ev_timer) is over: release
+ *     on_released    the lock is free: close the client gracefully
+ *     on_closed      the client is gone; nothing is left on the loop, so
+ *                    ev_run() returns and main exits
+ *
+ * Build: cc libev_basic.c $(pkg-config --cflags --libs hilock) -lev
+ *        (in this tree: make, which builds build/examples/libev_basic)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ev.h>
+
+#include <hilock/hilock.h>
+#include "adapters/libev.h" /* installed as <hilock/adapters/libev.h> */
+
+struct app {
+    struct ev_loop *loop;
+    hilock_client *client;
+    ev_timer work;        /* stands in for real work */
+    hilock_hold *hold;    /* the lock, while we have it */
+    const char *name;
+    int exit_code;
+};
+
+static void on_closed(void *data) {
+    struct app *app = data;
+    app->client = NULL;
+    printf("client closed\n");
+}
+
+/* Pending waits end, holds are released, connections close, on_closed runs. */
+static void finish(struct app *app, int exit_code) {
+    if (exit_code != 0) app->exit_code = exit_code;
+    hilock_client_close(app->client, on_closed, app);
+}
+
+static void on_released(int status, void *data) {
+    struct app *app = data;
+    app->hold = NULL; /* invalid once this callback has run */
+    if (status != HILOCK_OK) {
+        /* HILOCK_ELOST: it had expired or was taken over. Otherwise Redis
+         * was unreachable, and the key expires after its lease. */
+        fprintf(stderr, "release failed: %s\n", hilock_strerror(status));
+        finish(app, 1);
+        return;
+    }
+    printf("released \"%s\"\n", app->name);
+    finish(app, 0);
+}
+
+static void on_work_done(struct ev_loop *loop, ev_timer *w, int revents) {
+    struct app *app = w->data;
+    (void)loop; (void)revents;
+    if (hilock_hold_lost(app->hold))
+        fprintf(stderr, "warning: the lock was lost while working\n");
+    printf("work done, releasing\n");
+    int rc = hilock_release(app->hold, on_released, app);
+    if (rc != HILOCK_OK) {
+        fprintf(stderr, "hilock_release: %s\n", hilock_strerror(rc));
+        finish(app, 1);
+    }
+}
+
+static void on_acquired(hilock_hold *hold, int status, void *data) {
+    struct app *app = data;
+    if (status != HILOCK_OK) {
+        /* HILOCK_ETIMEDOUT: held elsewhere for all 5 s; HILOCK_ECONN...:
+         * Redis trouble, with details in hilock_client_errstr(). */
+        fprintf(stderr, "could not acquire \"%s\": %s %s\n", app->name,
+                hilock_strerror(status), hilock_client_errstr(app->client));
+        finish(app, 1);
+        return;
+    }
+    app->hold = hold;
+    /* Hand the fencing token to the resource you protect. */
+    printf("acquired \"%s\", fencing token %llu\n", hilock_hold_name(hold),
+           (unsigned long long)hilock_hold_fence(hold));
+    /* 100 ms of "work" on a timer, not a sleep: the loop keeps running and
+     * the watchdog keeps renewing the lease. */
+    ev_timer_init(&app->work, on_work_done, 0.1, 0.);
+    app->work.data = app;
+    ev_timer_start(app->loop, &app->work);
+    printf("working...\n");
+}
+
+int main(int argc, char **argv) {
+    const char *url = argc > 1 ? argv[1] : "redis://127.0.0.1:6379";
+    const char *name = argc > 2 ? argv[2] : "example";
+    if (argc > 3) {
+        fprintf(stderr, "usage: %s [REDIS_URL [LOCK_NAME]]\n", argv[0]);
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    struct app app;
+    memset(&app, 0, sizeof app);
+    app.name = name;
+    app.loop = ev_loop_new(EVFLAG_AUTO); /* or EV_DEFAULT */
+    if (app.loop == NULL) {
+        fprintf(stderr, "ev_loop_new failed\n");
+        return 1;
+    }
+
+    /* hilock's view of the loop, then the client (it connects in the
+     * background: an unreachable Redis shows up in on_acquired). */
+    hilock_loop hl;
+    hilock_libev_init(&hl, app.loop);
+    hilock_config cfg;
+    hilock_config_init(&cfg);
+    cfg.url = url;
+    int rc = hilock_client_new(&app.client, &cfg, &hl);
+    if (rc != HILOCK_OK) {
+        fprintf(stderr, "hilock_client_new(\"%s\"): %s\n", url, hilock_strerror(rc));
+        ev_loop_destroy(app.loop);
+        return 1;
+    }
+
+    hilock_acquire_opts opts;
+    hilock_acquire_opts_init(&opts);
+    opts.wait_ms = 5000;
+    rc = hilock_acquire(app.client, name, &opts, on_acquired, &app, NULL);
+    if (rc != HILOCK_OK) {
+        fprintf(stderr, "hilock_acquire(\"%s\"): %s\n", name, hilock_strerror(rc));
+        hilock_client_free(app.client);
+        ev_loop_destroy(app.loop);
+        return 1;
+    }
+    printf("waiting for \"%s\" on %s\n", name, url);
+
+    ev_run(app.loop, 0); /* returns when nothing is left: after on_closed */
+
+    if (app.client != NULL) { /* only if the loop stopped early */
+        hilock_client_free(app.client);
+        app.exit_code = 1;
+    }
+    ev_loop_destroy(app.loop);
+    return app.exit_code;
+}
