@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include <uuid/uuid.h>
 #include "internal.h"
 
 void hl_tick(void *arg);
@@ -91,8 +91,11 @@ int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hiloc
     c->prefix_len = strlen(prefix);
     c->loop = *loop;
     c->armed_at = UINT64_MAX;
-    c->rng = hl_now_ms() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c;
-    if (c->rng == 0) c->rng = 1;
+    uuid_t id;
+    uuid_generate_random(id);
+    memcpy(&c->token_id, id, 8);
+    memcpy(&c->token_salt, id + 8, 8);
+    c->rng = c->token_salt | 1; /* backoff jitter; xorshift needs non-zero */
     hl_list_init(&c->defers);
     hl_list_init(&c->holds);
     hl_list_init(&c->owners);

@@ -399,7 +399,7 @@ int hilock_acquire(hilock_client *c, const char *name, const hilock_acquire_opts
     w->timer.cb = wait_deadline;
     w->state = HL_WAIT_QUEUED;
     hl_list_init(&w->link);
-    hl_token_new(w->token);
+    hl_token_new(c, w->token);
     if (wait_out) *wait_out = w;
 
     hilock_hold *h = opts->owner ? owner_hold(opts->owner, n) : NULL;

@@ -247,7 +247,7 @@ hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence,
                          uint64_t sent_at, const hilock_wait *w);
 void hl_hold_free(hilock_hold *h);
 void hl_release_token(hilock_client *c, hl_name *n, const char *token, uint32_t lease_ms);
-void hl_token_new(char *out);
+void hl_token_new(hilock_client *c, char *out);
 void hl_wait_finish(hilock_wait *w, int status, hilock_hold *h);
 void hl_wait_run(hilock_wait *w, int cancel);
 
@@ -281,6 +281,7 @@ struct hilock_client {
     size_t nreqs;                /* requests alive (for close) */
     hl_link reqs;                /* and the list of them */
     uint64_t rng;                /* backoff jitter */
+    uint64_t token_id, token_salt, token_seq; /* see hl_token_new */
     char errstr[256];
 };
 

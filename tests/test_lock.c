@@ -563,3 +563,25 @@ Test(close, releases_holds_and_cancels_waits) {
     cr_expect_eq(release_now(&e, gb.hold), 0);
     hilock_client_free(b);
 }
+
+/* ---- Tokens ---------------------------------------------------------------- */
+
+static int cmp_tok(const void *a, const void *b) { return memcmp(a, b, HL_TOKEN_LEN); }
+
+Test(input, tokens_are_unique) {
+    enum { N = 200000 };
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
+    char (*t)[HL_TOKEN_LEN + 1] = malloc(sizeof(*t) * (N + 1));
+    for (int i = 0; i < N; i++) hl_token_new(a, t[i]);
+    hl_token_new(b, t[N]);
+    for (int i = 0; i <= N; i++) {
+        cr_assert_eq(strlen(t[i]), HL_TOKEN_LEN);
+        cr_assert_eq(strspn(t[i], "0123456789abcdef"), HL_TOKEN_LEN);
+    }
+    qsort(t, N + 1, sizeof(*t), cmp_tok);
+    for (int i = 0; i < N; i++)
+        cr_assert_neq(memcmp(t[i], t[i + 1], HL_TOKEN_LEN), 0, "duplicate token %s", t[i]);
+    free(t);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
