@@ -1,0 +1,395 @@
+/* hilock-bench: clocks, statistics, JSON lines, processes, a synchronous
+ * Redis side connection, and the hilock client behind the lock_impl
+ * interface. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "hilock/hilock.h"
+#include "adapters/libevent.h"
+
+bench_opts g_opts;
+
+/* ---- Time and statistics ----------------------------------------------- */
+
+uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+void sort_u64(uint64_t *v, size_t n) { qsort(v, n, sizeof *v, cmp_u64); }
+
+uint64_t pct_u64(const uint64_t *v, size_t n, double p) {
+    if (n == 0) return 0;
+    size_t rank = (size_t)(p / 100.0 * (double)n + 0.999999);
+    if (rank < 1) rank = 1;
+    if (rank > n) rank = n;
+    return v[rank - 1];
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double median_d(double *v, size_t n) {
+    if (n == 0) return 0;
+    qsort(v, n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+
+void rnd_seed(uint64_t s) { rng_state = s ? s : 88172645463325252ull; }
+
+uint64_t rnd(uint64_t n) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return n ? rng_state % n : 0;
+}
+
+/* ---- JSON lines ------------------------------------------------------- */
+
+static char jbuf[4096];
+static size_t jlen;
+
+static void jput(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(jbuf + jlen, sizeof jbuf - jlen, fmt, ap);
+    va_end(ap);
+    if (w > 0) jlen += (size_t)w < sizeof jbuf - jlen ? (size_t)w : sizeof jbuf - jlen - 1;
+}
+
+static void jkey(const char *k) { jput("%s\"%s\":", jlen > 1 ? "," : "", k); }
+
+void json_begin(const char *scenario) {
+    jlen = 0;
+    jput("{");
+    json_str("scenario", scenario);
+}
+
+void json_str(const char *k, const char *v) {
+    jkey(k);
+    jput("\"");
+    for (const char *p = v; *p; p++) {
+        if (*p == '"' || *p == '\\') jput("\\%c", *p);
+        else if ((unsigned char)*p < 0x20) jput("\\u%04x", (unsigned char)*p);
+        else jput("%c", *p);
+    }
+    jput("\"");
+}
+
+void json_int(const char *k, long long v) { jkey(k); jput("%lld", v); }
+
+void json_num(const char *k, double v, int decimals) {
+    jkey(k);
+    if (v != v) jput("null"); /* NaN */
+    else jput("%.*f", decimals, v);
+}
+
+void json_bool(const char *k, int v) { jkey(k); jput(v ? "true" : "false"); }
+
+void json_end(void) {
+    jput("}");
+    printf("%s\n", jbuf);
+    fflush(stdout);
+}
+
+/* ---- Processes, shared memory, pipes ------------------------------------ */
+
+void *shm_alloc(size_t n) {
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void shm_free(void *p, size_t n) {
+    if (p != NULL) munmap(p, n);
+}
+
+pid_t fork_child(void) {
+    pid_t parent = getpid();
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    rnd_seed(now_ns() ^ ((uint64_t)getpid() << 32));
+    return 0;
+}
+
+int wait_child(pid_t pid, int timeout_ms) {
+    uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
+    int status;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid) break;
+        if (w < 0 && errno != EINTR) return -1;
+        if (now_ns() > deadline) {
+            fprintf(stderr, "bench: child %ld did not finish in %d ms; killing it\n",
+                    (long)pid, timeout_ms);
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+            return -1;
+        }
+        usleep(2000);
+    }
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    fprintf(stderr, "bench: child %ld died of signal %d\n", (long)pid,
+            WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    return -1;
+}
+
+int read_byte(int fd, int timeout_ms) {
+    struct pollfd p = {fd, POLLIN, 0};
+    uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
+    for (;;) {
+        int left = (int)((deadline - now_ns()) / 1000000u);
+        if (now_ns() >= deadline) return -1;
+        int r = poll(&p, 1, left < 1 ? 1 : left);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) { if (r == 0) continue; return -1; }
+        unsigned char b;
+        ssize_t n = read(fd, &b, 1);
+        if (n == 1) return b;
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        return -1;
+    }
+}
+
+int write_byte(int fd, char b) {
+    for (;;) {
+        ssize_t n = write(fd, &b, 1);
+        if (n == 1) return 0;
+        if (n < 0 && errno == EINTR) continue;
+        return -1;
+    }
+}
+
+void set_nonblock(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+/* ---- Event loops -------------------------------------------------------- */
+
+struct event_base *base_new(void) {
+    struct event_config *cfg = event_config_new();
+    struct event_base *b = NULL;
+    if (cfg != NULL) {
+        event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+        b = event_base_new_with_config(cfg);
+        event_config_free(cfg);
+    }
+    return b;
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what; (void)arg;
+}
+
+int loop_until(struct event_base *base, volatile int *flag, int timeout_ms) {
+    uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
+    struct event *tick = evtimer_new(base, on_tick, NULL);
+    while (!*flag) {
+        uint64_t now = now_ns();
+        if (now >= deadline) break;
+        uint64_t left = (deadline - now) / 1000u;
+        struct timeval tv = {(time_t)(left / 1000000u), (suseconds_t)(left % 1000000u)};
+        evtimer_add(tick, &tv);
+        event_base_loop(base, EVLOOP_ONCE);
+    }
+    event_free(tick);
+    return *flag;
+}
+
+/* ---- Synchronous side connection ---------------------------------------- */
+
+redisContext *sync_connect(void) {
+    struct timeval tv = {5, 0};
+    redisContext *rc = redisConnectWithTimeout(g_opts.host, g_opts.port, tv);
+    if (rc == NULL || rc->err) {
+        fprintf(stderr, "bench: cannot connect to %s:%d: %s\n", g_opts.host, g_opts.port,
+                rc ? rc->errstr : "out of memory");
+        if (rc) redisFree(rc);
+        return NULL;
+    }
+    redisSetTimeout(rc, tv);
+    return rc;
+}
+
+int ping_rtts(redisContext *rc, uint64_t *out, int n) {
+    for (int i = 0; i < n; i++) {
+        uint64_t t0 = now_ns();
+        redisReply *r = redisCommand(rc, "PING");
+        uint64_t t1 = now_ns();
+        if (r == NULL) return -1;
+        freeReplyObject(r);
+        out[i] = t1 - t0;
+    }
+    return 0;
+}
+
+int cmdstats_get(redisContext *rc, cmdstats *out) {
+    memset(out, 0, sizeof *out);
+    redisReply *r = redisCommand(rc, "INFO commandstats");
+    if (r == NULL || r->type != REDIS_REPLY_STRING) {
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    /* cmdstat_<name>:calls=N,usec=... */
+    for (char *p = strstr(r->str, "cmdstat_"); p && out->n < CMDSTAT_MAX;
+         p = strstr(p + 1, "cmdstat_")) {
+        char *colon = strchr(p, ':');
+        char *calls = colon ? strstr(colon, "calls=") : NULL;
+        if (colon == NULL || calls == NULL) break;
+        size_t len = (size_t)(colon - p - 8);
+        if (len >= sizeof out->name[0]) continue;
+        memcpy(out->name[out->n], p + 8, len);
+        out->name[out->n][len] = '\0';
+        out->calls[out->n] = strtoll(calls + 6, NULL, 10);
+        out->n++;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+long long cmdstats_calls(const cmdstats *s, const char *name) {
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->name[i], name) == 0) return s->calls[i];
+    return 0;
+}
+
+long long cmdstats_delta(const cmdstats *before, const cmdstats *after, const char *const *names) {
+    long long d = 0;
+    for (; *names; names++) d += cmdstats_calls(after, *names) - cmdstats_calls(before, *names);
+    return d;
+}
+
+long long cmdstats_delta_all(const cmdstats *before, const cmdstats *after) {
+    long long d = 0;
+    for (int i = 0; i < after->n; i++)
+        if (strcmp(after->name[i], "info") != 0)
+            d += after->calls[i] - cmdstats_calls(before, after->name[i]);
+    return d;
+}
+
+int subscriber_connections(redisContext *rc) {
+    redisReply *r = redisCommand(rc, "CLIENT LIST");
+    int n = 0;
+    if (r != NULL && r->type == REDIS_REPLY_STRING) {
+        for (char *p = strstr(r->str, " sub="); p; p = strstr(p + 1, " sub="))
+            if (strtol(p + 5, NULL, 10) > 0) n++;
+    } else {
+        n = -1;
+    }
+    if (r) freeReplyObject(r);
+    return n;
+}
+
+void delete_keys(redisContext *rc, const char *pattern) {
+    char cursor[32] = "0";
+    do {
+        redisReply *r = redisCommand(rc, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            if (r) freeReplyObject(r);
+            return;
+        }
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        redisReply *keys = r->element[1];
+        if (keys->elements > 0) {
+            const char **argv = malloc((keys->elements + 1) * sizeof *argv);
+            size_t *lens = malloc((keys->elements + 1) * sizeof *lens);
+            if (argv && lens) {
+                argv[0] = "UNLINK";
+                lens[0] = 6;
+                for (size_t i = 0; i < keys->elements; i++) {
+                    argv[i + 1] = keys->element[i]->str;
+                    lens[i + 1] = keys->element[i]->len;
+                }
+                redisReply *d = redisCommandArgv(rc, (int)keys->elements + 1, argv, lens);
+                if (d) freeReplyObject(d);
+            }
+            free(argv);
+            free(lens);
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+}
+
+long long redis_int(redisContext *rc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(rc, fmt, ap);
+    va_end(ap);
+    long long v = -1;
+    if (r != NULL && r->type == REDIS_REPLY_INTEGER) v = r->integer;
+    if (r) freeReplyObject(r);
+    return v;
+}
+
+/* ---- hilock behind lock_impl -------------------------------------------- */
+
+static void hl_acquired(hilock_hold *hold, int status, void *data) {
+    bench_waiter *w = data;
+    w->acquired(w, hold, status);
+}
+
+static void hl_released(int status, void *data) {
+    bench_waiter *w = data;
+    if (w->released) w->released(w, status);
+}
+
+static void *hl_client_new(struct event_base *base) {
+    hilock_loop loop;
+    hilock_libevent_init(&loop, base);
+    hilock_config cfg;
+    hilock_config_init(&cfg);
+    cfg.url = g_opts.url;
+    hilock_client *c = NULL;
+    int rc = hilock_client_new(&c, &cfg, &loop);
+    if (rc != HILOCK_OK) {
+        fprintf(stderr, "bench: hilock_client_new(%s): %s\n", g_opts.url, hilock_strerror(rc));
+        return NULL;
+    }
+    return c;
+}
+
+static void hl_client_free(void *c) { hilock_client_free(c); }
+
+static int hl_acquire(void *c, const char *name, bench_waiter *w) {
+    hilock_acquire_opts o;
+    hilock_acquire_opts_init(&o);
+    o.wait_ms = HILOCK_WAIT_FOREVER;
+    return hilock_acquire(c, name, &o, hl_acquired, w, NULL);
+}
+
+static int hl_release(void *c, void *hold, bench_waiter *w) {
+    (void)c;
+    return hilock_release(hold, hl_released, w);
+}
+
+static const char *const hl_commands[] = {"evalsha", "eval", "subscribe", "unsubscribe", "ping", NULL};
+
+const lock_impl hilock_impl = {
+    "hilock", hl_commands, hl_client_new, hl_client_free, hl_acquire, hl_release,
+};

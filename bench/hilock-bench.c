@@ -1,0 +1,224 @@
+/* hilock-bench: how fast hilock hands a lock over, how it scales, and what
+ * the machine itself can do, measured in the same run.
+ *
+ *     hilock-bench [-u redis://HOST:PORT] [-s SCENARIOS] [-o DIR] [-q]
+ *
+ * Scenarios (comma-separated, default all, in this order):
+ *   handoff     two processes hand one lock back and forth; beside it the
+ *               PING round trip of the same processes
+ *   herd        P processes x W waiters on one name; Redis commands per
+ *               handoff from INFO commandstats
+ *   waiters     100,000 waiters on 1,000 names in one process: bytes per
+ *               waiter, errors, subscriber connections
+ *   throughput  uncontended acquire+release cycles, many in flight, beside
+ *               redis-benchmark -P 16 running hilock's acquire script
+ *   polling     handoff and herd with the polling baseline (SET NX PX,
+ *               retry every 10 ms), written in C on the same loop
+ *
+ * Each scenario prints one JSON object per line on stdout; progress and
+ * the check of the targets go to stderr. -o DIR writes the raw handoff
+ * latencies (handoff-CLIENT.dat) for plotting. The benchmark leaves no keys
+ * behind (every name starts with "hb-"), but it loads the server: point it
+ * at a throwaway redis-server (scripts/bench.sh starts one).
+ *
+ * Exit status: 0 when every scenario ran without errors (targets missed
+ * are reported, not failed), 1 otherwise, 2 for a usage error. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+bench_results g_res;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: hilock-bench [-u redis://HOST:PORT] [-s SCENARIOS] [-o DIR] [-q]\n"
+            "                    [-n HANDOFFS] [-w WAITERS] [-N NAMES] [-k IN_FLIGHT]\n"
+            "                    [-t SECONDS] [-r REPS] [-b REDIS_BENCHMARK]\n"
+            "  SCENARIOS: comma-separated of handoff,herd,waiters,throughput,polling (default all)\n"
+            "  -o DIR  write raw handoff latencies there (handoff-CLIENT.dat)\n"
+            "  -q      quick: small counts, for a smoke test\n");
+}
+
+static int parse_url(const char *url) {
+    const char *p = url;
+    if (strncmp(p, "redis://", 8) == 0) p += 8;
+    const char *colon = strrchr(p, ':');
+    size_t hlen = colon ? (size_t)(colon - p) : strcspn(p, "/");
+    if (hlen == 0 || hlen >= sizeof g_opts.host) return -1;
+    memcpy(g_opts.host, p, hlen);
+    g_opts.host[hlen] = '\0';
+    g_opts.port = colon ? atoi(colon + 1) : 6379;
+    if (g_opts.port <= 0 || g_opts.port > 65535) return -1;
+    snprintf(g_opts.url, sizeof g_opts.url, "redis://%s:%d", g_opts.host, g_opts.port);
+    return 0;
+}
+
+static int has(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        size_t len = strcspn(p, ",");
+        if (len == n && strncmp(p, name, n) == 0) return 1;
+        p += len;
+        if (*p == ',') p++;
+    }
+    return 0;
+}
+
+static int positive(const char *s, const char *what, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v <= 0 || v > 10000000) {
+        fprintf(stderr, "hilock-bench: bad %s: %s\n", what, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static const char *verdict(int met) { return met ? "met" : "MISSED"; }
+
+/* The targets, checked against this run's figures. */
+static void targets(void) {
+    json_begin("targets");
+    fprintf(stderr, "\n== targets (this run; the baseline measured beside each)\n");
+    if (g_res.handoff_run) {
+        int a = g_res.ho_p50 <= 4 * g_res.ho_ping, b = g_res.ho_p99 <= 1000;
+        fprintf(stderr, "  handoff p50 %.0f us <= 4 x ping p50 %.0f us = %.0f us: %s (%.2fx)\n",
+                g_res.ho_p50, g_res.ho_ping, 4 * g_res.ho_ping, verdict(a), g_res.ho_ratio);
+        fprintf(stderr, "  handoff p99 %.0f us <= 1000 us: %s\n", g_res.ho_p99, verdict(b));
+        if (g_res.floor_p50 > 0)
+            fprintf(stderr, "  (the floor, blocking hiredis with hilock's scripts: p50 %.0f us, "
+                    "%.0f us when the releaser is not subscribed; hilock = %.2fx the floor)\n",
+                    g_res.floor_p50, g_res.floor_nosub_p50, g_res.ho_p50 / g_res.floor_p50);
+        json_bool("handoff_p50_le_4x_ping", a);
+        json_bool("handoff_p99_le_1ms", b);
+    }
+    if (g_res.herd_runs) {
+        int a = g_res.herd_worst_excess <= 0;
+        fprintf(stderr, "  herd: worst %.2f commands/handoff at P=%d W=%d, target <= P+2 = %d: %s\n",
+                g_res.herd_worst_cmds, g_res.herd_worst_p, g_res.herd_worst_w,
+                g_res.herd_worst_p + 2, verdict(a));
+        json_bool("herd_commands_le_p_plus_2", a);
+    }
+    if (g_res.waiters_run) {
+        int a = g_res.wv_bytes <= 512, b = g_res.wv_errors == 0, c = g_res.wv_subs == 1;
+        fprintf(stderr, "  waiters: %.0f bytes/waiter <= 512: %s; errors %d: %s; "
+                "subscriber connections %d == 1: %s (%d waiters)\n",
+                g_res.wv_bytes, verdict(a), g_res.wv_errors, verdict(b), g_res.wv_subs,
+                verdict(c), g_res.wv_waiters);
+        json_bool("waiters_bytes_le_512", a);
+        json_bool("waiters_no_errors", b);
+        json_bool("waiters_one_subscriber_connection", c);
+    }
+    if (g_res.throughput_run) {
+        int a = g_res.tp_ratio >= 0.5;
+        fprintf(stderr, "  throughput: %.0f scripts/s (%.0f locks/s) = %.0f%% of redis-benchmark's "
+                "%.0f EVALSHA/s, target >= 50%%: %s\n", g_res.tp_scripts, g_res.tp_locks,
+                100 * g_res.tp_ratio, g_res.tp_rb, verdict(a));
+        json_bool("throughput_ge_half_redis_benchmark", a);
+    }
+    if (g_res.poll_p50 > 0 && g_res.handoff_run)
+        fprintf(stderr, "  polling baseline: handoff p50 %.0f us, p99 %.0f us (hilock: %.0f, %.0f)\n",
+                g_res.poll_p50, g_res.poll_p99, g_res.ho_p50, g_res.ho_p99);
+    if (g_res.poll_herd_worst_cmds > 0)
+        fprintf(stderr, "  polling baseline: up to %.1f commands/handoff in the herd\n",
+                g_res.poll_herd_worst_cmds);
+    json_end();
+}
+
+int main(int argc, char **argv) {
+    const char *url = "redis://127.0.0.1:6379", *scen = "handoff,herd,waiters,throughput,polling";
+    g_opts.redis_benchmark = getenv("REDIS_BENCHMARK") ? getenv("REDIS_BENCHMARK") : "redis-benchmark";
+    g_opts.handoffs = 1500;
+    g_opts.poll_handoffs = 400;
+    g_opts.reps = 5;
+    g_opts.waiters = 100000;
+    g_opts.names = 1000;
+    g_opts.inflight = 256;
+    g_opts.tp_seconds = 2.0;
+    g_opts.herd_hold_us = 1000;
+    int n = 0, w = 0, N = 0, k = 0, r = 0, t = 0, opt;
+    while ((opt = getopt(argc, argv, "u:s:o:qn:w:N:k:t:r:b:h")) != -1) {
+        switch (opt) {
+        case 'u': url = optarg; break;
+        case 's': scen = optarg; break;
+        case 'o': g_opts.lat_dir = optarg; break;
+        case 'q': g_opts.quick = 1; break;
+        case 'n': if (positive(optarg, "-n", &n)) return 2; break;
+        case 'w': if (positive(optarg, "-w", &w)) return 2; break;
+        case 'N': if (positive(optarg, "-N", &N)) return 2; break;
+        case 'k': if (positive(optarg, "-k", &k)) return 2; break;
+        case 't': if (positive(optarg, "-t", &t)) return 2; break;
+        case 'r': if (positive(optarg, "-r", &r)) return 2; break;
+        case 'b': g_opts.redis_benchmark = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind != argc || parse_url(url) != 0) { usage(stderr); return 2; }
+    if (g_opts.quick) {
+        g_opts.handoffs = 200;
+        g_opts.poll_handoffs = 60;
+        g_opts.reps = 2;
+        g_opts.waiters = 10000;
+        g_opts.names = 100;
+        g_opts.tp_seconds = 1.0;
+    }
+    if (n) g_opts.handoffs = n;
+    if (w) g_opts.waiters = w;
+    if (N) g_opts.names = N;
+    if (k) g_opts.inflight = k;
+    if (t) g_opts.tp_seconds = t;
+    if (r) g_opts.reps = r;
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    static const int herd_grid[][2] = {{2, 16}, {2, 128}, {4, 16}, {4, 128}, {4, 512}};
+    static const int herd_quick[][2] = {{2, 16}, {4, 16}};
+    const int (*grid)[2] = g_opts.quick ? herd_quick : herd_grid;
+    int ngrid = g_opts.quick ? 2 : (int)(sizeof herd_grid / sizeof herd_grid[0]);
+
+    int failed = 0;
+    uint64_t t0 = now_ns();
+    if (has(scen, "handoff")) {
+        fprintf(stderr, "== handoff floor: blocking hiredis, hilock's scripts, %d handoffs x 2\n",
+                g_opts.poll_handoffs);
+        failed |= scenario_floor(g_opts.poll_handoffs, 1, &g_res.floor_p50);
+        failed |= scenario_floor(g_opts.poll_handoffs, 0, &g_res.floor_nosub_p50);
+        fprintf(stderr, "== handoff: hilock, %d handoffs\n", g_opts.handoffs);
+        failed |= scenario_handoff(&hilock_impl, g_opts.handoffs, "handoff");
+    }
+    if (has(scen, "herd"))
+        for (int i = 0; i < ngrid; i++) {
+            fprintf(stderr, "== herd: hilock, %d processes x %d waiters\n", grid[i][0], grid[i][1]);
+            failed |= scenario_herd(&hilock_impl, grid[i][0], grid[i][1], "herd");
+        }
+    if (has(scen, "waiters")) {
+        fprintf(stderr, "== waiters: %d waiters on %d names\n", g_opts.waiters, g_opts.names);
+        failed |= scenario_waiters();
+    }
+    if (has(scen, "throughput")) {
+        fprintf(stderr, "== throughput: %d in flight, %d x %.0f s, beside redis-benchmark\n",
+                g_opts.inflight, g_opts.reps, g_opts.tp_seconds);
+        failed |= scenario_throughput();
+    }
+    if (has(scen, "polling")) {
+        fprintf(stderr, "== polling baseline: handoff, %d handoffs\n", g_opts.poll_handoffs);
+        failed |= scenario_handoff(&polling_impl, g_opts.poll_handoffs, "polling_baseline");
+        for (int i = 0; i < ngrid; i++) {
+            if (grid[i][0] * grid[i][1] > 512) continue; /* polls 100x/s per waiter */
+            fprintf(stderr, "== polling baseline: herd, %d processes x %d waiters\n", grid[i][0], grid[i][1]);
+            failed |= scenario_herd(&polling_impl, grid[i][0], grid[i][1], "polling_baseline");
+        }
+    }
+    targets();
+    fprintf(stderr, "== %.1f s%s\n", (double)(now_ns() - t0) / 1e9,
+            failed ? "; some scenario had errors (see above)" : "");
+    return failed ? 1 : 0;
+}

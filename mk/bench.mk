@@ -1,0 +1,26 @@
+# Benchmarks (see BENCHMARKS.md).
+#   make bench        build/hilock-bench against a throwaway redis-server,
+#                     results in build/bench/ (results.jsonl, handoff.png)
+#   make bench-peers  the same handoff and herd beside npm's redis-semaphore
+#                     and redlock (needs node and npm)
+# Included by the Makefile before its own rules: keep `all` the default goal.
+.DEFAULT_GOAL := all
+
+BENCH     := $(BUILD)/hilock-bench
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_OUT ?= build/bench
+EXTRA_TARGETS += $(BENCH)
+
+# -Isrc: the benchmark reads the embedded acquire script (internal.h) to
+# run it under redis-benchmark.
+$(BENCH): $(BENCH_SRC) $(wildcard bench/*.h) $(STATIC) $(HDRS)
+	$(CC) $(ALL_CFLAGS) -Isrc $(ALL_LDFLAGS) -o $@ $(BENCH_SRC) $(STATIC) $(LDLIBS_LIB)
+
+.PHONY: bench bench-peers
+bench: deps
+	$(MAKE) $(BENCH)
+	sh scripts/bench.sh $(BENCH) $(BENCH_OUT)
+
+bench-peers: deps
+	$(MAKE) $(BENCH)
+	sh scripts/bench-peers.sh $(BENCH) $(BENCH_OUT)

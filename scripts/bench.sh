@@ -1,0 +1,225 @@
+#!/bin/sh
+# bench.sh [--peers] BENCH_BINARY [OUT_DIR] — run the benchmarks against a
+# throwaway redis-server. `make bench` and `make bench-peers` call this.
+#
+#   (default)  every scenario of BENCH_BINARY (build/hilock-bench): JSON
+#              lines in OUT_DIR/results.jsonl, the check of the targets on
+#              stderr, and the plot OUT_DIR/handoff.png.
+#   --peers    the handoff and herd scenarios with hilock, the polling
+#              baseline and npm's redis-semaphore and redlock side by side,
+#              on one server in one run: OUT_DIR/peers.jsonl and the plot.
+#              Skipped (exit 0) when node and npm are not installed.
+#
+# OUT_DIR defaults to build/bench. The server listens on a free loopback port,
+# keeps nothing (--save "" --appendonly no, data in a temporary directory) and
+# is always stopped by its pid. Missing tools (redis-server, redis-benchmark,
+# gnuplot) are installed with apt-get, through sudo when not root.
+set -u
+
+MODE=bench
+if [ "${1:-}" = "--peers" ]; then
+    MODE=peers
+    shift
+fi
+BENCH=${1:-build/hilock-bench}
+OUT=${2:-build/bench}
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+PEERS=$ROOT/bench/peers
+
+if [ ! -x "$BENCH" ]; then
+    echo "bench: $BENCH is not built (run: make bench)" >&2
+    exit 1
+fi
+have() { command -v "$1" >/dev/null 2>&1; }
+
+if [ "$MODE" = peers ] && { ! have node || ! have npm; }; then
+    echo "bench-peers: node and npm are not installed; skipping the peers (optional)."
+    exit 0
+fi
+
+# ---- Tools ------------------------------------------------------------------
+missing=""
+have redis-server || missing="$missing redis-server"
+{ have redis-benchmark && have redis-cli; } || missing="$missing redis-tools"
+have gnuplot || missing="$missing gnuplot-nox"
+if [ -n "$missing" ]; then
+    echo "bench: installing:$missing"
+    SUDO=""
+    if [ "$(id -u)" != 0 ]; then
+        if ! have sudo; then
+            echo "bench: not root and no sudo; as root, run: apt-get install -y$missing" >&2
+            exit 1
+        fi
+        if [ -t 0 ]; then SUDO="sudo"; else SUDO="sudo -n"; fi
+    fi
+    if ! have apt-get; then
+        echo "bench: no apt-get here; install the equivalents of these Debian packages:$missing" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    # shellcheck disable=SC2086 # word splitting of $SUDO and $missing is intended
+    if ! $SUDO apt-get install -y --no-install-recommends $missing </dev/null; then
+        # No package lists yet (fresh container), or stale ones: update once.
+        if ! $SUDO apt-get update </dev/null ||
+            ! $SUDO apt-get install -y --no-install-recommends $missing </dev/null; then
+            echo "bench: apt-get install failed" >&2
+            exit 1
+        fi
+    fi
+fi
+for tool in redis-server redis-cli redis-benchmark; do
+    have "$tool" || { echo "bench: $tool not found" >&2; exit 1; }
+done
+
+if command -v timeout >/dev/null 2>&1; then
+    T5="timeout 5"
+    T600="timeout 600"
+else
+    T5=
+    T600=
+fi
+
+mkdir -p "$OUT" || exit 1
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/hilock-bench.XXXXXX") || exit 1
+PID=      # the redis-server
+CHILD=    # the benchmark running now
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+    if [ -n "$CHILD" ]; then
+        kill "$CHILD" 2>/dev/null
+        wait "$CHILD" 2>/dev/null
+        CHILD=
+    fi
+    if [ -n "$PID" ]; then
+        kill "$PID" 2>/dev/null
+        wait "$PID" 2>/dev/null
+        PID=
+    fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# 0 if the redis-server on port $1 is the one with pid $2.
+is_ours() {
+    $T5 redis-cli -h 127.0.0.1 -p "$1" info server 2>/dev/null |
+        tr -d '\r' | grep -qx "process_id:$2"
+}
+
+# Start redis-server on the first free port, from a per-process start point
+# in 40000..59999 (the tests and demos start at 20000).
+start_redis() {
+    port=$((40000 + $$ % 20000))
+    tries=0
+    while [ "$tries" -lt 50 ]; do
+        tries=$((tries + 1))
+        port=$((port + 1))
+        [ "$port" -gt 59999 ] && port=40000
+        if $T5 redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1; then
+            continue
+        fi
+        redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+            --daemonize no --dir "$TMP" --logfile "$TMP/redis.log" &
+        PID=$!
+        waited=0
+        while [ "$waited" -lt 100 ]; do
+            if ! kill -0 "$PID" 2>/dev/null; then
+                wait "$PID" 2>/dev/null
+                PID=
+                break
+            fi
+            if is_ours "$port" "$PID"; then
+                PORT=$port
+                return 0
+            fi
+            sleep 0.1
+            waited=$((waited + 1))
+        done
+        if [ -n "$PID" ]; then
+            kill "$PID" 2>/dev/null
+            wait "$PID" 2>/dev/null
+            PID=
+        fi
+    done
+    echo "bench: could not start redis-server; its last log lines:" >&2
+    tail -n 5 "$TMP/redis.log" >&2 2>/dev/null
+    return 1
+}
+
+# run CMD... with stdout appended to $RESULTS; in the background, so that
+# INT/TERM reach our traps at once.
+run() {
+    $T600 "$@" </dev/null >>"$RESULTS" &
+    CHILD=$!
+    wait "$CHILD"
+    rc=$?
+    CHILD=
+    return $rc
+}
+
+if [ "$MODE" = peers ]; then
+    # The pinned versions of package-lock.json, installed once.
+    stamp=$PEERS/node_modules/.package-lock.json
+    if [ ! -f "$stamp" ] || [ -n "$(find "$PEERS/package-lock.json" -newer "$stamp")" ]; then
+        echo "bench-peers: npm ci in bench/peers"
+        (cd "$PEERS" && npm ci --no-audit --no-fund --loglevel=error) || {
+            echo "bench-peers: npm ci failed" >&2
+            exit 1
+        }
+    fi
+fi
+
+start_redis || exit 1
+URL=redis://127.0.0.1:$PORT
+echo "== redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on $URL (pid $PID)," \
+    "$(nproc 2>/dev/null || echo '?') CPUs, $(uname -r)"
+rm -f "$OUT"/handoff-*.dat
+
+FAILED=0
+if [ "$MODE" = bench ]; then
+    RESULTS=$OUT/results.jsonl
+    : >"$RESULTS"
+    run "$BENCH" -u "$URL" -o "$OUT" || FAILED=1
+else
+    RESULTS=$OUT/peers.jsonl
+    : >"$RESULTS"
+    # hilock and the polling baseline first, then the peers: one server, one run.
+    run "$BENCH" -u "$URL" -o "$OUT" -s handoff,herd,polling -n 600 || FAILED=1
+    for client in redis-semaphore redlock; do
+        echo "== peers: $client (handoff, herd)" >&2
+        run node "$PEERS/peers.js" --url "$URL" --client "$client" --handoffs 300 \
+            --herd 2:16,2:128,4:16,4:128 --hold-us 1000 --lat-dir "$OUT" || FAILED=1
+    done
+fi
+echo
+echo "== $RESULTS"
+cat "$RESULTS"
+
+# ---- The plot ------------------------------------------------------------------
+files=""
+titles=""
+for c in hilock floor polling redis-semaphore redlock; do
+    f=$OUT/handoff-$c.dat
+    [ -s "$f" ] || continue
+    case $c in
+    floor) t="floor(blocking-hiredis)" ;;
+    polling) t="polling(SET-NX+10ms)" ;;
+    *) t=$c ;;
+    esac
+    files="$files $f"
+    titles="$titles $t"
+done
+ping=$(sed -n 's/.*"scenario":"handoff","client":"hilock".*"ping_rtt_p50_us":\([0-9.]*\).*/\1/p' "$RESULTS" | head -n 1)
+if have gnuplot && [ -n "$files" ]; then
+    if gnuplot -e "outfile='$OUT/handoff.png'; files='$files'; titles='$titles'${ping:+; ping=$ping}" \
+        "$ROOT/bench/plot.gp"; then
+        echo "== plot: $OUT/handoff.png"
+    else
+        echo "bench: gnuplot failed" >&2
+        FAILED=1
+    fi
+fi
+exit $FAILED
