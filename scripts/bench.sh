@@ -73,10 +73,8 @@ for tool in redis-server redis-cli redis-benchmark; do
 done
 
 if command -v timeout >/dev/null 2>&1; then
-    T5="timeout 5"
     T600="timeout 600"
 else
-    T5=
     T600=
 fi
 
@@ -103,51 +101,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
 
-# 0 if the redis-server on port $1 is the one with pid $2.
-is_ours() {
-    $T5 redis-cli -h 127.0.0.1 -p "$1" info server 2>/dev/null |
-        tr -d '\r' | grep -qx "process_id:$2"
-}
-
-# Start redis-server on the first free port, from a per-process start point
-# in 40000..59999 (the tests and demos start at 20000).
-start_redis() {
-    port=$((40000 + $$ % 20000))
-    tries=0
-    while [ "$tries" -lt 50 ]; do
-        tries=$((tries + 1))
-        port=$((port + 1))
-        [ "$port" -gt 59999 ] && port=40000
-        if $T5 redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1; then
-            continue
-        fi
-        redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-            --daemonize no --dir "$TMP" --logfile "$TMP/redis.log" &
-        PID=$!
-        waited=0
-        while [ "$waited" -lt 100 ]; do
-            if ! kill -0 "$PID" 2>/dev/null; then
-                wait "$PID" 2>/dev/null
-                PID=
-                break
-            fi
-            if is_ours "$port" "$PID"; then
-                PORT=$port
-                return 0
-            fi
-            sleep 0.1
-            waited=$((waited + 1))
-        done
-        if [ -n "$PID" ]; then
-            kill "$PID" 2>/dev/null
-            wait "$PID" 2>/dev/null
-            PID=
-        fi
-    done
-    echo "bench: could not start redis-server; its last log lines:" >&2
-    tail -n 5 "$TMP/redis.log" >&2 2>/dev/null
-    return 1
-}
+# is_ours, start_redis
+. "$ROOT/scripts/redis-throwaway.sh"
 
 # run CMD... with stdout appended to $RESULTS; in the background, so that
 # INT/TERM reach our traps at once.
@@ -172,7 +127,7 @@ if [ "$MODE" = peers ]; then
     fi
 fi
 
-start_redis || exit 1
+start_redis 40000 || exit 1
 URL=redis://127.0.0.1:$PORT
 echo "== redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on $URL (pid $PID)," \
     "$(nproc 2>/dev/null || echo '?') CPUs, $(uname -r)"

@@ -37,10 +37,8 @@ done
 # (A command prefix, not a function: a backgrounded function would be a
 # subshell, and killing it would not reach the program.)
 if command -v timeout >/dev/null 2>&1; then
-    T5="timeout 5"
     T300="timeout 300"
 else
-    T5=
     T300=
 fi
 
@@ -66,55 +64,9 @@ trap 'exit 143' TERM
 trap 'exit 129' HUP
 trap 'exit 141' PIPE
 
-# 0 if the redis-server on port $1 is the one with pid $2.
-is_ours() {
-    $T5 redis-cli -h 127.0.0.1 -p "$1" info server 2>/dev/null |
-        tr -d '\r' | grep -qx "process_id:$2"
-}
+. "$HERE/redis-throwaway.sh"
 
-# Start redis-server on the first port that works, from a per-process start
-# point in 20000..39999. A port where something already answers is skipped;
-# if another process wins the port between check and bind, our server exits
-# and the next port is tried.
-start_redis() {
-    port=$((20000 + $$ % 20000))
-    tries=0
-    while [ "$tries" -lt 50 ]; do
-        tries=$((tries + 1))
-        port=$((port + 1))
-        [ "$port" -gt 39999 ] && port=20000
-        if $T5 redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1; then
-            continue
-        fi
-        redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-            --daemonize no --dir "$TMP" --logfile "$TMP/redis.log" &
-        PID=$!
-        waited=0
-        while [ "$waited" -lt 100 ]; do
-            if ! kill -0 "$PID" 2>/dev/null; then
-                wait "$PID" 2>/dev/null
-                PID=
-                break
-            fi
-            if is_ours "$port" "$PID"; then
-                PORT=$port
-                return 0
-            fi
-            sleep 0.1
-            waited=$((waited + 1))
-        done
-        if [ -n "$PID" ]; then # alive but never answered: give up on it
-            kill "$PID" 2>/dev/null
-            wait "$PID" 2>/dev/null
-            PID=
-        fi
-    done
-    echo "demo: could not start redis-server; its last log lines:" >&2
-    tail -n 5 "$TMP/redis.log" >&2 2>/dev/null
-    return 1
-}
-
-start_redis || exit 1
+start_redis 20000 || exit 1
 URL=redis://127.0.0.1:$PORT
 echo "== redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on $URL (pid $PID)"
 

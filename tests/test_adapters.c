@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "support/harness.h"
+#include "support/exclusion.h"
 #include "hilock/hilock.h"
 #include "adapters/libev.h"
 #include "adapters/libuv.h"
@@ -391,50 +392,6 @@ static void check_free_pending(int kind) {
 #define PROCS 4
 #define PROC_WAITERS 500
 
-typedef struct resource {
-    volatile long counter;
-    volatile long inside;
-    volatile unsigned long long last_fence;
-    volatile long overlaps;
-    volatile long fence_regressions;
-    volatile long errors;
-} resource;
-
-typedef struct worker {
-    resource *res;
-    int expected;
-    int callbacks;
-    int released;
-    volatile int done;
-} worker;
-
-static void w_released(int status, void *data) {
-    worker *w = data;
-    if (status != 0) __atomic_add_fetch(&w->res->errors, 1, __ATOMIC_SEQ_CST);
-    if (++w->released == w->expected) w->done = 1;
-}
-
-static void w_acquired(hilock_hold *h, int status, void *data) {
-    worker *w = data;
-    resource *res = w->res;
-    w->callbacks++;
-    if (status != 0) {
-        __atomic_add_fetch(&res->errors, 1, __ATOMIC_SEQ_CST);
-        if (++w->released == w->expected) w->done = 1;
-        return;
-    }
-    if (res->inside) res->overlaps++;
-    res->inside = 1;
-    unsigned long long f = hilock_hold_fence(h);
-    if (f <= res->last_fence) res->fence_regressions++;
-    res->last_fence = f;
-    long v = res->counter; /* deliberately not atomic */
-    sched_yield();
-    res->counter = v + 1;
-    res->inside = 0;
-    hilock_release(h, w_released, w);
-}
-
 /* One worker: `waiters` acquires of "exclusion" on a fresh loop of `kind`.
  * Returns 1 when every waiter got exactly one callback and the loop was
  * left clean. */
@@ -444,7 +401,7 @@ static int run_worker(int kind, const char *url, resource *res, int waiters) {
     worker w = {res, waiters, 0, 0, 0};
     hilock_client *c = new_client(&l, url);
     for (int i = 0; i < waiters; i++)
-        if (hilock_acquire(c, "exclusion", NULL, w_acquired, &w, NULL) != 0) return 0;
+        if (hilock_acquire(c, "exclusion", NULL, exclusion_acquired, &w, NULL) != 0) return 0;
     tloop_until(&l, &w.done, 100000);
     int ok = w.done && w.callbacks == waiters;
     volatile int closed = 0;

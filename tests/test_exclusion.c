@@ -1,71 +1,25 @@
 /* Mutual exclusion under load: 10,000 waiters in this process and 4 more
- * processes contending for one name. The protected resource is shared
- * memory: a counter incremented non-atomically (read, yield, write) and the
- * last fencing token it accepted. Any overlap of two holders shows up as a
- * lost increment, an "inside" flag already set, or a fence out of order. */
+ * processes contending for one name, checked by support/exclusion.h. */
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "support/lockenv.h"
+#include "support/exclusion.h"
 
 #define LOCAL_WAITERS 10000
 #define PROCS 4
 #define PROC_WAITERS 500
 
-typedef struct resource {
-    volatile long counter;
-    volatile long inside;
-    volatile unsigned long long last_fence;
-    volatile long overlaps;
-    volatile long fence_regressions;
-    volatile long errors;
-} resource;
-
-typedef struct worker {
-    resource *res;
-    hilock_client *client;
-    int expected;
-    int callbacks;
-    int released;
-    volatile int done;
-} worker;
-
-static void on_released(int status, void *data) {
-    worker *w = data;
-    if (status != 0) __atomic_add_fetch(&w->res->errors, 1, __ATOMIC_SEQ_CST);
-    if (++w->released == w->expected) w->done = 1;
-}
-
-static void on_acquired(hilock_hold *h, int status, void *data) {
-    worker *w = data;
-    resource *res = w->res;
-    w->callbacks++;
-    if (status != 0) {
-        __atomic_add_fetch(&res->errors, 1, __ATOMIC_SEQ_CST);
-        if (++w->released == w->expected) w->done = 1;
-        return;
-    }
-    if (res->inside) res->overlaps++;
-    res->inside = 1;
-    unsigned long long f = hilock_hold_fence(h);
-    if (f <= res->last_fence) res->fence_regressions++;
-    res->last_fence = f;
-    long v = res->counter; /* deliberately not atomic */
-    sched_yield();
-    res->counter = v + 1;
-    res->inside = 0;
-    hilock_release(h, on_released, w);
-}
-
 static void run_worker(lockenv *e, resource *res, int waiters) {
-    worker w = {res, lockenv_client(e), waiters, 0, 0, 0};
+    worker w = {res, waiters, 0, 0, 0};
+    hilock_client *c = lockenv_client(e);
     for (int i = 0; i < waiters; i++)
-        cr_assert_eq(hilock_acquire(w.client, "exclusion", NULL, on_acquired, &w, NULL), 0);
+        cr_assert_eq(hilock_acquire(c, "exclusion", NULL, exclusion_acquired, &w, NULL), 0);
     test_loop_until(e->base, &w.done, 100000);
     cr_assert_eq(w.callbacks, waiters, "each waiter gets exactly one callback");
-    hilock_client_free(w.client);
+    hilock_client_free(c);
 }
 
 Test(exclusion, many_waiters_and_processes, .timeout = 180) {
@@ -86,11 +40,12 @@ Test(exclusion, many_waiters_and_processes, .timeout = 180) {
             lockenv ce = e;
             ce.base = b;
             hilock_libevent_init(&ce.loop, b);
-            worker w = {res, lockenv_client(&ce), PROC_WAITERS, 0, 0, 0};
+            worker w = {res, PROC_WAITERS, 0, 0, 0};
+            hilock_client *c = lockenv_client(&ce);
             for (int i = 0; i < PROC_WAITERS; i++)
-                hilock_acquire(w.client, "exclusion", NULL, on_acquired, &w, NULL);
+                hilock_acquire(c, "exclusion", NULL, exclusion_acquired, &w, NULL);
             test_loop_until(b, &w.done, 100000);
-            hilock_client_free(w.client);
+            hilock_client_free(c);
             event_base_free(b);
             _exit(w.callbacks == PROC_WAITERS && w.done ? 0 : 1);
         }
