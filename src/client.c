@@ -145,28 +145,31 @@ void hl_defer_run(hilock_client *c, hl_defer *d) { run_defer(c, d, 0); }
 
 /* ---- Teardown ------------------------------------------------------------ */
 
+/* Give every wait still in line its HILOCK_ECANCELED (deferred). */
+static void cancel_waits(hilock_client *c) {
+    for (size_t i = 0; i < c->nbuckets; i++) {
+        hl_name *n = c->buckets[i], *next;
+        for (; n; n = next) {
+            n->refs++; /* keep it while its waiters leave */
+            while (n->nwaiters > 0)
+                hl_wait_finish(HL_CONTAINER(n->waiters.next, hilock_wait, link),
+                               HILOCK_ECANCELED, NULL);
+            next = n->next_in_bucket;
+            hl_name_unref(n);
+        }
+    }
+}
+
 void hilock_client_free(hilock_client *c) {
     if (c == NULL || c->freeing) return;
     c->freeing = 1;
-    /* End every request that has not had its callback, in a fixed order:
-     * queued callbacks first, then waits still in line. */
+    /* End every request that has not had its callback, now and in order:
+     * queued callbacks first, then the waits still in line. */
+    cancel_waits(c);
     while (!hl_list_empty(&c->defers)) {
         hl_defer *d = HL_CONTAINER(c->defers.next, hl_defer, link);
         hl_list_remove(&d->link);
         run_defer(c, d, 1);
-    }
-    for (size_t i = 0; i < c->nbuckets; i++) {
-        for (hl_name *n = c->buckets[i]; n; n = n->next_in_bucket) {
-            while (!hl_list_empty(&n->waiters)) {
-                hilock_wait *w = HL_CONTAINER(n->waiters.next, hilock_wait, link);
-                hl_list_remove(&w->link);
-                n->nwaiters--;
-                hl_timer_stop(c, &w->timer);
-                w->state = HL_WAIT_DONE;
-                w->status = HILOCK_ECANCELED;
-                hl_wait_run(w, 1);
-            }
-        }
     }
     hl_conn_cancel_queue(&c->cmd);
     hl_conn_cancel_queue(&c->sub);
@@ -206,23 +209,11 @@ void hilock_client_close(hilock_client *c, hilock_close_cb cb, void *data) {
     c->closing = 1;
     c->close_cb = cb;
     c->close_data = data;
-    for (size_t i = 0; i < c->nbuckets; i++) {
-        hl_name *n = c->buckets[i], *next;
-        for (; n; n = next) {
-            n->refs++; /* keep it while its waiters leave */
-            while (n->nwaiters > 0)
-                hl_wait_finish(HL_CONTAINER(n->waiters.next, hilock_wait, link),
-                               HILOCK_ECANCELED, NULL);
-            next = n->next_in_bucket;
-            hl_name_unref(n);
-        }
-    }
+    cancel_waits(c);
     for (hl_link *l = c->holds.next; l != &c->holds; l = l->next) {
         hilock_hold *h = HL_CONTAINER(l, hilock_hold, link);
         if (h->releasing) continue;
-        h->releasing = 1;
-        hl_timer_stop(c, &h->watchdog);
-        hl_defer_cancel(&h->lost_defer);
+        hl_hold_begin_release(h);
         hl_release_token(c, h->name, h->token, 0);
     }
     if (c->cmd.state != HL_CONN_READY && c->cmd.failures > 0)

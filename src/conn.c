@@ -86,9 +86,9 @@ void hl_req_submit(hilock_client *c, hl_req *r) {
 }
 
 void hl_req_submit_within(hilock_client *c, hl_req *r, uint64_t ms) {
+    r->submitted_at = hl_now_ms();
     hl_timer_start(c, &r->deadline, ms);
-    if (c->cmd.state == HL_CONN_READY) conn_send(&c->cmd, r);
-    else hl_list_push(&c->cmd.queue, &r->link);
+    hl_req_again(r);
 }
 
 /* Redis error replies start with a code word; map the ones a caller can act

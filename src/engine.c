@@ -279,7 +279,6 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
     hilock_wait *w = r->owner;
     hl_name *n = w->name;
     hilock_client *c = w->c;
-    uint64_t sent_at = r->deadline.when - c->cfg.request_timeout_ms;
     long long got = 0, val = 0;
 
     n->trying = 0;
@@ -306,11 +305,10 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
         /* If the try may have run, its outcome is unknown: make sure no lock
          * of ours stays behind. */
         if (r->ever_sent) hl_release_token(c, n, w->token, w->lease_ms);
-        if (w->state == HL_WAIT_QUEUED) hl_wait_finish(w, err, NULL);
-        fail_all(n, err);
+        fail_all(n, err); /* w first, if it still waits: it is the head */
     } else if (got == 1) {
         if (w->state == HL_WAIT_QUEUED) {
-            grant(w, (uint64_t)val, sent_at);
+            grant(w, (uint64_t)val, r->submitted_at);
             /* The others wait for our release message; should the key expire
              * instead (no renewal), they must still wake. */
             if (n->nwaiters > 0) {

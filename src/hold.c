@@ -85,12 +85,11 @@ static void watchdog_arm(hilock_hold *h) {
 
 static void on_renewed(hl_req *r, redisReply *reply, int err) {
     hilock_hold *h = r->owner;
-    uint64_t sent_at = r->deadline.when - h->c->cfg.request_timeout_ms;
     h->renew = NULL;
     if (h->c->freeing || h->releasing || h->lost) return;
     if (err == 0 && reply->type == REDIS_REPLY_INTEGER) {
         if (reply->integer == 1) {
-            if (sent_at > h->confirmed) h->confirmed = sent_at;
+            if (r->submitted_at > h->confirmed) h->confirmed = r->submitted_at;
         } else {
             hold_lost(h, HILOCK_ELOST); /* expired or taken over */
             return;
@@ -200,6 +199,14 @@ static void on_released(hl_req *r, redisReply *reply, int err) {
     hl_defer_push(c, &op->defer);
 }
 
+/* From here on the hold is neither renewed, reported lost, nor reentrant. */
+void hl_hold_begin_release(hilock_hold *h) {
+    h->releasing = 1;
+    hl_timer_stop(h->c, &h->watchdog);
+    hl_defer_cancel(&h->lost_defer);
+    if (hl_linked(&h->olink)) hl_list_remove(&h->olink);
+}
+
 int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
     if (h == NULL || h->releasing) return HILOCK_EINVAL;
     if (h->c->freeing) return HILOCK_ECLOSED;
@@ -217,11 +224,8 @@ int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
     hl_req *r = hl_req_new(h->c, &hl_script_release, h->name, h->token, 0, on_released, op);
     if (r == NULL) { free(op); return HILOCK_ENOMEM; }
     op->last = 1;
-    h->releasing = 1;
     h->count = 0;
-    hl_timer_stop(h->c, &h->watchdog);
-    hl_defer_cancel(&h->lost_defer);
-    if (hl_linked(&h->olink)) hl_list_remove(&h->olink); /* no longer reentrant */
+    hl_hold_begin_release(h);
     hl_req_submit(h->c, r);
     return 0;
 }

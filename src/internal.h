@@ -127,6 +127,7 @@ struct hl_req {
     struct hl_name *name;      /* keys come from here (a ref is held) */
     char token[HL_TOKEN_LEN + 1];
     uint32_t lease_ms;
+    uint64_t submitted_at;     /* the key's TTL started no earlier */
     hl_timer deadline;
     hl_timer backoff;          /* re-send after LOADING */
     unsigned sent : 1;         /* hiredis holds a callback for it */
@@ -246,6 +247,7 @@ struct hilock_owner {
 hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence,
                          uint64_t sent_at, const hilock_wait *w);
 void hl_hold_free(hilock_hold *h);
+void hl_hold_begin_release(hilock_hold *h);
 void hl_release_token(hilock_client *c, hl_name *n, const char *token, uint32_t lease_ms);
 void hl_token_new(hilock_client *c, char *out);
 void hl_wait_finish(hilock_wait *w, int status, hilock_hold *h);
