@@ -34,7 +34,7 @@ ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS)
 LIB_SRC := $(wildcard src/*.c)
 LIB_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(BUILD)/obj/scripts.o
 LUA     := $(wildcard src/lua/*.lua)
-HDRS    := $(wildcard include/hilock/*.h) adapters/libevent.h src/internal.h
+HDRS    := $(wildcard include/hilock/*.h include/hilock/adapters/*.h) src/internal.h
 
 STATIC  := $(BUILD)/libhilock.a
 SHARED  := $(BUILD)/libhilock.so.$(VERSION)

@@ -17,7 +17,7 @@
 
 #include "bench.h"
 #include "hilock/hilock.h"
-#include "adapters/libevent.h"
+#include <hilock/adapters/libevent.h>
 
 bench_opts g_opts;
 

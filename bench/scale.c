@@ -29,7 +29,7 @@
 
 #include "bench.h"
 #include "hilock/hilock.h"
-#include "adapters/libevent.h"
+#include <hilock/adapters/libevent.h>
 #include "internal.h" /* hl_script_acquire: the script redis-benchmark runs */
 
 /* ---- Memory ----------------------------------------------------------- */

@@ -28,6 +28,8 @@
  *     build/examples/http_singleflight -p 8081 & build/examples/http_singleflight -p 8082 &
  *     ab -n 200 -c 50 http://127.0.0.1:8081/k & ab -n 200 -c 50 http://127.0.0.1:8082/k
  * and "backend k" is printed once.
+ *
+ * Build: cc http_singleflight.c $(pkg-config --cflags --libs hilock) -levent
  */
 #include <signal.h>
 #include <stdio.h>
@@ -47,7 +49,7 @@
 #include <hiredis/adapters/libevent.h>
 
 #include <hilock/hilock.h>
-#include "adapters/libevent.h" /* installed as <hilock/adapters/libevent.h> */
+#include <hilock/adapters/libevent.h>
 
 #define KEY_MAX 200
 

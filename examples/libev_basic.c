@@ -22,7 +22,7 @@
 #include <ev.h>
 
 #include <hilock/hilock.h>
-#include "adapters/libev.h" /* installed as <hilock/adapters/libev.h> */
+#include <hilock/adapters/libev.h>
 
 struct app {
     struct ev_loop *loop;

@@ -16,10 +16,8 @@
  * No call blocks: while we wait for the lock (up to 5 s) or work, the loop is
  * free to serve anything else the program does.
  *
- * Build (from the source tree):
- *     cc -Iinclude -I. libevent_basic.c build/libhilock.a \
- *        -lhiredis -levent -luuid
- * or, with hilock installed: cc libevent_basic.c $(pkg-config --cflags --libs hilock) ...
+ * Build: cc libevent_basic.c $(pkg-config --cflags --libs hilock) -levent
+ * (in the source tree, `make` builds it as build/examples/libevent_basic).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,8 +25,8 @@
 
 #include <event2/event.h>
 
-#include "hilock/hilock.h"
-#include "adapters/libevent.h" /* hilock_libevent_init() */
+#include <hilock/hilock.h>
+#include <hilock/adapters/libevent.h> /* hilock_libevent_init() */
 
 /* Everything the callbacks share. One per program here; one per request in a
  * real server. */

@@ -26,7 +26,7 @@
 #include <uv.h>
 
 #include <hilock/hilock.h>
-#include "adapters/libuv.h" /* installed as <hilock/adapters/libuv.h> */
+#include <hilock/adapters/libuv.h>
 
 struct app {
     uv_loop_t loop;

@@ -22,6 +22,8 @@
  * failed. At the end it asks Redis (PUBSUB NUMSUB, on a separate synchronous
  * hiredis connection) how many subscribers each name's channel has: one per
  * name is expected, however many waiters there were.
+ *
+ * Build: cc many_waiters.c $(pkg-config --cflags --libs hilock) -levent
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -35,8 +37,8 @@
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
 
-#include "hilock/hilock.h"
-#include "adapters/libevent.h"
+#include <hilock/hilock.h>
+#include <hilock/adapters/libevent.h>
 
 #define NAME_LEN 64
 #ifndef STALL_SECONDS

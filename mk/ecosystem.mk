@@ -17,7 +17,7 @@ MANDIR     ?= $(PREFIX)/share/man
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 INSTALL    ?= install
 
-ADAPTERS := $(wildcard adapters/*.h)
+ADAPTERS := $(wildcard include/hilock/adapters/*.h)
 PUBLIC_HEADERS := $(wildcard include/hilock/*.h)
 MANPAGES := man/hilock.1 man/hilock.3
 
@@ -25,9 +25,9 @@ MANPAGES := man/hilock.1 man/hilock.3
 EXAMPLE_LIBS_libev_basic := -lev
 EXAMPLE_LIBS_libuv_basic := -luv
 TEST_LIBS += -lev -luv
-$(TESTS): adapters/libev.h adapters/libuv.h
-$(BUILD)/examples/libev_basic: adapters/libev.h
-$(BUILD)/examples/libuv_basic: adapters/libuv.h
+$(TESTS): include/hilock/adapters/libev.h include/hilock/adapters/libuv.h
+$(BUILD)/examples/libev_basic: include/hilock/adapters/libev.h
+$(BUILD)/examples/libuv_basic: include/hilock/adapters/libuv.h
 
 # The adapter, install and single-flight suites run programs of this build:
 # build them with the test runner (order-only: they do not relink it).

@@ -38,8 +38,8 @@
 #include "support/harness.h"
 #include "support/exclusion.h"
 #include "hilock/hilock.h"
-#include "adapters/libev.h"
-#include "adapters/libuv.h"
+#include <hilock/adapters/libev.h>
+#include <hilock/adapters/libuv.h>
 
 /* ---- A loop of either kind -------------------------------------------- */
 

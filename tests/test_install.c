@@ -280,7 +280,8 @@ static const char prog_c[] =
 /* Compile prog.c into `out`: `defs` picks the adapter, `link` is what the
  * program itself links (its event loop); the static build links
  * libhilock.a with `pkg-config --static --libs`. */
-static void build_prog(const char *out, const char *defs, const char *link, int use_static) {
+static void build_prog_from(const char *src, const char *out, const char *defs, const char *link,
+                            int use_static) {
     char cmd[8192], log[16384], extra[PATH_MAX * 3 + 128] = "";
     if (hiredis[0] != '\0') /* the same hiredis as the library, first */
         snprintf(extra, sizeof(extra), "-I%s/include -L%s/lib -Wl,-rpath,%s/lib",
@@ -288,16 +289,16 @@ static void build_prog(const char *out, const char *defs, const char *link, int 
     const char *libdir = at("%s/usr/local/lib", dest);
     if (use_static)
         snprintf(cmd, sizeof(cmd),
-                 "%s -std=c11 -Wall -Wextra -Werror %s %s %s -o %s prog.c "
+                 "%s -std=c11 -Wall -Wextra -Werror %s %s %s -o %s %s "
                  "$(pkg-config --cflags hilock) %s/libhilock.a "
                  "$(pkg-config --static --libs hilock | sed 's/-lhilock\\b//') %s",
-                 cc, sanitized ? "-fsanitize=address,undefined" : "", extra, defs, out,
+                 cc, sanitized ? "-fsanitize=address,undefined" : "", extra, defs, out, src,
                  libdir, link);
     else
         snprintf(cmd, sizeof(cmd),
-                 "%s -std=c11 -Wall -Wextra -Werror %s %s %s -o %s prog.c "
+                 "%s -Wall -Wextra -Werror %s %s %s -o %s %s "
                  "$(pkg-config --cflags --libs hilock) %s -Wl,-rpath,%s",
-                 cc, sanitized ? "-fsanitize=address,undefined" : "", extra, defs, out,
+                 cc, sanitized ? "-fsanitize=address,undefined" : "", extra, defs, out, src,
                  link, libdir);
     char pcpath[PATH_MAX + 32], sysroot[sizeof(dest) + 32];
     snprintf(pcpath, sizeof(pcpath), "PKG_CONFIG_PATH=%s/pkgconfig", libdir);
@@ -308,6 +309,18 @@ static void build_prog(const char *out, const char *defs, const char *link, int 
     cr_assert_eq(sh(env, full, log, sizeof(log)), 0, "cannot build %s:\n%s\n%s", out, full, log);
 }
 
+static void build_prog(const char *out, const char *defs, const char *link, int use_static) {
+    build_prog_from("prog.c", out, at("-std=c11 %s", defs), link, use_static);
+}
+
+/* An example of the source tree, unchanged, built as its comment says:
+ * `cc FILE.c $(pkg-config --cflags --libs hilock) -lLOOP`. */
+static void build_example(const char *name, const char *link) {
+    char src[PATH_MAX + 64];
+    snprintf(src, sizeof(src), "%s/examples/%s.c", root, name);
+    build_prog_from(src, at("ex_%s", name), "", link, 0);
+}
+
 static void run_prog(const char *prog, const char *name, long long fence) {
     char log[4096], want[64];
     char *argv[] = {(char *)at("%s/%s", tmp, prog), srv.url, (char *)name, NULL};
@@ -316,6 +329,16 @@ static void run_prog(const char *prog, const char *name, long long fence) {
     cr_expect_eq(rc, 0, "%s exited with %d:\n%s", prog, rc, log);
     snprintf(want, sizeof(want), "fence %lld\n", fence);
     cr_expect_not_null(strstr(log, want), "%s: want \"%s\" in:\n%s", prog, want, log);
+}
+
+/* An example against the server: it must take and release its lock. */
+static void run_example(const char *prog) {
+    char log[8192];
+    char *argv[] = {(char *)at("%s/%s", tmp, prog), srv.url, "example", NULL};
+    int rc = run(argv, NULL, at("%s/ex.out", tmp), NULL, 30000);
+    slurp(at("%s/ex.out", tmp), log, sizeof(log));
+    cr_expect_eq(rc, 0, "%s exited with %d:\n%s", prog, rc, log);
+    cr_expect_not_null(strstr(log, "released \"example\""), "%s:\n%s", prog, log);
 }
 
 /* ---- Tests ---------------------------------------------------------------- */
@@ -383,8 +406,19 @@ Test(install, prefix_and_destdir, .init = setup, .fini = teardown, .timeout = 40
     sh(NULL, at("readelf -d %s/prog_static | grep NEEDED || true", tmp), log, sizeof(log));
     cr_expect_null(strstr(log, "libhilock"), "the static build needs libhilock.so:\n%s", log);
 
+    /* The examples themselves, unchanged: a user copies them out of the
+     * tree and builds them against the installed copy. */
+    build_example("libevent_basic", "-levent");
+    build_example("libev_basic", "-lev");
+    build_example("libuv_basic", "-luv");
+    build_example("many_waiters", "-levent");
+    build_example("http_singleflight", "-levent");
+
     cr_assert_eq(test_redis_start(&srv, 0, NULL), 0);
     srv_started = 1;
+    run_example("ex_libevent_basic");
+    run_example("ex_libev_basic");
+    run_example("ex_libuv_basic");
     run_prog("prog_libevent", "installed", 1);
     run_prog("prog_libev", "installed", 2);
     run_prog("prog_libuv", "installed", 3);

@@ -28,7 +28,7 @@
 #include <unistd.h>
 #include <event2/event.h>
 #include "hilock/hilock.h"
-#include "adapters/libevent.h"
+#include <hilock/adapters/libevent.h>
 
 #define DEFAULT_URL    "redis://127.0.0.1:6379"
 #define DEFAULT_PREFIX "hilock:"

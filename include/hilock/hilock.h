@@ -74,7 +74,7 @@ struct redisAsyncContext;
 typedef struct hilock_loop_timer hilock_loop_timer;
 
 /* What hilock needs from an event loop. Fill one with an adapter from
- * adapters/ (e.g. hilock_libevent_init()) or write your own: each member is
+ * <hilock/adapters/> (e.g. hilock_libevent_init()) or write your own: each member is
  * a plain function over `data`. hilock copies the struct. */
 typedef struct hilock_loop {
     void *data;

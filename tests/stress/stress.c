@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "hilock/hilock.h"
-#include "adapters/libevent.h"
+#include <hilock/adapters/libevent.h>
 #include "support/harness.h"
 
 #define MAX_NAMES 64

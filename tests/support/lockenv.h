@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "hilock/hilock.h"
-#include "adapters/libevent.h"
+#include <hilock/adapters/libevent.h>
 #include "support/harness.h"
 
 typedef struct lockenv {

@@ -14,7 +14,7 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 #include <hiredis/adapters/libevent.h>
-#include "hilock/hilock.h"
+#include <hilock/hilock.h>
 
 struct hilock_loop_timer {
     struct event *ev;
