@@ -14,6 +14,12 @@ BUILD   ?= build
 ifeq ($(SANITIZE),1)
 override BUILD := build/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+DEBUG ?= 1
+endif
+# DEBUG=1: the library checks its invariants as it runs and aborts on a
+# violation (a stranded waiter); on in sanitizer builds.
+ifeq ($(DEBUG),1)
+DBGFLAGS := -DHILOCK_DEBUG
 endif
 ifneq ($(HIREDIS),)
 override BUILD := $(BUILD)/h1
@@ -23,7 +29,7 @@ endif
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-function
 CFLAGS  ?= -O2 -g
-ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) $(HR_CFLAGS) -Iinclude -I. -I$(BUILD)/gen
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) $(DBGFLAGS) $(HR_CFLAGS) -Iinclude -I. -I$(BUILD)/gen
 LIB_CFLAGS := $(ALL_CFLAGS) -fPIC -fvisibility=hidden
 # The library needs hiredis and libuuid; programs add their event loop.
 LDLIBS_SO  := $(HR_LIBS) -lhiredis -luuid

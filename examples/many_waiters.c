@@ -266,9 +266,10 @@ static void query_numsub(struct run *run) {
     redisFree(rc);
 }
 
-/* The names are unique to this run; drop their fencing counters afterwards
- * so that repeated runs leave nothing behind. (Never do this to a lock that
- * is in use: its fencing tokens would start over.) */
+/* The names are unique to this run; drop their fence keys afterwards so
+ * that repeated runs leave nothing behind. (They would expire by themselves
+ * after the client's fence_ttl_s, 7 days; fences of a name whose key is gone
+ * still grow, from the server's clock.) */
 static void cleanup_keys(struct run *run) {
     redisContext *rc = sync_connect(run->url);
     if (rc == NULL)

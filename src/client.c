@@ -32,6 +32,7 @@ const char *hilock_strerror(int err) {
     case HILOCK_EOOM:       return "Redis is out of memory";
     case HILOCK_ELOADING:   return "Redis is loading its data set";
     case HILOCK_ESCRIPT:    return "a lock script failed in Redis";
+    case HILOCK_EEVICTION:  return "Redis may evict locks (maxmemory-policy is not noeviction)";
     default:                return "unknown error";
     }
 }
@@ -41,6 +42,48 @@ void hl_set_error(hilock_client *c, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(c->errstr, sizeof(c->errstr), fmt, ap);
     va_end(ap);
+}
+
+typedef struct hl_logmsg {
+    hl_defer defer;
+    int level;
+    char msg[];
+} hl_logmsg;
+
+void hl_log(hilock_client *c, int level, const char *fmt, ...) {
+    va_list ap;
+    if (c->cfg.log_cb == NULL) return;
+    va_start(ap, fmt);
+    int len = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    hl_logmsg *m = len < 0 ? NULL : malloc(sizeof(*m) + (size_t)len + 1);
+    if (m == NULL) return;
+    va_start(ap, fmt);
+    vsnprintf(m->msg, (size_t)len + 1, fmt, ap);
+    va_end(ap);
+    m->level = level;
+    m->defer.kind = HL_DEFER_LOG;
+    hl_defer_push(c, &m->defer);
+}
+
+static void log_run(hilock_client *c, hl_defer *d, int cancel) {
+    hl_logmsg *m = HL_CONTAINER(d, hl_logmsg, defer);
+    if (!cancel) c->cfg.log_cb(m->level, m->msg, c->cfg.log_data);
+    free(m);
+}
+
+void hl_warn_eviction(hilock_client *c, const char *policy, const char *why) {
+    const char *seen = *policy ? policy : "?";
+    if (strcmp(seen, c->policy_warned) == 0) return;
+    snprintf(c->policy_warned, sizeof(c->policy_warned), "%s", seen);
+    if (*policy)
+        hl_log(c, HILOCK_LOG_WARNING,
+               "Redis has maxmemory-policy %s: it may evict a held lock (then two clients hold "
+               "it) or a fence key; set maxmemory-policy noeviction", policy);
+    else
+        hl_log(c, HILOCK_LOG_WARNING,
+               "cannot read maxmemory-policy from INFO memory (%s): whether Redis may evict "
+               "locks is unknown", why);
 }
 
 const char *hilock_client_errstr(const hilock_client *c) {
@@ -56,6 +99,7 @@ void hilock_config_init(hilock_config *cfg) {
     cfg->request_timeout_ms = 2000;
     cfg->linger_ms = 1000;
     cfg->reconnect_max_ms = 1000;
+    cfg->fence_ttl_s = 7 * 24 * 3600;
 }
 
 static uint32_t or_default(uint32_t v, uint32_t d) { return v ? v : d; }
@@ -87,6 +131,7 @@ int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hiloc
     c->cfg.request_timeout_ms = or_default(cfg->request_timeout_ms, defaults.request_timeout_ms);
     c->cfg.linger_ms = or_default(cfg->linger_ms, defaults.linger_ms);
     c->cfg.reconnect_max_ms = or_default(cfg->reconnect_max_ms, defaults.reconnect_max_ms);
+    c->cfg.fence_ttl_s = or_default(cfg->fence_ttl_s, defaults.fence_ttl_s);
     c->prefix = strdup(prefix);
     c->prefix_len = strlen(prefix);
     c->loop = *loop;
@@ -130,6 +175,9 @@ static void run_defer(hilock_client *c, hl_defer *d, int cancel) {
         break;
     case HL_DEFER_LOST:
         if (!cancel) hl_hold_run_lost(HL_CONTAINER(d, hilock_hold, lost_defer));
+        break;
+    case HL_DEFER_LOG:
+        log_run(c, d, cancel);
         break;
     case HL_DEFER_CLOSE:
         if (c->close_cb) c->close_cb(c->close_data);
@@ -176,6 +224,12 @@ void hilock_client_free(hilock_client *c) {
     hl_conn_teardown(&c->cmd); /* in-flight requests end here */
     hl_conn_teardown(&c->sub);
     hl_reqs_cancel_all(c);
+    if (c->close_cb != NULL) {
+        /* Freed while a close was under way: its callback still runs once. */
+        hilock_close_cb cb = c->close_cb;
+        c->close_cb = NULL;
+        cb(c->close_data);
+    }
     if (!c->dispatching) hl_client_destroy(c);
 }
 

@@ -45,15 +45,24 @@ static void req_deadline(hl_timer *t) {
     hl_req *r = HL_CONTAINER(t, hl_req, deadline);
     hl_conn *k = &r->c->cmd;
     int sent = r->sent;
-    if (k->state == HL_CONN_READY) {
+    if (k->state == HL_CONN_READY)
         hl_set_error(r->c, "no reply from Redis within %u ms", r->c->cfg.request_timeout_ms);
-        req_finish(r, NULL, HILOCK_EDEADLINE);
-    } else {
-        req_finish(r, NULL, k->last_err ? k->last_err : HILOCK_ECONN);
-    }
+    req_finish(r, NULL, hl_conn_error(r->c));
     /* A connection that leaves a sent request unanswered this long is stuck
-     * (or the peer is not Redis): drop it and let the backoff reconnect. */
-    if (sent && k->ac != NULL) hl_conn_teardown(k);
+     * (or the peer is not Redis): drop it and let the backoff reconnect.
+     * What it still owed fails the same way, for the same cause. */
+    if (sent && k->ac != NULL) {
+        k->last_err = HILOCK_EDEADLINE;
+        hl_conn_teardown(k);
+    }
+}
+
+/* Connected (the handshake counts) but unanswered is a server that does not
+ * answer in time; anything short of connected is the connection's fault. */
+int hl_conn_error(hilock_client *c) {
+    hl_conn *k = &c->cmd;
+    if (k->state == HL_CONN_READY || k->state == HL_CONN_HANDSHAKE) return HILOCK_EDEADLINE;
+    return k->last_err ? k->last_err : HILOCK_ECONN;
 }
 
 /* Back off from a server that is still loading, then go again. */
@@ -144,9 +153,9 @@ void hl_req_again(hl_req *r) {
 
 static void conn_send(hl_conn *k, hl_req *r) {
     const hl_script *s = r->script;
-    char lease[16];
-    const char *argv[7];
-    size_t lens[7];
+    char lease[16], fence_ttl[16];
+    const char *argv[8];
+    size_t lens[8];
     int argc = 0;
     hl_name *n = r->name;
 
@@ -164,6 +173,11 @@ static void conn_send(hl_conn *k, hl_req *r) {
     if (s != &hl_script_release) {
         lens[argc] = (size_t)snprintf(lease, sizeof(lease), "%u", (unsigned)r->lease_ms);
         argv[argc] = lease; argc++;
+    }
+    if (s == &hl_script_acquire) {
+        lens[argc] = (size_t)snprintf(fence_ttl, sizeof(fence_ttl), "%u",
+                                      (unsigned)r->c->cfg.fence_ttl_s);
+        argv[argc] = fence_ttl; argc++;
     }
     if (redisAsyncCommandArgv(k->ac, on_reply, r, argc, argv, lens) != REDIS_OK) {
         hl_list_push(&k->queue, &r->link); /* disconnecting: next connection */
@@ -215,6 +229,45 @@ static void on_handshake(redisAsyncContext *ac, void *reply_, void *privdata) {
     if (--k->handshake_left == 0) conn_ready(k);
 }
 
+/* The maxmemory-policy line of an INFO reply, or "" if there is none. */
+static void info_policy(const redisReply *reply, char *out, size_t n) {
+    static const char field[] = "maxmemory_policy:";
+    const char *p = reply->type == REDIS_REPLY_STRING ? strstr(reply->str, field) : NULL;
+    size_t len = 0;
+    if (p != NULL) {
+        p += sizeof(field) - 1;
+        while (p[len] != '\0' && p[len] != '\r' && p[len] != '\n' && len + 1 < n) len++;
+        memcpy(out, p, len);
+    }
+    out[len] = '\0';
+}
+
+/* Eviction breaks a lock: an evicted lock key lets a second client take it,
+ * an evicted fence key makes fences lean on the clock alone. Any policy but
+ * noeviction may evict our keys (they all have a TTL, so volatile-* too).
+ * CONFIG may be renamed or forbidden, so the policy is read from INFO. */
+static void on_info(redisAsyncContext *ac, void *reply_, void *privdata) {
+    redisReply *reply = reply_;
+    hl_conn *k = conn_of(ac);
+    hilock_client *c = k->c;
+    char policy[64];
+    (void)privdata;
+    if (reply == NULL || c->freeing || (ac->c.flags & REDIS_DISCONNECTING)) return;
+    info_policy(reply, policy, sizeof(policy));
+    if (strcmp(policy, "noeviction") != 0) {
+        hl_warn_eviction(c, policy, reply->type == REDIS_REPLY_ERROR ? reply->str : "no such field");
+        if (c->cfg.require_noeviction) {
+            hl_set_error(c, "maxmemory-policy is %s, and require_noeviction is set",
+                         *policy ? policy : "unknown");
+            k->last_err = HILOCK_EEVICTION;
+            conn_fail_queue(k, HILOCK_EEVICTION);
+            redisAsyncDisconnect(ac);
+            return;
+        }
+    }
+    if (--k->handshake_left == 0) conn_ready(k);
+}
+
 static void on_connect(const redisAsyncContext *ac, int status) {
     hl_conn *k = conn_of(ac);
     hilock_client *c = k->c;
@@ -241,6 +294,10 @@ static void on_connect(const redisAsyncContext *ac, int status) {
     }
     if (c->url.db != 0 && !k->is_sub) { /* pub/sub ignores the db */
         redisAsyncCommand(wac, on_handshake, NULL, "SELECT %d", c->url.db);
+        k->handshake_left++;
+    }
+    if (!k->is_sub) {
+        redisAsyncCommand(wac, on_info, NULL, "INFO memory");
         k->handshake_left++;
     }
     if (k->handshake_left == 0) conn_ready(k);
@@ -292,7 +349,7 @@ void hl_sub_send(hilock_client *c, hl_name *n, int subscribe) {
 static void connect_timeout(hl_timer *t) {
     hl_conn *k = HL_CONTAINER(t, hl_conn, connect_to);
     hl_set_error(k->c, "connect: no answer within %u ms", k->c->cfg.connect_timeout_ms);
-    k->last_err = HILOCK_ECONN;
+    k->last_err = k->state == HL_CONN_HANDSHAKE ? HILOCK_EDEADLINE : HILOCK_ECONN;
     hl_conn_teardown(k);
 }
 
@@ -300,11 +357,23 @@ static void conn_retry(hl_timer *t) {
     hl_conn_connect(HL_CONTAINER(t, hl_conn, retry));
 }
 
+/* A try-once that has not gone out yet asked for one attempt: a failed
+ * connection attempt is its answer, not a reason to wait for the next. */
+static void conn_fail_fast(hl_conn *k, int err) {
+    hl_link *l = k->queue.next;
+    while (l != &k->queue) {
+        hl_req *r = HL_CONTAINER(l, hl_req, link);
+        l = l->next;
+        if (r->fail_fast && !r->ever_sent) req_finish(r, NULL, err);
+    }
+}
+
 /* Exponential backoff with jitter, so that many clients do not reconnect
  * in lockstep after a server restart. */
 static void conn_schedule_retry(hl_conn *k) {
     hilock_client *c = k->c;
     if (c->freeing) return;
+    conn_fail_fast(k, k->last_err ? k->last_err : HILOCK_ECONN);
     if (c->closing) {
         /* Closing does not wait for a server that is away. */
         conn_fail_queue(&c->cmd, k->last_err ? k->last_err : HILOCK_ECONN);

@@ -210,12 +210,21 @@ void hl_wait_finish(hilock_wait *w, int status, hilock_hold *h) {
     hl_defer_push(w->c, &w->defer);
 }
 
+static void try_send(hilock_wait *w);
+static int wait_retry(hilock_wait *w, uint64_t now);
+
 /* Run by the deferred queue (or by client_free with HILOCK_ECANCELED). */
 void hl_wait_run(hilock_wait *w, int cancel) {
-    if (cancel && w->status == 0) {
-        /* Granted but never delivered: the hold is abandoned with the client. */
+    if ((cancel || w->c->closing) && w->status == 0) {
+        /* Granted but never delivered before the client began to go away:
+         * free abandons the hold, close is releasing it. */
         w->status = HILOCK_ECANCELED;
         w->hold = NULL;
+    } else if (w->status == 0) {
+        /* A grant is success only while its lease runs: a callback ahead of
+         * it in this turn, or a stalled loop, may have used the time up. */
+        uint64_t now = hl_now_ms();
+        if (!hl_hold_live(w->hold, now) && wait_retry(w, now)) return;
     }
     /* cb_done is set after the call: a client_free from inside the callback
      * must not free `w` under our feet (on_try_done frees only done waits). */
@@ -223,8 +232,6 @@ void hl_wait_run(hilock_wait *w, int cancel) {
     w->cb_done = 1;
     if (w->req == NULL) wait_free(w);
 }
-
-static void try_send(hilock_wait *w);
 
 void hl_engine_kick(hl_name *n) {
     if (n->nwaiters == 0) return;
@@ -237,9 +244,62 @@ static void fallback_fired(hl_timer *t) {
     hl_engine_kick(HL_CONTAINER(t, hl_name, fallback));
 }
 
+/* Did a try answer, while `w` waited, that the lock is taken? Each answered
+ * try counts in n->answers; a wait that joins others behind a lock already
+ * known taken starts with that answer counted as seen. */
+static int wait_seen_held(const hilock_wait *w) {
+    return w->name->answers != w->answers_mark;
+}
+
+
+
+/* A wait that ran out is ETIMEDOUT only if the lock was seen taken: when no
+ * try could be sent or answered, the cause is the connection, and a wrong
+ * address must not look like a busy lock. */
+static int wait_expired_status(hilock_wait *w) {
+    if (wait_seen_held(w)) return HILOCK_ETIMEDOUT;
+    int err = hl_conn_error(w->c);
+    if (err == HILOCK_EDEADLINE) hl_set_error(w->c, "no answer from Redis before the wait ran out");
+    return err;
+}
+
 static void wait_deadline(hl_timer *t) {
     hilock_wait *w = HL_CONTAINER(t, hilock_wait, timer);
-    hl_wait_finish(w, HILOCK_ETIMEDOUT, NULL);
+    hl_wait_finish(w, wait_expired_status(w), NULL);
+}
+
+/* Put `w` (queued) at the head of its name, or at the tail, and arm its
+ * deadline. */
+static void wait_enqueue(hilock_wait *w, int at_head, uint64_t now) {
+    hl_name *n = w->name;
+    w->state = HL_WAIT_QUEUED;
+    w->answers_mark = n->answers - (n->nwaiters > 0 && n->known_held);
+    if (at_head) hl_list_push_head(&n->waiters, &w->link);
+    else hl_list_push(&n->waiters, &w->link);
+    n->nwaiters++;
+    hl_timer_stop(w->c, &n->linger);
+    if (w->deadline_at != 0) hl_timer_start(w->c, &w->timer, w->deadline_at > now ? w->deadline_at - now : 0);
+}
+
+/* A grant went stale before its callback could run. If the wait still has
+ * time, it goes back to the head of its name with a new token and tries
+ * again (returns 1); otherwise it ends with its own timeout (returns 0). The
+ * stale hold is lost for anyone who shares it, and released if nobody does. */
+static int wait_retry(hilock_wait *w, uint64_t now) {
+    hilock_hold *h = w->hold;
+    int again = !w->try_once && (w->deadline_at == 0 || now < w->deadline_at);
+    w->hold = NULL;
+    if (again) {
+        hl_token_new(w->c, w->token);
+        wait_enqueue(w, 1, now);
+        hl_engine_kick(w->name);
+        hl_name_check(w->name);
+    } else {
+        w->status = HILOCK_ETIMEDOUT;
+    }
+    hl_hold_mark_lost(h, HILOCK_ELOST);
+    hl_hold_drop(h); /* last: it may free the name when w is done */
+    return again;
 }
 
 /* The head won: it gets a hold, and so does every waiter queued behind it
@@ -275,6 +335,38 @@ static void fail_all(hl_name *n, int err) {
     }
 }
 
+/* The acquire script answers {1, fence} (ours) or {0, pttl} (taken). */
+static int parse_try(hilock_client *c, const redisReply *reply, long long *got, long long *val) {
+    if (reply->type == REDIS_REPLY_ERROR) return hl_reply_error(c, reply);
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+        reply->element[0]->type == REDIS_REPLY_INTEGER &&
+        reply->element[1]->type == REDIS_REPLY_INTEGER) {
+        *got = reply->element[0]->integer;
+        *val = reply->element[1]->integer;
+        return 0;
+    }
+    hl_set_error(c, "unexpected reply to the acquire script");
+    return HILOCK_EPROTO;
+}
+
+/* After a try, a name that still has waiters must try again: at once when
+ * a wakeup came meanwhile, the head only tries once, or the lock is free
+ * (retry_ms 0); else on a release message, or when the fallback timer at
+ * retry_ms fires (a lock that expires without a release still wakes us). */
+static void try_later(hl_name *n, uint64_t retry_ms) {
+    if (n->nwaiters == 0) return;
+    hilock_wait *head = HL_CONTAINER(n->waiters.next, hilock_wait, link);
+    ensure_subscribed(n);
+    if (n->woken || head->try_once || retry_ms == 0) hl_engine_kick(n);
+    else hl_timer_start(n->c, &n->fallback, retry_ms);
+}
+
+/* How long a lock said to be taken may still live: pttl -2 means it is gone
+ * already, -1 a key without TTL (not ours: look again after a lease). */
+static uint64_t retry_after(hilock_client *c, long long pttl) {
+    return pttl >= 0 ? (uint64_t)pttl + 1 : pttl == -2 ? 0 : c->cfg.default_lease_ms;
+}
+
 static void on_try_done(hl_req *r, redisReply *reply, int err) {
     hilock_wait *w = r->owner;
     hl_name *n = w->name;
@@ -287,51 +379,31 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
         if (w->cb_done) wait_free(w);
         return;
     }
-    if (err == 0) {
-        if (reply->type == REDIS_REPLY_ERROR) {
-            err = hl_reply_error(c, reply);
-        } else if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-                   reply->element[0]->type == REDIS_REPLY_INTEGER &&
-                   reply->element[1]->type == REDIS_REPLY_INTEGER) {
-            got = reply->element[0]->integer;
-            val = reply->element[1]->integer;
-        } else {
-            hl_set_error(c, "unexpected reply to the acquire script");
-            err = HILOCK_EPROTO;
-        }
-    }
-
+    if (err == 0) err = parse_try(c, reply, &got, &val);
     if (err != 0) {
         /* If the try may have run, its outcome is unknown: make sure no lock
          * of ours stays behind. */
         if (r->ever_sent) hl_release_token(c, n, w->token, w->lease_ms);
+        n->known_held = 0;
         fail_all(n, err); /* w first, if it still waits: it is the head */
-    } else if (got == 1) {
-        if (w->state == HL_WAIT_QUEUED) {
-            grant(w, (uint64_t)val, r->submitted_at);
-            /* The others wait for our release message; should the key expire
-             * instead (no renewal), they must still wake. */
-            if (n->nwaiters > 0) {
-                ensure_subscribed(n);
-                hl_timer_start(c, &n->fallback, w->lease_ms + 1);
-            }
-        } else {
-            hl_release_token(c, n, w->token, 0); /* cancelled meanwhile: never leak */
-        }
     } else {
-        if (w->state == HL_WAIT_QUEUED && w->try_once) hl_wait_finish(w, HILOCK_EBUSY, NULL);
-        if (n->nwaiters > 0) {
-            hilock_wait *head = HL_CONTAINER(n->waiters.next, hilock_wait, link);
-            ensure_subscribed(n);
-            if (n->woken || head->try_once) {
-                hl_engine_kick(n);
-            } else {
-                /* pttl -2: gone already; -1: a key without TTL (not ours). */
-                uint64_t wait = val >= 0 ? (uint64_t)val + 1 : val == -2 ? 0 : c->cfg.default_lease_ms;
-                hl_timer_start(c, &n->fallback, wait);
-            }
+        n->answers++;
+        n->known_held = 1;
+        if (got == 1 && w->state == HL_WAIT_QUEUED) {
+            grant(w, (uint64_t)val, r->submitted_at);
+            n->woken = 0; /* that wakeup was for the lock we now hold */
+            try_later(n, w->lease_ms + 1);
+        } else if (got == 1) {
+            /* Cancelled or timed out meanwhile: never leak the lock, and
+             * let the next waiter (who sent nothing while we tried) go. */
+            hl_release_token(c, n, w->token, 0);
+            try_later(n, 0);
+        } else {
+            if (w->state == HL_WAIT_QUEUED && w->try_once) hl_wait_finish(w, HILOCK_EBUSY, NULL);
+            try_later(n, retry_after(c, val));
         }
     }
+    hl_name_check(n);
     if (w->state == HL_WAIT_DONE && w->cb_done) wait_free(w);
 }
 
@@ -339,11 +411,12 @@ static void try_send(hilock_wait *w) {
     hl_name *n = w->name;
     hl_req *r = hl_req_new(w->c, &hl_script_acquire, n, w->token, w->lease_ms, on_try_done, w);
     if (r == NULL) {
-        hl_wait_finish(w, HILOCK_ENOMEM, NULL);
+        fail_all(n, HILOCK_ENOMEM); /* nobody behind w could try either */
         return;
     }
     n->trying = 1;
     n->woken = 0;
+    r->fail_fast = w->try_once;
     w->req = r;
     hl_req_submit(w->c, r);
 }
@@ -356,10 +429,10 @@ void hilock_acquire_opts_init(hilock_acquire_opts *o) {
     o->lease_ms = HILOCK_LEASE_DEFAULT;
 }
 
-static hilock_hold *owner_hold(hilock_owner *o, hl_name *n) {
+static hilock_hold *owner_hold(hilock_owner *o, hl_name *n, uint64_t now) {
     for (hl_link *l = o->holds.next; l != &o->holds; l = l->next) {
         hilock_hold *h = HL_CONTAINER(l, hilock_hold, olink);
-        if (h->name == n && !h->releasing && !h->lost) return h;
+        if (h->name == n && !h->releasing && hl_hold_live(h, now)) return h;
     }
     return NULL;
 }
@@ -399,18 +472,17 @@ int hilock_acquire(hilock_client *c, const char *name, const hilock_acquire_opts
     hl_list_init(&w->link);
     hl_token_new(c, w->token);
     if (wait_out) *wait_out = w;
+    uint64_t now = hl_now_ms();
+    if (opts->wait_ms > 0) w->deadline_at = now + (uint64_t)opts->wait_ms;
 
-    hilock_hold *h = opts->owner ? owner_hold(opts->owner, n) : NULL;
+    hilock_hold *h = opts->owner ? owner_hold(opts->owner, n, now) : NULL;
     if (h != NULL) { /* reentrant: counted here, nothing sent */
         h->count++;
         hl_wait_finish(w, 0, h);
         return 0;
     }
 
-    hl_list_push(&n->waiters, &w->link);
-    n->nwaiters++;
-    hl_timer_stop(c, &n->linger);
-    if (opts->wait_ms > 0) hl_timer_start(c, &w->timer, (uint64_t)opts->wait_ms);
+    wait_enqueue(w, 0, now);
     if (n->nwaiters == 1) {
         if (!n->trying) try_send(w); /* else it goes when the try in flight ends */
     } else if (w->try_once) {
@@ -418,6 +490,7 @@ int hilock_acquire(hilock_client *c, const char *name, const hilock_acquire_opts
          * come first. */
         hl_wait_finish(w, HILOCK_EBUSY, NULL);
     }
+    hl_name_check(n);
     return 0;
 }
 
@@ -426,3 +499,22 @@ int hilock_wait_cancel(hilock_wait *w) {
     hl_wait_finish(w, HILOCK_ECANCELED, NULL);
     return 0;
 }
+
+#ifdef HILOCK_DEBUG
+#include <stdio.h>
+/* The liveness invariant: a name with waiters has a try in flight, or a
+ * fallback timer that will send one (release messages and subscription
+ * acks only bring it forward). */
+void hl_name_check(const hl_name *n) {
+    if (n->nwaiters > 0 && !n->trying && !hl_timer_armed(&n->fallback) && !n->c->freeing) {
+        fprintf(stderr, "hilock: stranded waiters on \"%s\" (%zu waiting, sub %d)\n",
+                n->name, n->nwaiters, n->sub);
+        abort();
+    }
+}
+
+void hl_names_check(hilock_client *c) {
+    for (size_t i = 0; i < c->nbuckets; i++)
+        for (hl_name *n = c->buckets[i]; n; n = n->next_in_bucket) hl_name_check(n);
+}
+#endif

@@ -64,7 +64,7 @@ void hl_release_token(hilock_client *c, hl_name *n, const char *token, uint32_t 
 
 /* ---- Loss and the watchdog --------------------------------------------- */
 
-static void hold_lost(hilock_hold *h, int why) {
+void hl_hold_mark_lost(hilock_hold *h, int why) {
     if (h->lost) return;
     h->lost = 1;
     h->lost_why = why;
@@ -77,7 +77,7 @@ void hl_hold_run_lost(hilock_hold *h) {
 }
 
 static void watchdog_arm(hilock_hold *h) {
-    uint64_t now = hl_now_ms(), expiry = h->confirmed + h->lease_ms;
+    uint64_t now = hl_now_ms(), expiry = hl_hold_expiry(h);
     uint64_t next = h->no_renew ? expiry : now + h->lease_ms / 3;
     if (next > expiry) next = expiry;
     hl_timer_start(h->c, &h->watchdog, next > now ? next - now : 0);
@@ -91,7 +91,7 @@ static void on_renewed(hl_req *r, redisReply *reply, int err) {
         if (reply->integer == 1) {
             if (r->submitted_at > h->confirmed) h->confirmed = r->submitted_at;
         } else {
-            hold_lost(h, HILOCK_ELOST); /* expired or taken over */
+            hl_hold_mark_lost(h, HILOCK_ELOST); /* expired or taken over */
             return;
         }
     } else if (err == 0 && reply->type == REDIS_REPLY_ERROR) {
@@ -103,10 +103,10 @@ static void on_renewed(hl_req *r, redisReply *reply, int err) {
 static void watchdog_fired(hl_timer *t) {
     hilock_hold *h = HL_CONTAINER(t, hilock_hold, watchdog);
     hilock_client *c = h->c;
-    if (hl_now_ms() >= h->confirmed + h->lease_ms) {
+    if (hl_now_ms() >= hl_hold_expiry(h)) {
         int why = h->no_renew || c->cmd.state == HL_CONN_READY ? HILOCK_ELOST
                   : (c->cmd.last_err ? c->cmd.last_err : HILOCK_ECONN);
-        hold_lost(h, why);
+        hl_hold_mark_lost(h, why);
         return;
     }
     if (h->renew == NULL) {
@@ -144,6 +144,13 @@ hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence,
     else hl_list_init(&h->olink);
     watchdog_arm(h);
     return h;
+}
+
+void hl_hold_drop(hilock_hold *h) {
+    if (--h->count > 0) return;
+    hl_hold_begin_release(h);
+    hl_release_token(h->c, h->name, h->token, 0);
+    hl_hold_free(h);
 }
 
 void hl_hold_free(hilock_hold *h) {
@@ -191,9 +198,9 @@ static void on_released(hl_req *r, redisReply *reply, int err) {
         else
             err = HILOCK_EPROTO;
     }
-    /* A hold already found lost reports it, even if the key happened to be
-     * back in our hands. */
-    if (err == 0 && op->hold->lost) err = HILOCK_ELOST;
+    /* A hold already found lost, or past its lease when the release was
+     * sent, reports it, even if the key happened to be still in our hands. */
+    if (err == 0 && !hl_hold_live(op->hold, r->submitted_at)) err = HILOCK_ELOST;
     op->status = err;
     if (c->freeing) { hl_relop_run(&op->defer, 1); return; }
     hl_defer_push(c, &op->defer);
@@ -232,7 +239,9 @@ int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
 
 uint64_t hilock_hold_fence(const hilock_hold *h) { return h ? h->fence : 0; }
 const char *hilock_hold_name(const hilock_hold *h) { return h ? h->name->name : NULL; }
-int hilock_hold_lost(const hilock_hold *h) { return h ? (int)h->lost : 0; }
+/* Computed, not only flagged: a hold is lost from the instant its lease may
+ * have run out, even before the watchdog's timer has had its turn. */
+int hilock_hold_lost(const hilock_hold *h) { return h ? !hl_hold_live(h, hl_now_ms()) : 0; }
 unsigned hilock_hold_count(const hilock_hold *h) { return h ? h->count : 0; }
 
 /* ---- Owners ----------------------------------------------------------- */

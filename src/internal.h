@@ -26,6 +26,10 @@ static inline void hl_list_push(hl_link *l, hl_link *n) {
     n->prev = l->prev; n->next = l;
     l->prev->next = n; l->prev = n;
 }
+static inline void hl_list_push_head(hl_link *l, hl_link *n) {
+    n->next = l->next; n->prev = l;
+    l->next->prev = n; l->next = n;
+}
 static inline void hl_list_remove(hl_link *n) {
     n->prev->next = n->next; n->next->prev = n->prev;
     n->prev = n->next = n;
@@ -52,7 +56,7 @@ static inline int hl_timer_armed(const hl_timer *t) { return t->slot != 0; }
 
 /* A user callback waiting for the next loop turn. Kinds tell client_free what
  * each pending item is, so that it can end it with HILOCK_ECANCELED. */
-enum { HL_DEFER_WAIT, HL_DEFER_RELEASE, HL_DEFER_LOST, HL_DEFER_CLOSE };
+enum { HL_DEFER_WAIT, HL_DEFER_RELEASE, HL_DEFER_LOST, HL_DEFER_CLOSE, HL_DEFER_LOG };
 
 typedef struct hl_defer {
     hl_link link;
@@ -136,6 +140,7 @@ struct hl_req {
     unsigned ever_sent : 1;    /* it may have reached Redis */
     unsigned lost_reply : 1;   /* a send of it may have run, unanswered */
     unsigned rounds : 2;       /* cleanup releases sent after an unknown outcome */
+    unsigned fail_fast : 1;    /* a try-once: a failed connection attempt ends it */
 };
 
 int hl_conn_init(hilock_client *c, hl_conn *k, int is_sub);
@@ -169,6 +174,8 @@ typedef struct hl_name {
     unsigned trying : 1; /* the head's try is in flight */
     unsigned woken : 1;  /* a wakeup came while trying */
     unsigned resub : 1;  /* subscribe again once the unsubscribe is confirmed */
+    unsigned known_held : 1; /* the last try was answered: the lock is taken */
+    uint32_t answers;    /* tries answered without error (see hl_wait_seen_held) */
     hl_timer fallback;   /* the lock may have expired by then */
     hl_timer linger;     /* unsubscribe when it fires */
     size_t keylen;       /* strlen of the lock key */
@@ -205,6 +212,8 @@ struct hilock_wait {
     hilock_lost_cb lost_cb;
     void *lost_data;
     hl_timer timer;        /* the wait deadline */
+    uint64_t deadline_at;  /* when it ends (monotonic ms); 0 = never */
+    uint32_t answers_mark; /* n->answers before this wait saw the lock held */
     hl_req *req;           /* the try in flight, if any */
     hilock_hold *hold;     /* the outcome */
     int status;
@@ -247,11 +256,34 @@ struct hilock_owner {
 hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence,
                          uint64_t sent_at, const hilock_wait *w);
 void hl_hold_free(hilock_hold *h);
+/* The instant after which the key may be another client's: the send time of
+ * the last acquire or renewal that Redis confirmed, plus the lease. */
+static inline uint64_t hl_hold_expiry(const hilock_hold *h) { return h->confirmed + h->lease_ms; }
+/* Whether a callback may still be told the lock is held at `now`. */
+static inline int hl_hold_live(const hilock_hold *h, uint64_t now) {
+    return !h->lost && now < hl_hold_expiry(h);
+}
+void hl_hold_mark_lost(hilock_hold *h, int why);
+/* One acquisition of `h` was never delivered: drop its level, and the hold
+ * itself (releasing the key) when it was the last. */
+void hl_hold_drop(hilock_hold *h);
 void hl_hold_begin_release(hilock_hold *h);
 void hl_release_token(hilock_client *c, hl_name *n, const char *token, uint32_t lease_ms);
 void hl_token_new(hilock_client *c, char *out);
 void hl_wait_finish(hilock_wait *w, int status, hilock_hold *h);
 void hl_wait_run(hilock_wait *w, int cancel);
+/* The error of a request that got no answer: the connection's, or
+ * HILOCK_EDEADLINE when it is up but Redis did not answer. */
+int hl_conn_error(hilock_client *c);
+/* Debug builds (-DHILOCK_DEBUG): abort if a name with waiters has neither a
+ * try in flight nor a timer that will retry (a stranded waiter). */
+#ifdef HILOCK_DEBUG
+void hl_name_check(const hl_name *n);
+void hl_names_check(hilock_client *c);
+#else
+static inline void hl_name_check(const hl_name *n) { (void)n; }
+static inline void hl_names_check(hilock_client *c) { (void)c; }
+#endif
 
 /* ---- The client --------------------------------------------------------- */
 
@@ -285,9 +317,14 @@ struct hilock_client {
     uint64_t rng;                /* backoff jitter */
     uint64_t token_id, token_salt, token_seq; /* see hl_token_new */
     char errstr[256];
+    char policy_warned[64];      /* the eviction policy last warned about */
 };
 
 void hl_set_error(hilock_client *c, const char *fmt, ...);
+/* Queue a message for cfg.log_cb (nothing when there is none). */
+void hl_log(hilock_client *c, int level, const char *fmt, ...);
+/* Warn, once per policy seen, that the server may evict locks. */
+void hl_warn_eviction(hilock_client *c, const char *policy, const char *why);
 void hl_close_progress(hilock_client *c);
 
 #endif

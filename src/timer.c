@@ -126,6 +126,7 @@ void hl_tick(void *arg) {
     if (c->freeing) { hl_client_destroy(c); return; }
 
     c->dispatching = 0;
+    hl_names_check(c);
     if (!hl_list_empty(&c->defers)) arm(c, 0);
     else if (c->nheap > 0) arm(c, c->heap[0]->when);
 }

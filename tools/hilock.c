@@ -48,15 +48,25 @@ static const char usage_text[] =
 "\n"
 "COMMAND finds the lock name in $HILOCK_NAME and the fencing token, a number\n"
 "that grows with every acquisition of NAME, in $HILOCK_FENCE.\n"
-"SIGINT, SIGTERM and SIGHUP are passed on to COMMAND; the lock is released\n"
-"when COMMAND exits.\n"
+"SIGINT, SIGTERM and SIGHUP stop the wait, and are passed on to COMMAND once\n"
+"it runs; the lock is released when COMMAND exits. One that was ignored when\n"
+"hilock started (nohup, a shell's &) stays ignored, by hilock and COMMAND.\n"
 "\n"
-"Exit status: COMMAND's own (128+N if signal N killed it, 127 if it could\n"
-"not be run); 75 the lock was not acquired in time; 74 the lock was lost\n"
-"while COMMAND ran (COMMAND got SIGTERM); 69 Redis could not be reached or\n"
-"failed; 64 usage error; 128+N when signal N stopped the wait.\n";
+"Exit status:\n"
+"  COMMAND's  COMMAND ran: its own status; 128+N if signal N killed it,\n"
+"             127 if it was not found, 126 if it could not be run\n"
+"  64         usage error\n"
+"  69         Redis could not be used: unreachable, no answer in time, not\n"
+"             Redis, authentication failed, read-only replica, out of\n"
+"             memory, still loading, lock script failed, other error reply\n"
+"  70         internal failure (out of memory, event-loop adapter)\n"
+"  71         system failure (fork, setenv, event loop or signal setup)\n"
+"  74         the lock was lost while COMMAND ran (COMMAND got SIGTERM)\n"
+"  75         the lock was not acquired within WAIT_MS (-w 0: it was held)\n"
+"  128+N      signal N stopped the wait\n";
 
-/* The signals we catch. Everything else keeps its inherited disposition. */
+/* The signals we catch, unless they were ignored when we started (see
+ * must_catch). Everything else keeps its inherited disposition. */
 static const int caught[] = { SIGCHLD, SIGINT, SIGTERM, SIGHUP };
 #define NCAUGHT (sizeof(caught) / sizeof(caught[0]))
 
@@ -85,6 +95,17 @@ static struct sigaction saved_act[NCAUGHT + 1]; /* + SIGPIPE */
 static sigset_t saved_mask;
 static int *inherited_fds;
 static size_t n_inherited;
+
+/* Whether to catch caught[i]. A stop signal that we were started with
+ * ignored stays ignored while we wait and while COMMAND runs: that is what
+ * `nohup hilock ...` and a script's `hilock ... &` (SIGINT ignored) ask for.
+ * Not caught, it is not passed on either; COMMAND, which inherits the
+ * disposition, would ignore it anyway. SIGCHLD is different: it is how we
+ * learn that COMMAND ended, so we catch it whatever it was, and COMMAND gets
+ * back what we were given. */
+static int must_catch(size_t i) {
+    return caught[i] == SIGCHLD || saved_act[i].sa_handler != SIG_IGN;
+}
 
 static void usage(FILE *f) {
     fputs(usage_text, f);
@@ -206,14 +227,29 @@ static void report(const cli *c, const char *what, int err) {
         fprintf(stderr, "hilock: %s %s: %s (%s)\n", what, c->name, hilock_strerror(err), detail);
 }
 
+/* Every failure that comes from Redis or the way to it is "the service is
+ * unavailable" (69), whatever the library calls it: a script cannot do more
+ * about a read-only replica than about a refused connection, and must not
+ * mistake either for a bug in hilock (70). Keep this list, the usage text,
+ * README.md and man/hilock.1 in step. */
 static int exit_for_error(int err) {
     switch (err) {
-    case HILOCK_ECONN: case HILOCK_EDEADLINE: case HILOCK_EREPLY:
-    case HILOCK_EAUTH: case HILOCK_EPROTO:
+    case HILOCK_ECONN: case HILOCK_EDEADLINE: case HILOCK_EPROTO:
+    case HILOCK_EAUTH: case HILOCK_EREPLY: case HILOCK_EREADONLY:
+    case HILOCK_EOOM: case HILOCK_ELOADING: case HILOCK_ESCRIPT:
         return EX_UNAVAILABLE;
     default:
         return EX_SOFTWARE; /* ENOMEM, ELOOP: our side failed */
     }
+}
+
+/* The library's warnings (e.g. a server that may evict locks) go to stderr
+ * whatever -v says: they are about safety, not progress. */
+static void on_log(int level, const char *msg, void *arg) {
+    cli *c = arg;
+
+    if (level <= HILOCK_LOG_WARNING || c->verbose)
+        fprintf(stderr, "hilock: %s%s\n", level <= HILOCK_LOG_WARNING ? "warning: " : "", msg);
 }
 
 /* ---- The end: release, close, leave the loop --------------------------- */
@@ -224,7 +260,8 @@ static void on_closed(void *arg) {
 
     c->client = NULL;
     /* Our signal events would keep the loop running forever. */
-    for (i = 0; i < NCAUGHT; i++) event_del(c->sigev[i]);
+    for (i = 0; i < NCAUGHT; i++)
+        if (c->sigev[i] != NULL) event_del(c->sigev[i]);
     event_base_loopexit(c->base, NULL);
 }
 
@@ -414,6 +451,8 @@ int main(int argc, char **argv) {
     cfg.url = url;
     cfg.prefix = prefix;
     cfg.default_lease_ms = (uint32_t)lease_ms;
+    cfg.log_cb = on_log;
+    cfg.log_data = &c;
     rc = hilock_client_new(&c.client, &cfg, &loop);
     if (rc != 0) {
         event_base_free(c.base);
@@ -423,6 +462,7 @@ int main(int argc, char **argv) {
         return EX_SOFTWARE;
     }
     for (i = 0; i < NCAUGHT; i++) {
+        if (!must_catch(i)) continue;
         c.sigev[i] = evsignal_new(c.base, caught[i], on_signal, &c);
         if (c.sigev[i] == NULL || event_add(c.sigev[i], NULL) != 0) {
             fprintf(stderr, "hilock: cannot catch signal %d\n", caught[i]);
@@ -450,7 +490,8 @@ int main(int argc, char **argv) {
         event_base_dispatch(c.base);
     }
 
-    for (i = 0; i < NCAUGHT; i++) event_free(c.sigev[i]);
+    for (i = 0; i < NCAUGHT; i++)
+        if (c.sigev[i] != NULL) event_free(c.sigev[i]);
     event_base_free(c.base);
     free(inherited_fds);
     return c.status;

@@ -61,6 +61,8 @@ extern "C" {
 #define HILOCK_EOOM      -16  /* the server is out of memory (OOM, maxmemory) */
 #define HILOCK_ELOADING  -17  /* the server was still loading its data set */
 #define HILOCK_ESCRIPT   -18  /* a lock script failed on the server */
+#define HILOCK_EEVICTION -19  /* the server may evict keys (maxmemory-policy is not
+                                 noeviction) and require_noeviction is set */
 
 /* A constant, human-readable message for an error code; never NULL. */
 HILOCK_API const char *hilock_strerror(int err);
@@ -101,6 +103,16 @@ typedef struct hilock_owner hilock_owner;
 #define HILOCK_NAME_MAX    1024   /* bytes in a lock name */
 #define HILOCK_PREFIX_MAX  256    /* bytes in a key prefix */
 
+/* Levels of hilock_config.log_cb messages. */
+#define HILOCK_LOG_ERROR   0
+#define HILOCK_LOG_WARNING 1
+#define HILOCK_LOG_INFO    2
+
+/* A message about the client's state that belongs to no request, e.g. a
+ * server that may evict locks. Runs from the event loop (deferred, like
+ * every hilock callback); `msg` is valid during the call only. */
+typedef void (*hilock_log_cb)(int level, const char *msg, void *data);
+
 typedef struct hilock_config {
     /* "redis://[user:pass@]host[:port][/db]" (host may be [ipv6]) or
      * "unix:///path/to/socket[?db=N]". NULL means redis://127.0.0.1:6379. */
@@ -115,6 +127,19 @@ typedef struct hilock_config {
     uint32_t linger_ms;          /* keep a name's subscription this long after its
                                     last local waiter leaves; default 1000 */
     uint32_t reconnect_max_ms;   /* cap of the reconnect backoff; default 1000 */
+    /* The fence key of a name lives this long after its last acquisition
+     * (each acquisition renews it), so names used once do not stay in Redis
+     * for ever; default 604800 (7 days). See hilock_hold_fence(). */
+    uint32_t fence_ttl_s;
+    /* Told of conditions that make the locks unsafe, e.g. a server whose
+     * maxmemory-policy may evict keys (read from INFO memory at every
+     * connect). NULL: not told. */
+    hilock_log_cb log_cb;
+    void *log_data;
+    /* 1: refuse a server whose maxmemory-policy is not noeviction, or whose
+     * policy cannot be read: requests fail with HILOCK_EEVICTION. Evicting a
+     * held lock lets a second client take it. Default 0 (warn only). */
+    int require_noeviction;
 } hilock_config;
 
 /* Fill `cfg` with the defaults above. */
@@ -181,10 +206,22 @@ typedef struct hilock_acquire_opts {
 /* Fill `opts` with the defaults above. */
 HILOCK_API void hilock_acquire_opts_init(hilock_acquire_opts *opts);
 
-/* status 0: `hold` is the lock. Otherwise hold is NULL and status is
- * HILOCK_EBUSY (try once), HILOCK_ETIMEDOUT, HILOCK_ECANCELED, HILOCK_ECONN,
- * HILOCK_EDEADLINE, HILOCK_EPROTO, HILOCK_EAUTH, or a server refusal:
- * HILOCK_EREADONLY, HILOCK_EOOM, HILOCK_ELOADING, HILOCK_ESCRIPT, HILOCK_EREPLY. */
+/* status 0: `hold` is the lock, and its lease is running: a grant is
+ * delivered as success only before (send time of the try that won it) +
+ * lease. A grant that went stale before its callback could run (another
+ * callback of the same loop turn took the time, or the loop stalled) is
+ * tried again within the wait's deadline, or ends with HILOCK_ETIMEDOUT.
+ * Otherwise hold is NULL and status is:
+ *   HILOCK_EBUSY      try once (wait_ms 0): the lock is held elsewhere;
+ *   HILOCK_ETIMEDOUT  the wait ran out while the lock was seen held;
+ *   HILOCK_ECONN, HILOCK_EDEADLINE, HILOCK_EPROTO, HILOCK_EAUTH,
+ *   HILOCK_EEVICTION  no try could be sent or answered (the wait's time
+ *                     ran out first, or the connection failed): a wrong
+ *                     address never looks like a busy lock;
+ *   HILOCK_EREADONLY, HILOCK_EOOM, HILOCK_ELOADING, HILOCK_ESCRIPT,
+ *   HILOCK_EREPLY     Redis refused the try;
+ *   HILOCK_ECANCELED  hilock_wait_cancel(), or the client was closed or freed
+ *                     (also for a grant not yet delivered when that began). */
 typedef void (*hilock_acquire_cb)(hilock_hold *hold, int status, void *data);
 
 /* Ask for the lock `name` (1..HILOCK_NAME_MAX bytes, any bytes but NUL).
@@ -208,13 +245,24 @@ HILOCK_API int hilock_wait_cancel(hilock_wait *w);
 
 /* The fencing token of this acquisition: strictly increasing per name (a
  * reentrant acquire shares its hold's token). Pass it to the resource you
- * protect so it can reject a stale holder. */
+ * protect so it can reject a stale holder.
+ *
+ * A fence is max(previous fence + 1, the server's clock in microseconds
+ * from TIME), and the key that keeps the previous one expires fence_ttl_s
+ * after the last acquisition. So fences keep growing even when that key is
+ * gone (expired, deleted, evicted, or a restart without persistence),
+ * provided the Redis server's wall clock has not stepped back past the last
+ * fence in the meantime. Values stay below 2^53 (exact in Lua and in a
+ * double) until the year 2255. */
 HILOCK_API uint64_t hilock_hold_fence(const hilock_hold *h);
 
 /* The lock name (NUL-terminated, as given to hilock_acquire). */
 HILOCK_API const char *hilock_hold_name(const hilock_hold *h);
 
-/* 1 if the hold has been found lost (see hilock_lost_cb), else 0. */
+/* 1 if the hold is lost (see hilock_lost_cb), or its lease has run out
+ * since the last renewal Redis confirmed, even if the lost callback has not
+ * run yet: a callback that runs late in a loop turn never sees an expired
+ * hold as live. Else 0. */
 HILOCK_API int hilock_hold_lost(const hilock_hold *h);
 
 /* Reentrancy depth: how many releases this hold still needs. */
@@ -235,7 +283,7 @@ HILOCK_API int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data);
 /* hilock stores lock NAME under prefix P in these keys, all hash-tagged so
  * that they share one Redis Cluster slot:
  *     P{T}        the lock (a hash: token, fence), with a TTL of the lease
- *     P{T}:fence  the fencing counter (no TTL)
+ *     P{T}:fence  the last fence, with a TTL of fence_ttl_s
  *     P{T}:ch     the pub/sub channel on which releases are announced
  * where T is NAME with '%', '{' and '}' written as "%25", "%7B", "%7D".
  * That keeps T brace-free and non-empty, so the hash tag is exactly T, and

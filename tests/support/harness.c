@@ -369,3 +369,36 @@ int __lsan_is_turned_off(void) {
     return getenv("BXFI_MAP") == NULL;
 }
 #endif
+
+int test_redis_start_debuggable(test_redis *r, int port) {
+    if (test_redis_start(r, port, "--enable-debug-command", "yes", NULL) == 0) return 0;
+    return test_redis_start(r, port, NULL);
+}
+
+pid_t test_redis_debug_sleep(const test_redis *r, const char *secs) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        redisContext *k = test_redis_connect(r);
+        struct timeval tv = {30, 0};
+        if (k) redisSetTimeout(k, tv);
+        redisReply *rep = k ? redisCommand(k, "DEBUG SLEEP %s", secs) : NULL;
+        _exit(rep && rep->type == REDIS_REPLY_STATUS ? 0 : 1);
+    }
+    return pid;
+}
+
+int test_listen_silent(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 64) != 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    *port = ntohs(a.sin_port);
+    return fd;
+}

@@ -25,6 +25,20 @@ int test_free_port(void);
  * NULL). Waits until it answers PING (up to 5 s). Returns 0 or -1. */
 int test_redis_start(test_redis *r, int port, ...);
 
+/* The same with the DEBUG command enabled (off by default from Redis 7 on;
+ * older servers lack the option and allow it anyway). */
+int test_redis_start_debuggable(test_redis *r, int port);
+
+/* Stall the server: DEBUG SLEEP `secs` from a child process (so the caller's
+ * loop keeps running). Returns the child's pid; it exits 0 when the server
+ * answered OK. */
+pid_t test_redis_debug_sleep(const test_redis *r, const char *secs);
+
+/* A socket listening on a free loopback port that never answers (the
+ * kernel accepts connections; nobody reads). Returns the fd; the port in
+ * *port. */
+int test_listen_silent(int *port);
+
 /* SIGKILL the server if it is running and wait for it; remove its dir. */
 void test_redis_stop(test_redis *r);
 
