@@ -7,8 +7,10 @@
 
 CC      ?= cc
 PREFIX  ?= /usr/local
-VERSION := 0.1.0
-SOVER   := 0
+# The version lives in include/hilock/hilock.h alone.
+hl_hdr_num = $(shell sed -n 's/^\#define HILOCK_$(1) *\([0-9]*\).*/\1/p' include/hilock/hilock.h)
+VERSION := $(call hl_hdr_num,VERSION_MAJOR).$(call hl_hdr_num,VERSION_MINOR).$(call hl_hdr_num,VERSION_PATCH)
+SOVER   := $(call hl_hdr_num,SOVERSION)
 
 BUILD   ?= build
 ifeq ($(SANITIZE),1)

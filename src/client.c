@@ -7,9 +7,8 @@
 #include "internal.h"
 
 void hl_tick(void *arg);
-void hl_relop_run(hl_defer *d, int cancel);
-void hl_hold_run_lost(hilock_hold *h);
 void hl_client_destroy(hilock_client *c);
+static void close_run(hl_defer *d, int cancel);
 
 const char *hilock_strerror(int err) {
     switch (err) {
@@ -37,6 +36,8 @@ const char *hilock_strerror(int err) {
     }
 }
 
+const char *hilock_version(void) { return HILOCK_VERSION; }
+
 void hl_set_error(hilock_client *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -46,9 +47,16 @@ void hl_set_error(hilock_client *c, const char *fmt, ...) {
 
 typedef struct hl_logmsg {
     hl_defer defer;
+    hilock_client *c;
     int level;
     char msg[];
 } hl_logmsg;
+
+static void log_run(hl_defer *d, int cancel) {
+    hl_logmsg *m = HL_CONTAINER(d, hl_logmsg, defer);
+    if (!cancel) m->c->cfg.log_cb(m->level, m->msg, m->c->cfg.log_data);
+    free(m);
+}
 
 void hl_log(hilock_client *c, int level, const char *fmt, ...) {
     va_list ap;
@@ -62,14 +70,9 @@ void hl_log(hilock_client *c, int level, const char *fmt, ...) {
     vsnprintf(m->msg, (size_t)len + 1, fmt, ap);
     va_end(ap);
     m->level = level;
-    m->defer.kind = HL_DEFER_LOG;
+    m->c = c;
+    m->defer.run = log_run;
     hl_defer_push(c, &m->defer);
-}
-
-static void log_run(hilock_client *c, hl_defer *d, int cancel) {
-    hl_logmsg *m = HL_CONTAINER(d, hl_logmsg, defer);
-    if (!cancel) c->cfg.log_cb(m->level, m->msg, c->cfg.log_data);
-    free(m);
 }
 
 void hl_warn_eviction(hilock_client *c, const char *policy, const char *why) {
@@ -145,7 +148,7 @@ int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hiloc
     hl_list_init(&c->holds);
     hl_list_init(&c->owners);
     hl_list_init(&c->reqs);
-    c->close_defer.kind = HL_DEFER_CLOSE;
+    c->close_defer.run = close_run;
     hl_list_init(&c->close_defer.link);
     c->ltimer = c->prefix ? loop->timer_new(loop->data, hl_tick, c) : NULL;
     if (c->ltimer == NULL) {
@@ -165,31 +168,14 @@ int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hiloc
 
 /* ---- Deferred callbacks ------------------------------------------------ */
 
-static void run_defer(hilock_client *c, hl_defer *d, int cancel) {
-    switch (d->kind) {
-    case HL_DEFER_WAIT:
-        hl_wait_run(HL_CONTAINER(d, hilock_wait, defer), cancel);
-        break;
-    case HL_DEFER_RELEASE:
-        hl_relop_run(d, cancel);
-        break;
-    case HL_DEFER_LOST:
-        if (!cancel) hl_hold_run_lost(HL_CONTAINER(d, hilock_hold, lost_defer));
-        break;
-    case HL_DEFER_LOG:
-        log_run(c, d, cancel);
-        break;
-    case HL_DEFER_CLOSE:
-        if (c->close_cb) c->close_cb(c->close_data);
-        c->close_cb = NULL;
-        if (!cancel) hilock_client_free(c);
-        break;
-    default: /* the tick's batch marker */
-        break;
-    }
+/* The close is complete: tell the user, then free. */
+static void close_run(hl_defer *d, int cancel) {
+    hilock_client *c = HL_CONTAINER(d, hilock_client, close_defer);
+    hilock_close_cb cb = c->close_cb;
+    c->close_cb = NULL;
+    if (cb) cb(c->close_data);
+    if (!cancel) hilock_client_free(c);
 }
-
-void hl_defer_run(hilock_client *c, hl_defer *d) { run_defer(c, d, 0); }
 
 /* ---- Teardown ------------------------------------------------------------ */
 
@@ -217,7 +203,7 @@ void hilock_client_free(hilock_client *c) {
     while (!hl_list_empty(&c->defers)) {
         hl_defer *d = HL_CONTAINER(c->defers.next, hl_defer, link);
         hl_list_remove(&d->link);
-        run_defer(c, d, 1);
+        d->run(d, 1);
     }
     hl_conn_cancel_queue(&c->cmd);
     hl_conn_cancel_queue(&c->sub);

@@ -166,11 +166,11 @@ static void conn_send(hl_conn *k, hl_req *r) {
     argv[argc] = hl_name_key(n); lens[argc] = n->keylen; argc++;
     if (s == &hl_script_acquire) {
         argv[argc] = hl_name_fence(n); lens[argc] = n->keylen + 6; argc++;
-    } else if (s == &hl_script_release) {
+    } else if (two_keys) { /* release, break */
         argv[argc] = hl_name_channel(n); lens[argc] = n->keylen + 3; argc++;
     }
     argv[argc] = r->token; lens[argc] = HL_TOKEN_LEN; argc++;
-    if (s != &hl_script_release) {
+    if (s == &hl_script_acquire || s == &hl_script_renew) {
         lens[argc] = (size_t)snprintf(lease, sizeof(lease), "%u", (unsigned)r->lease_ms);
         argv[argc] = lease; argc++;
     }

@@ -214,7 +214,8 @@ static void try_send(hilock_wait *w);
 static int wait_retry(hilock_wait *w, uint64_t now);
 
 /* Run by the deferred queue (or by client_free with HILOCK_ECANCELED). */
-void hl_wait_run(hilock_wait *w, int cancel) {
+void hl_wait_run(hl_defer *d, int cancel) {
+    hilock_wait *w = HL_CONTAINER(d, hilock_wait, defer);
     if ((cancel || w->c->closing) && w->status == 0) {
         /* Granted but never delivered before the client began to go away:
          * free abandons the hold, close is releasing it. */
@@ -466,7 +467,7 @@ int hilock_acquire(hilock_client *c, const char *name, const hilock_acquire_opts
     w->lease_ms = lease;
     w->no_renew = opts->no_renew ? 1 : 0;
     w->try_once = opts->wait_ms == 0;
-    w->defer.kind = HL_DEFER_WAIT;
+    w->defer.run = hl_wait_run;
     w->timer.cb = wait_deadline;
     w->state = HL_WAIT_QUEUED;
     hl_list_init(&w->link);

@@ -72,8 +72,9 @@ void hl_hold_mark_lost(hilock_hold *h, int why) {
     if (h->lost_cb != NULL && !h->releasing) hl_defer_push(h->c, &h->lost_defer);
 }
 
-void hl_hold_run_lost(hilock_hold *h) {
-    if (!h->releasing) h->lost_cb(h, h->lost_why, h->lost_data);
+static void lost_run(hl_defer *d, int cancel) {
+    hilock_hold *h = HL_CONTAINER(d, hilock_hold, lost_defer);
+    if (!cancel && !h->releasing) h->lost_cb(h, h->lost_why, h->lost_data);
 }
 
 static void watchdog_arm(hilock_hold *h) {
@@ -83,10 +84,24 @@ static void watchdog_arm(hilock_hold *h) {
     hl_timer_start(h->c, &h->watchdog, next > now ? next - now : 0);
 }
 
+/* The lease ran out by our clock: why we could not renew in time. */
+static void hold_expired(hilock_hold *h) {
+    hilock_client *c = h->c;
+    int why = h->no_renew || c->cmd.state == HL_CONN_READY ? HILOCK_ELOST
+              : (c->cmd.last_err ? c->cmd.last_err : HILOCK_ECONN);
+    hl_hold_mark_lost(h, why);
+}
+
 static void on_renewed(hl_req *r, redisReply *reply, int err) {
     hilock_hold *h = r->owner;
     h->renew = NULL;
     if (h->c->freeing || h->releasing || h->lost) return;
+    /* Past the lease already, hilock_hold_lost() may have said 1 to a
+     * callback: lost stays lost, even if this renewal made it in time. */
+    if (hl_now_ms() >= hl_hold_expiry(h)) {
+        hold_expired(h);
+        return;
+    }
     if (err == 0 && reply->type == REDIS_REPLY_INTEGER) {
         if (reply->integer == 1) {
             if (r->submitted_at > h->confirmed) h->confirmed = r->submitted_at;
@@ -104,9 +119,7 @@ static void watchdog_fired(hl_timer *t) {
     hilock_hold *h = HL_CONTAINER(t, hilock_hold, watchdog);
     hilock_client *c = h->c;
     if (hl_now_ms() >= hl_hold_expiry(h)) {
-        int why = h->no_renew || c->cmd.state == HL_CONN_READY ? HILOCK_ELOST
-                  : (c->cmd.last_err ? c->cmd.last_err : HILOCK_ECONN);
-        hl_hold_mark_lost(h, why);
+        hold_expired(h);
         return;
     }
     if (h->renew == NULL) {
@@ -117,7 +130,7 @@ static void watchdog_fired(hl_timer *t) {
 }
 
 static void lost_defer_init(hilock_hold *h) {
-    h->lost_defer.kind = HL_DEFER_LOST;
+    h->lost_defer.run = lost_run;
     hl_list_init(&h->lost_defer.link);
 }
 
@@ -179,7 +192,7 @@ typedef struct hl_relop {
     int last;
 } hl_relop;
 
-void hl_relop_run(hl_defer *d, int cancel) {
+static void relop_run(hl_defer *d, int cancel) {
     hl_relop *op = HL_CONTAINER(d, hl_relop, defer);
     if (op->cb) op->cb(cancel ? HILOCK_ECANCELED : op->status, op->data);
     if (op->last && !cancel) hl_hold_free(op->hold);
@@ -202,7 +215,7 @@ static void on_released(hl_req *r, redisReply *reply, int err) {
      * sent, reports it, even if the key happened to be still in our hands. */
     if (err == 0 && !hl_hold_live(op->hold, r->submitted_at)) err = HILOCK_ELOST;
     op->status = err;
-    if (c->freeing) { hl_relop_run(&op->defer, 1); return; }
+    if (c->freeing) { relop_run(&op->defer, 1); return; }
     hl_defer_push(c, &op->defer);
 }
 
@@ -219,7 +232,7 @@ int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
     if (h->c->freeing) return HILOCK_ECLOSED;
     hl_relop *op = calloc(1, sizeof(*op));
     if (op == NULL) return HILOCK_ENOMEM;
-    op->defer.kind = HL_DEFER_RELEASE;
+    op->defer.run = relop_run;
     op->hold = h;
     op->cb = cb;
     op->data = data;

@@ -54,14 +54,14 @@ static inline int hl_timer_armed(const hl_timer *t) { return t->slot != 0; }
 
 /* ---- Deferred callbacks ------------------------------------------------- */
 
-/* A user callback waiting for the next loop turn. Kinds tell client_free what
- * each pending item is, so that it can end it with HILOCK_ECANCELED. */
-enum { HL_DEFER_WAIT, HL_DEFER_RELEASE, HL_DEFER_LOST, HL_DEFER_CLOSE, HL_DEFER_LOG };
-
-typedef struct hl_defer {
+/* A user callback waiting for the next loop turn, run by its own handler
+ * (as nginx posts events): cancel = 1 when client_free ends it, which then
+ * owes the user HILOCK_ECANCELED or nothing. The handler may free the item. */
+typedef struct hl_defer hl_defer;
+struct hl_defer {
     hl_link link;
-    int kind;
-} hl_defer;
+    void (*run)(hl_defer *d, int cancel);
+};
 
 void hl_defer_push(hilock_client *c, hl_defer *d);
 void hl_defer_cancel(hl_defer *d);
@@ -96,7 +96,7 @@ typedef struct hl_script {
     const char *name, *body, *sha;
 } hl_script;
 
-extern const hl_script hl_script_acquire, hl_script_release, hl_script_renew;
+extern const hl_script hl_script_acquire, hl_script_release, hl_script_renew, hl_script_break;
 
 /* ---- Connections and requests ------------------------------------------ */
 
@@ -271,7 +271,7 @@ void hl_hold_begin_release(hilock_hold *h);
 void hl_release_token(hilock_client *c, hl_name *n, const char *token, uint32_t lease_ms);
 void hl_token_new(hilock_client *c, char *out);
 void hl_wait_finish(hilock_wait *w, int status, hilock_hold *h);
-void hl_wait_run(hilock_wait *w, int cancel);
+void hl_wait_run(hl_defer *d, int cancel);
 /* The error of a request that got no answer: the connection's, or
  * HILOCK_EDEADLINE when it is up but Redis did not answer. */
 int hl_conn_error(hilock_client *c);

@@ -94,9 +94,9 @@ void hl_defer_cancel(hl_defer *d) {
     if (hl_linked(&d->link)) hl_list_remove(&d->link);
 }
 
-/* Defined in client.c: run one deferred item. */
-void hl_defer_run(hilock_client *c, hl_defer *d);
 void hl_client_destroy(hilock_client *c);
+
+static void marker_run(hl_defer *d, int cancel) { (void)d; (void)cancel; }
 
 /* The loop timer fired: run due callbacks, then expired timers, then re-arm.
  * Items queued while this runs wait for the next turn, so a callback that
@@ -107,13 +107,13 @@ void hl_tick(void *arg) {
     c->armed_at = UINT64_MAX;
     c->dispatching = 1;
 
-    marker.kind = -1;
+    marker.run = marker_run;
     hl_list_push(&c->defers, &marker.link);
     while (!c->freeing) {
         hl_defer *d = HL_CONTAINER(c->defers.next, hl_defer, link);
         hl_list_remove(&d->link);
         if (d == &marker) break;
-        hl_defer_run(c, d);
+        d->run(d, 0);
     }
     if (c->freeing) { hl_client_destroy(c); return; }
 

@@ -59,6 +59,7 @@ static const char usage_text[] =
 "  69         Redis could not be used: unreachable, no answer in time, not\n"
 "             Redis, authentication failed, read-only replica, out of\n"
 "             memory, still loading, lock script failed, other error reply\n"
+"             (a server that may evict locks is only warned about, on stderr)\n"
 "  70         internal failure (out of memory, event-loop adapter)\n"
 "  71         system failure (fork, setenv, event loop or signal setup)\n"
 "  74         the lock was lost while COMMAND ran (COMMAND got SIGTERM)\n"
@@ -236,7 +237,7 @@ static int exit_for_error(int err) {
     switch (err) {
     case HILOCK_ECONN: case HILOCK_EDEADLINE: case HILOCK_EPROTO:
     case HILOCK_EAUTH: case HILOCK_EREPLY: case HILOCK_EREADONLY:
-    case HILOCK_EOOM: case HILOCK_ELOADING: case HILOCK_ESCRIPT:
+    case HILOCK_EOOM: case HILOCK_ELOADING: case HILOCK_ESCRIPT: case HILOCK_EEVICTION:
         return EX_UNAVAILABLE;
     default:
         return EX_SOFTWARE; /* ENOMEM, ELOOP: our side failed */

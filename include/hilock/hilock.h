@@ -30,9 +30,18 @@
 extern "C" {
 #endif
 
+/* The version, here and nowhere else (the Makefile reads it). Semantic
+ * versioning for the API. HILOCK_SOVERSION is the N of libhilock.so.N: it
+ * counts ABI breaks and is bumped on every one (see CHANGELOG.md). */
 #define HILOCK_VERSION_MAJOR 0
-#define HILOCK_VERSION_MINOR 1
+#define HILOCK_VERSION_MINOR 2
 #define HILOCK_VERSION_PATCH 0
+#define HILOCK_SOVERSION     1
+#define HILOCK_VERSION_STR_(x) #x
+#define HILOCK_VERSION_STR(a, b, c) HILOCK_VERSION_STR_(a) "." HILOCK_VERSION_STR_(b) "." HILOCK_VERSION_STR_(c)
+/* "MAJOR.MINOR.PATCH" of the header; hilock_version() is the library's. */
+#define HILOCK_VERSION \
+    HILOCK_VERSION_STR(HILOCK_VERSION_MAJOR, HILOCK_VERSION_MINOR, HILOCK_VERSION_PATCH)
 
 #if defined(__GNUC__) && !defined(HILOCK_STATIC_ONLY)
 #define HILOCK_API __attribute__((visibility("default")))
@@ -66,6 +75,10 @@ extern "C" {
 
 /* A constant, human-readable message for an error code; never NULL. */
 HILOCK_API const char *hilock_strerror(int err);
+
+/* The version of the library linked at run time, "MAJOR.MINOR.PATCH"
+ * (compare with HILOCK_VERSION, the header's). */
+HILOCK_API const char *hilock_version(void);
 
 /* ---- Event-loop adapter interface -------------------------------------- */
 
@@ -277,6 +290,20 @@ typedef void (*hilock_release_cb)(int status, void *data);
  * still ours) and wakes a waiter; `h` is invalid after `cb` has run (cb may
  * be NULL). Returns 0, or HILOCK_EINVAL for a hold already being released. */
 HILOCK_API int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data);
+
+/* ---- Breaking a lock (operators) --------------------------------------- */
+
+/* status 0: done; `fence` is the fence of the lock that was removed, or 0
+ * if nobody held it. Otherwise a connection or reply error. */
+typedef void (*hilock_break_cb)(int status, uint64_t fence, void *data);
+
+/* Remove the lock `name` whoever holds it, and wake its waiters: an
+ * operator's last resort for a lock whose holder is known dead, when its
+ * lease is too long to wait out. The holder, if alive, finds out at its
+ * next renewal (its lost callback runs) but may act as the owner until
+ * then: fencing tokens are what protects the resource. Returns 0 (cb runs
+ * once, deferred), or HILOCK_EINVAL / HILOCK_ENOMEM / HILOCK_ECLOSED at once. */
+HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb cb, void *data);
 
 /* ---- Keys (documented for interop and tooling) ------------------------ */
 
