@@ -34,7 +34,7 @@ CFLAGS  ?= -O2 -g
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) $(DBGFLAGS) $(HR_CFLAGS) -Iinclude -I. -I$(BUILD)/gen
 LIB_CFLAGS := $(ALL_CFLAGS) -fPIC -fvisibility=hidden
 # The library needs hiredis and libuuid; programs add their event loop.
-LDLIBS_SO  := $(HR_LIBS) -lhiredis -luuid
+LDLIBS_SO  := $(HR_LIBS) -lhiredis -luuid -lpthread
 LDLIBS_LIB := $(LDLIBS_SO) -levent
 LDFLAGS ?=
 ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS)

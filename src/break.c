@@ -6,6 +6,7 @@
 
 typedef struct hl_breakop {
     hl_defer defer;
+    hilock_client *c;
     hilock_break_cb cb;
     void *data;
     int status;
@@ -14,7 +15,7 @@ typedef struct hl_breakop {
 
 static void breakop_run(hl_defer *d, int cancel) {
     hl_breakop *op = HL_CONTAINER(d, hl_breakop, defer);
-    op->cb(cancel ? HILOCK_ECANCELED : op->status, cancel ? 0 : op->fence, op->data);
+    if (!op->c->forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, cancel ? 0 : op->fence, op->data);
     free(op);
 }
 
@@ -32,7 +33,7 @@ static void on_broken(hl_req *r, redisReply *reply, int err) {
 
 int hilock_break(hilock_client *c, const char *name, hilock_break_cb cb, void *data) {
     if (c == NULL || name == NULL || cb == NULL) return HILOCK_EINVAL;
-    if (c->freeing || c->closing) return HILOCK_ECLOSED;
+    if (hl_client_refuses(c)) return hl_client_refuses(c);
     size_t len = strnlen(name, HILOCK_NAME_MAX + 1);
     if (len == 0 || len > HILOCK_NAME_MAX) return HILOCK_EINVAL;
     hl_breakop *op = calloc(1, sizeof(*op));
@@ -42,6 +43,7 @@ int hilock_break(hilock_client *c, const char *name, hilock_break_cb cb, void *d
     hl_req *r = hl_req_new(c, &hl_script_break, n, no_token, 0, on_broken, op);
     if (r == NULL) { free(op); hl_name_maybe_free(n); return HILOCK_ENOMEM; }
     op->defer.run = breakop_run;
+    op->c = c;
     op->cb = cb;
     op->data = data;
     hl_req_submit(c, r);

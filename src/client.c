@@ -31,6 +31,7 @@ const char *hilock_strerror(int err) {
     case HILOCK_EOOM:       return "Redis is out of memory";
     case HILOCK_ELOADING:   return "Redis is loading its data set";
     case HILOCK_ESCRIPT:    return "a lock script failed in Redis";
+    case HILOCK_EFORK:      return "the client belongs to the process that made it (fork)";
     case HILOCK_EEVICTION:  return "Redis may evict locks (maxmemory-policy is not noeviction)";
     default:                return "unknown error";
     }
@@ -54,7 +55,7 @@ typedef struct hl_logmsg {
 
 static void log_run(hl_defer *d, int cancel) {
     hl_logmsg *m = HL_CONTAINER(d, hl_logmsg, defer);
-    if (!cancel) m->c->cfg.log_cb(m->level, m->msg, m->c->cfg.log_data);
+    if (!cancel && !m->c->forked) m->c->cfg.log_cb(m->level, m->msg, m->c->cfg.log_data);
     free(m);
 }
 
@@ -93,29 +94,56 @@ const char *hilock_client_errstr(const hilock_client *c) {
     return c ? c->errstr : "";
 }
 
-void hilock_config_init(hilock_config *cfg) {
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->url = "redis://127.0.0.1:6379";
-    cfg->prefix = "hilock:";
-    cfg->default_lease_ms = 30000;
-    cfg->connect_timeout_ms = 2000;
-    cfg->request_timeout_ms = 2000;
-    cfg->linger_ms = 1000;
-    cfg->reconnect_max_ms = 1000;
-    cfg->fence_ttl_s = 7 * 24 * 3600;
+/* Copy a caller's struct of `from_size` bytes into ours of `size` bytes,
+ * which holds the defaults: fields the caller does not have keep them, and
+ * fields we do not know must be zero (their default), or the caller wants
+ * something this library cannot do. */
+int hl_struct_import(void *to, size_t size, const void *from, size_t from_size) {
+    if (from_size < sizeof(size_t)) return HILOCK_EINVAL; /* not initialised */
+    for (size_t i = size; i < from_size; i++)
+        if (((const unsigned char *)from)[i] != 0) return HILOCK_EINVAL;
+    memcpy((char *)to + sizeof(size_t), (const char *)from + sizeof(size_t),
+           (from_size < size ? from_size : size) - sizeof(size_t));
+    return 0;
+}
+
+/* Write the defaults `d` into the caller's struct of `size` bytes. */
+void hl_struct_export(void *to, size_t size, const void *d, size_t dsize) {
+    memcpy(to, d, size < dsize ? size : dsize);
+    /* A caller built against a newer header has fields we do not know. */
+    if (size > dsize) memset((char *)to + dsize, 0, size - dsize);
+}
+
+void hilock_config_init_size(hilock_config *cfg, size_t size) {
+    hilock_config d;
+    if (cfg == NULL || size < sizeof(size_t)) return;
+    memset(&d, 0, sizeof(d));
+    d.size = size;
+    d.url = "redis://127.0.0.1:6379";
+    d.prefix = "hilock:";
+    d.default_lease_ms = 30000;
+    d.connect_timeout_ms = 2000;
+    d.request_timeout_ms = 2000;
+    d.linger_ms = 1000;
+    d.reconnect_max_ms = 1000;
+    d.fence_ttl_s = 7 * 24 * 3600;
+    hl_struct_export(cfg, size, &d, sizeof(d));
 }
 
 static uint32_t or_default(uint32_t v, uint32_t d) { return v ? v : d; }
 
 int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hilock_loop *loop) {
-    hilock_config defaults;
+    hilock_config defaults, given;
     if (out == NULL) return HILOCK_EINVAL;
     *out = NULL;
     if (loop == NULL || loop->attach == NULL || loop->timer_new == NULL ||
         loop->timer_start == NULL || loop->timer_stop == NULL || loop->timer_free == NULL)
         return HILOCK_EINVAL;
     hilock_config_init(&defaults);
-    if (cfg == NULL) cfg = &defaults;
+    given = defaults;
+    if (cfg != NULL && hl_struct_import(&given, sizeof(given), cfg, cfg->size) != 0)
+        return HILOCK_EINVAL;
+    cfg = &given;
     const char *prefix = cfg->prefix ? cfg->prefix : defaults.prefix;
     if (!hl_prefix_valid(prefix)) return HILOCK_EINVAL;
     if ((cfg->default_lease_ms != 0 && cfg->default_lease_ms < HILOCK_LEASE_MIN) ||
@@ -160,6 +188,7 @@ int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hiloc
     }
     hl_conn_init(c, &c->cmd, 0);
     hl_conn_init(c, &c->sub, 1);
+    hl_fork_watch(c);
     hl_conn_connect(&c->cmd);
     hl_conn_connect(&c->sub);
     *out = c;
@@ -173,7 +202,7 @@ static void close_run(hl_defer *d, int cancel) {
     hilock_client *c = HL_CONTAINER(d, hilock_client, close_defer);
     hilock_close_cb cb = c->close_cb;
     c->close_cb = NULL;
-    if (cb) cb(c->close_data);
+    if (cb && !c->forked) cb(c->close_data);
     if (!cancel) hilock_client_free(c);
 }
 
@@ -210,7 +239,7 @@ void hilock_client_free(hilock_client *c) {
     hl_conn_teardown(&c->cmd); /* in-flight requests end here */
     hl_conn_teardown(&c->sub);
     hl_reqs_cancel_all(c);
-    if (c->close_cb != NULL) {
+    if (c->close_cb != NULL && !c->forked) {
         /* Freed while a close was under way: its callback still runs once. */
         hilock_close_cb cb = c->close_cb;
         c->close_cb = NULL;
@@ -220,6 +249,7 @@ void hilock_client_free(hilock_client *c) {
 }
 
 void hl_client_destroy(hilock_client *c) {
+    hl_fork_unwatch(c);
     while (!hl_list_empty(&c->holds)) {
         hilock_hold *h = HL_CONTAINER(c->holds.next, hilock_hold, link);
         hl_list_remove(&h->link);
@@ -245,7 +275,7 @@ void hl_close_progress(hilock_client *c) {
 }
 
 void hilock_client_close(hilock_client *c, hilock_close_cb cb, void *data) {
-    if (c == NULL || c->freeing || c->closing) return;
+    if (c == NULL || hl_client_refuses(c)) return;
     c->closing = 1;
     c->close_cb = cb;
     c->close_data = data;

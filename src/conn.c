@@ -372,7 +372,7 @@ static void conn_fail_fast(hl_conn *k, int err) {
  * in lockstep after a server restart. */
 static void conn_schedule_retry(hl_conn *k) {
     hilock_client *c = k->c;
-    if (c->freeing) return;
+    if (c->freeing || c->forked) return;
     conn_fail_fast(k, k->last_err ? k->last_err : HILOCK_ECONN);
     if (c->closing) {
         /* Closing does not wait for a server that is away. */

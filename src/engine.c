@@ -229,7 +229,7 @@ void hl_wait_run(hl_defer *d, int cancel) {
     }
     /* cb_done is set after the call: a client_free from inside the callback
      * must not free `w` under our feet (on_try_done frees only done waits). */
-    w->cb(w->hold, w->status, w->data);
+    if (!w->c->forked) w->cb(w->hold, w->status, w->data);
     w->cb_done = 1;
     if (w->req == NULL) wait_free(w);
 }
@@ -424,10 +424,14 @@ static void try_send(hilock_wait *w) {
 
 /* ---- Public API -------------------------------------------------------- */
 
-void hilock_acquire_opts_init(hilock_acquire_opts *o) {
-    memset(o, 0, sizeof(*o));
-    o->wait_ms = HILOCK_WAIT_FOREVER;
-    o->lease_ms = HILOCK_LEASE_DEFAULT;
+void hilock_acquire_opts_init_size(hilock_acquire_opts *o, size_t size) {
+    hilock_acquire_opts d;
+    if (o == NULL || size < sizeof(size_t)) return;
+    memset(&d, 0, sizeof(d));
+    d.size = size;
+    d.wait_ms = HILOCK_WAIT_FOREVER;
+    d.lease_ms = HILOCK_LEASE_DEFAULT;
+    hl_struct_export(o, size, &d, sizeof(d));
 }
 
 static hilock_hold *owner_hold(hilock_owner *o, hl_name *n, uint64_t now) {
@@ -440,14 +444,17 @@ static hilock_hold *owner_hold(hilock_owner *o, hl_name *n, uint64_t now) {
 
 int hilock_acquire(hilock_client *c, const char *name, const hilock_acquire_opts *opts,
                    hilock_acquire_cb cb, void *data, hilock_wait **wait_out) {
-    hilock_acquire_opts defaults;
+    hilock_acquire_opts given;
     size_t len;
     if (wait_out) *wait_out = NULL;
     if (c == NULL || name == NULL || cb == NULL) return HILOCK_EINVAL;
-    if (c->freeing || c->closing) return HILOCK_ECLOSED;
+    if (hl_client_refuses(c)) return hl_client_refuses(c);
     len = strnlen(name, HILOCK_NAME_MAX + 1);
     if (len == 0 || len > HILOCK_NAME_MAX) return HILOCK_EINVAL;
-    if (opts == NULL) { hilock_acquire_opts_init(&defaults); opts = &defaults; }
+    hilock_acquire_opts_init(&given);
+    if (opts != NULL && hl_struct_import(&given, sizeof(given), opts, opts->size) != 0)
+        return HILOCK_EINVAL;
+    opts = &given;
     if (opts->wait_ms < HILOCK_WAIT_FOREVER) return HILOCK_EINVAL;
     if (opts->owner != NULL && opts->owner->c != c) return HILOCK_EINVAL;
     uint32_t lease = opts->lease_ms == HILOCK_LEASE_DEFAULT ? c->cfg.default_lease_ms : opts->lease_ms;
@@ -474,6 +481,7 @@ int hilock_acquire(hilock_client *c, const char *name, const hilock_acquire_opts
     hl_token_new(c, w->token);
     if (wait_out) *wait_out = w;
     uint64_t now = hl_now_ms();
+    w->started_at = now;
     if (opts->wait_ms > 0) w->deadline_at = now + (uint64_t)opts->wait_ms;
 
     hilock_hold *h = opts->owner ? owner_hold(opts->owner, n, now) : NULL;
@@ -496,7 +504,9 @@ int hilock_acquire(hilock_client *c, const char *name, const hilock_acquire_opts
 }
 
 int hilock_wait_cancel(hilock_wait *w) {
-    if (w == NULL || w->state != HL_WAIT_QUEUED || w->c->freeing) return HILOCK_EINVAL;
+    if (w == NULL) return HILOCK_EINVAL;
+    if (w->c->forked) return HILOCK_EFORK;
+    if (w->state != HL_WAIT_QUEUED || w->c->freeing) return HILOCK_EINVAL;
     hl_wait_finish(w, HILOCK_ECANCELED, NULL);
     return 0;
 }

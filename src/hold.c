@@ -144,6 +144,7 @@ hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence,
     memcpy(h->token, token, HL_TOKEN_LEN + 1);
     h->fence = fence;
     h->confirmed = sent_at;
+    h->waited_ms = hl_now_ms() - w->started_at;
     h->count = 1;
     h->lease_ms = w->lease_ms;
     h->no_renew = w->no_renew;
@@ -194,7 +195,7 @@ typedef struct hl_relop {
 
 static void relop_run(hl_defer *d, int cancel) {
     hl_relop *op = HL_CONTAINER(d, hl_relop, defer);
-    if (op->cb) op->cb(cancel ? HILOCK_ECANCELED : op->status, op->data);
+    if (op->cb && !op->hold->c->forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, op->data);
     if (op->last && !cancel) hl_hold_free(op->hold);
     free(op);
 }
@@ -228,7 +229,9 @@ void hl_hold_begin_release(hilock_hold *h) {
 }
 
 int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
-    if (h == NULL || h->releasing) return HILOCK_EINVAL;
+    if (h == NULL) return HILOCK_EINVAL;
+    if (h->c->forked) return HILOCK_EFORK;
+    if (h->releasing) return HILOCK_EINVAL;
     if (h->c->freeing) return HILOCK_ECLOSED;
     hl_relop *op = calloc(1, sizeof(*op));
     if (op == NULL) return HILOCK_ENOMEM;
@@ -251,16 +254,70 @@ int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
 }
 
 uint64_t hilock_hold_fence(const hilock_hold *h) { return h ? h->fence : 0; }
+uint64_t hilock_hold_waited_ms(const hilock_hold *h) { return h ? h->waited_ms : 0; }
 const char *hilock_hold_name(const hilock_hold *h) { return h ? h->name->name : NULL; }
 /* Computed, not only flagged: a hold is lost from the instant its lease may
  * have run out, even before the watchdog's timer has had its turn. */
 int hilock_hold_lost(const hilock_hold *h) { return h ? !hl_hold_live(h, hl_now_ms()) : 0; }
 unsigned hilock_hold_count(const hilock_hold *h) { return h ? h->count : 0; }
 
+/* ---- Extending by hand ------------------------------------------------- */
+
+typedef struct hl_extendop {
+    hl_defer defer;
+    hilock_hold *hold;
+    hilock_release_cb cb;
+    void *data;
+    uint32_t lease_ms;
+    int status;
+} hl_extendop;
+
+static void extendop_run(hl_defer *d, int cancel) {
+    hl_extendop *op = HL_CONTAINER(d, hl_extendop, defer);
+    if (op->cb && !op->hold->c->forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, op->data);
+    free(op);
+}
+
+static void on_extended(hl_req *r, redisReply *reply, int err) {
+    hl_extendop *op = r->owner;
+    hilock_hold *h = op->hold;
+    if (err == 0 && reply->type == REDIS_REPLY_ERROR) err = hl_reply_error(r->c, reply);
+    else if (err == 0 && reply->type != REDIS_REPLY_INTEGER) err = HILOCK_EPROTO;
+    else if (err == 0 && (reply->integer != 1 || !hl_hold_live(h, hl_now_ms()))) err = HILOCK_ELOST;
+    if (err == HILOCK_ELOST) hl_hold_mark_lost(h, HILOCK_ELOST);
+    if (err == 0 && !h->releasing) {
+        /* Redis counts the new lease from when it ran, no earlier than sent. */
+        h->lease_ms = op->lease_ms;
+        if (r->submitted_at > h->confirmed) h->confirmed = r->submitted_at;
+        watchdog_arm(h);
+    }
+    op->status = err;
+    if (r->c->freeing) extendop_run(&op->defer, 1);
+    else hl_defer_push(r->c, &op->defer);
+}
+
+int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb, void *data) {
+    if (h == NULL) return HILOCK_EINVAL;
+    if (hl_client_refuses(h->c)) return hl_client_refuses(h->c);
+    if (h->releasing || lease_ms < HILOCK_LEASE_MIN || lease_ms > INT32_MAX) return HILOCK_EINVAL;
+    if (!hl_hold_live(h, hl_now_ms())) return HILOCK_ELOST;
+    hl_extendop *op = calloc(1, sizeof(*op));
+    if (op == NULL) return HILOCK_ENOMEM;
+    hl_req *r = hl_req_new(h->c, &hl_script_renew, h->name, h->token, lease_ms, on_extended, op);
+    if (r == NULL) { free(op); return HILOCK_ENOMEM; }
+    op->defer.run = extendop_run;
+    op->hold = h;
+    op->cb = cb;
+    op->data = data;
+    op->lease_ms = lease_ms;
+    hl_req_submit(h->c, r);
+    return 0;
+}
+
 /* ---- Owners ----------------------------------------------------------- */
 
 hilock_owner *hilock_owner_new(hilock_client *c) {
-    if (c == NULL || c->freeing) return NULL;
+    if (c == NULL || c->freeing || c->forked) return NULL;
     hilock_owner *o = calloc(1, sizeof(*o));
     if (o == NULL) return NULL;
     o->c = c;

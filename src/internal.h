@@ -213,6 +213,7 @@ struct hilock_wait {
     void *lost_data;
     hl_timer timer;        /* the wait deadline */
     uint64_t deadline_at;  /* when it ends (monotonic ms); 0 = never */
+    uint64_t started_at;   /* when hilock_acquire() was called */
     uint32_t answers_mark; /* n->answers before this wait saw the lock held */
     hl_req *req;           /* the try in flight, if any */
     hilock_hold *hold;     /* the outcome */
@@ -236,6 +237,7 @@ struct hilock_hold {
     void *lost_data;
     uint64_t fence;
     uint64_t confirmed;    /* when the key was last known ours (send time) */
+    uint64_t waited_ms;    /* from hilock_acquire() to the grant */
     hl_timer watchdog;
     hl_req *renew;         /* renewal in flight */
     unsigned count;
@@ -297,6 +299,8 @@ struct hilock_client {
     int dispatching;
     int freeing;                 /* hilock_client_free has started */
     int closing;                 /* hilock_client_close has started */
+    int forked;                  /* a copy in a forked child: inert (see fork.c) */
+    hl_link all;                 /* in fork.c's list of every client */
     hilock_close_cb close_cb;
     void *close_data;
     hl_defer close_defer;
@@ -321,6 +325,16 @@ struct hilock_client {
 };
 
 void hl_set_error(hilock_client *c, const char *fmt, ...);
+/* Caller-filled structs that start with their size (see hilock.h). */
+int hl_struct_import(void *to, size_t size, const void *from, size_t from_size);
+void hl_struct_export(void *to, size_t size, const void *d, size_t dsize);
+/* fork.c: make the copies of `c` in forked children inert. */
+void hl_fork_watch(hilock_client *c);
+void hl_fork_unwatch(hilock_client *c);
+/* The check at every public entry point that acts. */
+static inline int hl_client_refuses(const hilock_client *c) {
+    return c->forked ? HILOCK_EFORK : c->freeing || c->closing ? HILOCK_ECLOSED : 0;
+}
 /* Queue a message for cfg.log_cb (nothing when there is none). */
 void hl_log(hilock_client *c, int level, const char *fmt, ...);
 /* Warn, once per policy seen, that the server may evict locks. */

@@ -105,6 +105,7 @@ void hl_tick(void *arg) {
     hilock_client *c = arg;
     hl_defer marker; /* items queued after it wait for the next turn */
     c->armed_at = UINT64_MAX;
+    if (c->forked) return; /* the parent's callbacks and timers, not ours */
     c->dispatching = 1;
 
     marker.run = marker_run;

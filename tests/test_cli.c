@@ -145,12 +145,13 @@ static void remember(pid_t pid) {
     cr_assert_fail("too many children");
 }
 
-/* Start the CLI with args (NULL-terminated, no argv[0]). Its stdout and
- * stderr go to the scratch file `out`; `env` ("K=V") may be NULL. The
- * signals in `ignored` (may be NULL) start out ignored, as nohup(1) or a
- * shell's `&` leave them; the others start with their default action. */
-static pid_t cli_start_ignoring(const sigset_t *ignored, const char *out, const char *env,
-                                const char *const *args) {
+/* Start the CLI with args (NULL-terminated, no argv[0]). Its stdout goes
+ * to the scratch file `out`, its stderr to `err` (NULL: to `out` as well);
+ * `env` ("K=V") may be NULL. The signals in `ignored` (may be NULL) start
+ * out ignored, as nohup(1) or a shell's `&` leave them; the others start
+ * with their default action. */
+static pid_t cli_start_io(const sigset_t *ignored, const char *out, const char *err,
+                          const char *env, const char *const *args) {
     char *argv[40];
     int n = 0, i;
     pid_t pid;
@@ -171,6 +172,8 @@ static pid_t cli_start_ignoring(const sigset_t *ignored, const char *out, const 
             signal(sigs[i], ignored != NULL && sigismember(ignored, sigs[i]) ? SIG_IGN : SIG_DFL);
         fd = open(tmp(out), O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
+        fd = err != NULL ? open(tmp(err), O_WRONLY | O_CREAT | O_TRUNC, 0600) : -1;
+        if (fd >= 0) { dup2(fd, 2); close(fd); }
         unsetenv("HILOCK_URL");
         if (env != NULL) putenv((char *)env);
         execv(cli, argv);
@@ -178,6 +181,11 @@ static pid_t cli_start_ignoring(const sigset_t *ignored, const char *out, const 
     }
     remember(pid);
     return pid;
+}
+
+static pid_t cli_start_ignoring(const sigset_t *ignored, const char *out, const char *env,
+                                const char *const *args) {
+    return cli_start_io(ignored, out, NULL, env, args);
 }
 
 static pid_t cli_start(const char *out, const char *env, const char *const *args) {
@@ -616,8 +624,20 @@ Test(cli, usage_errors_exit_64, .timeout = 60) {
         { "-u", srv.url, longname, "--", "touch", ran, NULL },  /* NAME too long */
         { "-u", srv.url, "-x", "name", "--", "touch", ran, NULL },
         { "-u", srv.url, "-w", NULL },
+        { "-u", srv.url, "--bogus", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-E", "0", "name", "--", "touch", ran, NULL },   /* busy = success? */
+        { "-u", srv.url, "-E", "256", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-E", "x", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-E", NULL },
+        { "-u", srv.url, "-w", "0", "unlock", "name", NULL },     /* lock-only options */
+        { "-u", srv.url, "-E", "9", "unlock", "name", NULL },
+        { "-u", srv.url, "unlock", "", NULL },
+        { "-u", srv.url, "unlock", "--", NULL },                 /* the lock "unlock", no COMMAND */
+        { "-u", srv.url, "unlock", "name", "touch", ran, NULL }, /* the lock "unlock", no -- */
     };
+    static const char hint[] = "Try 'hilock --help' for more information.\n";
     char out[4096];
+    const char *nl;
     size_t i;
 
     snprintf(ran, sizeof(ran), "%s", tmp("ran"));
@@ -625,10 +645,16 @@ Test(cli, usage_errors_exit_64, .timeout = 60) {
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         cr_assert_eq(cli_run_env(NULL, cases[i]), 64, "case %zu", i);
         cr_assert(!file_exists(ran), "case %zu ran COMMAND", i);
+        /* One line that says what is wrong, then the hint; no usage text. */
         slurp(tmp("out"), out, sizeof(out));
-        cr_assert(strncmp(out, "hilock: ", 8) == 0 && strstr(out, "Usage: hilock") != NULL,
-                  "case %zu: want a message and the usage, got: %s", i, out);
+        nl = strchr(out, '\n');
+        cr_assert(strncmp(out, "hilock: ", 8) == 0 && nl != NULL && strcmp(nl + 1, hint) == 0,
+                  "case %zu: want one message line and the hint, got: %s", i, out);
     }
+    cr_assert_eq(cli_run_env(NULL, cases[1]), 64);
+    cr_assert_str_eq(slurp(tmp("out"), out, sizeof(out)),
+                     "hilock: missing -- between NAME and COMMAND\n"
+                     "Try 'hilock --help' for more information.\n");
     cr_assert_eq(RUN("--help"), 0);
     cr_assert(strncmp(slurp(tmp("out"), out, sizeof(out)), "Usage: hilock", 13) == 0, "%s", out);
     cr_assert_eq(RUN("-h"), 0);

@@ -72,6 +72,8 @@ extern "C" {
 #define HILOCK_ESCRIPT   -18  /* a lock script failed on the server */
 #define HILOCK_EEVICTION -19  /* the server may evict keys (maxmemory-policy is not
                                  noeviction) and require_noeviction is set */
+#define HILOCK_EFORK     -20  /* the client was made in another process: make one per
+                                 process, after fork() */
 
 /* A constant, human-readable message for an error code; never NULL. */
 HILOCK_API const char *hilock_strerror(int err);
@@ -126,7 +128,15 @@ typedef struct hilock_owner hilock_owner;
  * every hilock callback); `msg` is valid during the call only. */
 typedef void (*hilock_log_cb)(int level, const char *msg, void *data);
 
+/* Caller-filled structs (hilock_config, hilock_acquire_opts) start with
+ * `size`, which their init macro sets to the size the caller was compiled
+ * with. A newer library then knows which fields the caller has (later ones
+ * keep their defaults), and an older library refuses, with HILOCK_EINVAL,
+ * a struct that sets fields it does not know. New fields are only ever
+ * added at the end, so growing them is not an ABI break. Always fill them
+ * with the init macro first. */
 typedef struct hilock_config {
+    size_t size;                 /* set by hilock_config_init(); do not touch */
     /* "redis://[user:pass@]host[:port][/db]" (host may be [ipv6]) or
      * "unix:///path/to/socket[?db=N]". NULL means redis://127.0.0.1:6379. */
     const char *url;
@@ -155,8 +165,9 @@ typedef struct hilock_config {
     int require_noeviction;
 } hilock_config;
 
-/* Fill `cfg` with the defaults above. */
-HILOCK_API void hilock_config_init(hilock_config *cfg);
+/* Fill `cfg` with the defaults above (a macro: it records sizeof(*cfg)). */
+#define hilock_config_init(cfg) hilock_config_init_size((cfg), sizeof(*(cfg)))
+HILOCK_API void hilock_config_init_size(hilock_config *cfg, size_t size);
 
 /* Create a client. Validates the config (bad URL -> HILOCK_EURL, bad prefix
  * -> HILOCK_EINVAL) and starts connecting in the background; connection
@@ -207,6 +218,7 @@ HILOCK_API void hilock_owner_free(hilock_owner *o);
 typedef void (*hilock_lost_cb)(hilock_hold *hold, int why, void *data);
 
 typedef struct hilock_acquire_opts {
+    size_t size;            /* set by hilock_acquire_opts_init(); do not touch */
     int64_t wait_ms;        /* HILOCK_WAIT_FOREVER (default), 0 = try once, or ms */
     uint32_t lease_ms;      /* key TTL, >= HILOCK_LEASE_MIN and <= INT32_MAX, or
                                HILOCK_LEASE_DEFAULT (default); 0 is an error */
@@ -216,8 +228,9 @@ typedef struct hilock_acquire_opts {
     void *lost_data;
 } hilock_acquire_opts;
 
-/* Fill `opts` with the defaults above. */
-HILOCK_API void hilock_acquire_opts_init(hilock_acquire_opts *opts);
+/* Fill `opts` with the defaults above (a macro: it records sizeof(*opts)). */
+#define hilock_acquire_opts_init(opts) hilock_acquire_opts_init_size((opts), sizeof(*(opts)))
+HILOCK_API void hilock_acquire_opts_init_size(hilock_acquire_opts *opts, size_t size);
 
 /* status 0: `hold` is the lock, and its lease is running: a grant is
  * delivered as success only before (send time of the try that won it) +
@@ -269,6 +282,11 @@ HILOCK_API int hilock_wait_cancel(hilock_wait *w);
  * double) until the year 2255. */
 HILOCK_API uint64_t hilock_hold_fence(const hilock_hold *h);
 
+/* How long the acquisition that created this hold waited: from
+ * hilock_acquire() to the grant, in ms (reentrant acquisitions share the
+ * first one's). */
+HILOCK_API uint64_t hilock_hold_waited_ms(const hilock_hold *h);
+
 /* The lock name (NUL-terminated, as given to hilock_acquire). */
 HILOCK_API const char *hilock_hold_name(const hilock_hold *h);
 
@@ -290,6 +308,16 @@ typedef void (*hilock_release_cb)(int status, void *data);
  * still ours) and wakes a waiter; `h` is invalid after `cb` has run (cb may
  * be NULL). Returns 0, or HILOCK_EINVAL for a hold already being released. */
 HILOCK_API int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data);
+
+/* Extend the hold's lease by hand: the key's TTL becomes lease_ms from now,
+ * and the watchdog (if on) renews with lease_ms from then on. For no_renew
+ * holds this is the only way to keep them longer. cb (may be NULL) gets 0,
+ * HILOCK_ELOST if the key was no longer ours (the hold is then lost), or a
+ * connection/reply error (the lease is unchanged). Returns 0, HILOCK_ELOST
+ * at once for a hold already lost, HILOCK_EINVAL for a hold being released
+ * or a lease out of range, HILOCK_ENOMEM, or HILOCK_EFORK/HILOCK_ECLOSED. */
+HILOCK_API int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb,
+                                  void *data);
 
 /* ---- Breaking a lock (operators) --------------------------------------- */
 
