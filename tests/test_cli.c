@@ -277,6 +277,66 @@ static int listen_any(int *port) {
     return fd;
 }
 
+/* Run a program other than the CLI (argv[0] looked up in PATH), stdout
+ * and stderr to the scratch file `out`: its exit status, 127 if it could
+ * not be run. */
+static int run_prog(char *const *argv, const char *out) {
+    pid_t pid = fork();
+    int fd;
+
+    cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        fd = open(tmp(out), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    remember(pid);
+    return cli_wait(pid, 60000);
+}
+
+/* A file of the source tree (rel to its top), found above the test binary
+ * as the build dir lies inside the tree; NULL if there is none. */
+static const char *src_path(const char *rel) {
+    static char ring[4][PATH_MAX];      /* a few alive at once, as with tmp() */
+    static int next;
+    char *path = ring[next++ % 4];
+    char top[PATH_MAX - 64];
+    char *slash;
+    ssize_t n = readlink("/proc/self/exe", top, sizeof(top) - 1);
+
+    if (n <= 0) return NULL;
+    top[n] = '\0';
+    while ((slash = strrchr(top, '/')) != NULL && slash != top) {
+        *slash = '\0';
+        snprintf(path, PATH_MAX, "%s/%s", top, rel);
+        if (file_exists(path)) return path;
+    }
+    return NULL;
+}
+
+/* The whole of a (small) file, NUL-terminated, to free(); NULL if unreadable. */
+static char *slurp_all(const char *path) {
+    FILE *f = fopen(path, "r");
+    char *buf = NULL;
+    size_t n = 0, cap = 0, got;
+
+    if (f == NULL) return NULL;
+    do {
+        if (n + 4096 + 1 > cap) {
+            cap = (n + 4096 + 1) * 2;
+            buf = realloc(buf, cap);
+            cr_assert_not_null(buf);
+        }
+        got = fread(buf + n, 1, 4096, f);
+        n += got;
+    } while (got > 0);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
 /* ---- Fixture ------------------------------------------------------------- */
 
 static void setup(void) {
@@ -428,6 +488,53 @@ Test(cli, wait_times_out, .timeout = 30) {
     cr_assert(!file_exists(tmp("ran")));
 }
 
+/* -E CODE replaces 75, so that a COMMAND that exits 75 itself is told apart. */
+Test(cli, busy_status_is_set_by_E, .timeout = 30) {
+    hold_key("hilock:", "eb", 10000);
+    cr_assert_eq(RUN("-u", srv.url, "-w", "0", "-E", "99", "eb", "--", "touch", tmp("ran")), 99);
+    cr_assert_eq(RUN("-u", srv.url, "-w", "200", "-E", "99", "eb", "--", "touch", tmp("ran")), 99);
+    cr_assert(!file_exists(tmp("ran")), "COMMAND ran without the lock");
+    cr_assert_eq(RUN("-u", srv.url, "-w", "0", "eb", "--", "touch", tmp("ran")), 75, "the default");
+    cr_assert_eq(RUN("-u", srv.url, "-w", "0", "-E", "99", "free", "--", "sh", "-c", "exit 75"), 75,
+                 "COMMAND's own 75");
+}
+
+/* -v says "waiting" while the lock is held elsewhere, then how it ended,
+ * in order. */
+Test(cli, verbose_reports_waiting_then_acquired, .timeout = 30) {
+    char out[4096], acquired[128];
+    const char *conn, *waiting, *acq, *rel;
+    pid_t pid;
+
+    hold_key("hilock:", "vw", 20000);
+    pid = cli_start("out", NULL, ARGS("-u", srv.url, "-v", "vw", "--", FENCE_TO("f")));
+    WAIT_UNTIL(numsub("vw") == 1, 5000);
+    cr_assert_eq(numsub("vw"), 1, "the waiter never subscribed");
+    slurp(tmp("out"), out, sizeof(out));
+    cr_assert_not_null(strstr(out, "hilock: waiting for vw\n"), "no waiting line: %s", out);
+    cr_assert_null(strstr(out, "acquired"), "acquired a held lock: %s", out);
+
+    /* Released: the rest of the story follows the waiting line. */
+    cr_assert_eq(test_redis_int(&srv, "DEL %s", key("vw")), 1);
+    cr_assert_eq(test_redis_int(&srv, "PUBLISH hilock:{vw}:ch r"), 1);
+    cr_assert_eq(cli_wait(pid, 5000), 0);
+    slurp(tmp("out"), out, sizeof(out));
+    snprintf(acquired, sizeof(acquired), "hilock: acquired vw with fence %lld\n", fence_in("f"));
+    conn = strstr(out, "hilock: connecting to ");
+    waiting = strstr(out, "hilock: waiting for vw\n");
+    acq = strstr(out, acquired);
+    rel = strstr(out, "hilock: released vw\n");
+    cr_assert(conn && waiting && acq && rel && conn < waiting && waiting < acq && acq < rel,
+              "want connecting, waiting, '%s', released, in order: %s", acquired, out);
+
+    /* Trying once, or with a limit, says so. */
+    cr_assert_eq(RUN("-u", srv.url, "-v", "-w", "0", "vw", "--", "true"), 0);
+    cr_assert_not_null(strstr(slurp(tmp("out"), out, sizeof(out)), "hilock: trying vw once\n"), "%s", out);
+    cr_assert_eq(RUN("-u", srv.url, "-v", "-w", "500", "vw", "--", "true"), 0);
+    cr_assert_not_null(strstr(slurp(tmp("out"), out, sizeof(out)), "hilock: waiting for vw, up to 500 ms\n"),
+                       "%s", out);
+}
+
 Test(cli, waiter_gets_the_lock_when_it_is_released, .timeout = 30) {
     long long t0, took;
     pid_t holder;
@@ -467,6 +574,89 @@ Test(cli, lost_lock_terms_command_and_exits_74, .timeout = 30) {
     /* The next renewal (every lease/3) finds the key gone. */
     cr_assert_lt(took, 600 + 1000, "noticed after %lld ms", took);
     cr_assert_str_eq(slurp(tmp("sig"), buf, sizeof(buf)), "term\n", "COMMAND got no SIGTERM");
+}
+
+/* ---- unlock NAME ---------------------------------------------------------- */
+
+static const char unlock_warning[] =
+    "hilock: warning: forcing %s open; its holder, if alive, keeps acting as the owner "
+    "until its next renewal fails\n";
+
+/* Run `hilock -u URL unlock NAME`: its status; stdout in "out", stderr in "err". */
+static int unlock_run(const char *url, const char *name) {
+    return cli_wait(cli_start_io(NULL, "out", "err", NULL, ARGS("-u", url, "unlock", name)), 20000);
+}
+
+/* The holder, a live hilock running `sleep 30` under a 30 s lease, is
+ * forced open: its waiter gets the lock at once, not when the lease ends. */
+Test(cli, unlock_frees_a_held_lock_and_wakes_its_waiter, .timeout = 30) {
+    char out[4096], want[256];
+    long long fence = -1, t0, took;
+    const char *at;
+    pid_t holder, waiter;
+
+    holder = cli_start("holder", NULL, ARGS("-u", srv.url, "-v", "brk", "--", "sleep", "30"));
+    WAIT_UNTIL(strstr(slurp(tmp("holder"), out, sizeof(out)), "acquired brk with fence ") != NULL, 5000);
+    at = strstr(out, "acquired brk with fence ");
+    cr_assert_not_null(at, "the holder did not get the lock: %s", out);
+    fence = atoll(at + strlen("acquired brk with fence "));
+    waiter = cli_start("waiter", NULL, ARGS("-u", srv.url, "brk", "--", FENCE_TO("w")));
+    WAIT_UNTIL(numsub("brk") == 1, 5000);
+    cr_assert_eq(numsub("brk"), 1, "the waiter never subscribed");
+
+    t0 = test_now_ms();
+    cr_assert_eq(unlock_run(srv.url, "brk"), 0);
+    snprintf(want, sizeof(want), "hilock: removed the lock brk (fence %lld)\n", fence);
+    cr_assert_str_eq(slurp(tmp("out"), out, sizeof(out)), want);
+    snprintf(want, sizeof(want), unlock_warning, "brk");
+    cr_assert_str_eq(slurp(tmp("err"), out, sizeof(out)), want);
+    cr_assert_eq(cli_wait(waiter, 5000), 0, "the waiter did not get the lock promptly");
+    took = test_now_ms() - t0;
+    cr_assert_lt(took, 5000, "the waiter got it after %lld ms", took);
+    cr_assert_gt(fence_in("w"), fence);
+
+    /* As warned, the holder goes on; it learns at the latest when it
+     * releases, and says the lock was lost. */
+    cr_assert_eq(cli_wait(holder, 0), -1, "the holder stopped");
+    kill(holder, SIGTERM);
+    cr_assert_eq(cli_wait(holder, 5000), 74);
+}
+
+Test(cli, unlock_of_a_free_lock_says_not_held, .timeout = 30) {
+    char out[256], want[256];
+
+    cr_assert_eq(unlock_run(srv.url, "free"), 0);
+    cr_assert_str_eq(slurp(tmp("out"), out, sizeof(out)), "hilock: free was not held\n");
+    snprintf(want, sizeof(want), unlock_warning, "free");
+    cr_assert_str_eq(slurp(tmp("err"), out, sizeof(out)), want);
+
+    /* A holder that is not a hilock at all, under another prefix. */
+    hold_key("other:", "foreign", 20000);
+    cr_assert_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL,
+                                       ARGS("-u", srv.url, "-p", "other:", "unlock", "foreign")), 20000), 0);
+    cr_assert_str_eq(slurp(tmp("out"), out, sizeof(out)), "hilock: removed the lock foreign (fence 1)\n");
+    cr_assert_eq(test_redis_int(&srv, "EXISTS other:{foreign}"), 0);
+}
+
+/* `unlock` followed by -- is a lock name, as it was before the subcommand. */
+Test(cli, unlock_then_dashdash_is_a_lock_named_unlock, .timeout = 30) {
+    char buf[64];
+
+    cr_assert_eq(RUN("-u", srv.url, "unlock", "--", "true"), 0);
+    cr_assert_eq(RUN("-u", srv.url, "-w", "0", "unlock", "--", "sh", "-c",
+                     "echo \"$HILOCK_NAME\" > \"$0\"", tmp("name")), 0);
+    cr_assert_str_eq(slurp(tmp("name"), buf, sizeof(buf)), "unlock\n");
+    hold_key("hilock:", "unlock", 10000);
+    cr_assert_eq(RUN("-u", srv.url, "-w", "0", "unlock", "--", "touch", tmp("ran")), 75);
+    cr_assert(!file_exists(tmp("ran")));
+}
+
+Test(cli, unlock_without_redis_exits_69, .timeout = 30) {
+    char url[64], err[1024];
+
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_free_port());
+    cr_assert_eq(unlock_run(url, "nope"), 69);
+    cr_assert_not_null(strstr(slurp(tmp("err"), err, sizeof(err)), "hilock: cannot unlock nope: "), "%s", err);
 }
 
 /* ---- Redis not there ---------------------------------------------------- */
@@ -658,6 +848,213 @@ Test(cli, usage_errors_exit_64, .timeout = 60) {
     cr_assert_eq(RUN("--help"), 0);
     cr_assert(strncmp(slurp(tmp("out"), out, sizeof(out)), "Usage: hilock", 13) == 0, "%s", out);
     cr_assert_eq(RUN("-h"), 0);
+}
+
+Test(cli, version_is_the_headers, .timeout = 30) {
+    char out[256], both[128], *page;
+    const char *man = src_path("man/hilock.1");
+
+    /* Static or matching shared library: one version; else both. */
+    snprintf(both, sizeof(both), "hilock %s (library %s)\n", HILOCK_VERSION, hilock_version());
+    cr_assert_eq(RUN("--version"), 0);
+    slurp(tmp("out"), out, sizeof(out));
+    cr_assert(strcmp(out, "hilock " HILOCK_VERSION "\n") == 0 || strcmp(out, both) == 0, "%s", out);
+    cr_assert_eq(RUN("-V"), 0);
+    cr_assert(strcmp(slurp(tmp("out"), out, sizeof(out)), "hilock " HILOCK_VERSION "\n") == 0 ||
+              strcmp(out, both) == 0, "%s", out);
+    /* The man page's footer names the same version. */
+    cr_assert_not_null(man, "no man/hilock.1 above the test binary");
+    page = slurp_all(man);
+    cr_assert_not_null(page);
+    cr_expect_not_null(strstr(page, "\"hilock " HILOCK_VERSION "\""),
+                       "man/hilock.1's .TH does not say hilock %s", HILOCK_VERSION);
+    free(page);
+}
+
+/* The exit statuses as one document lists them: each row's tag ("64",
+ * "COMMAND's") and its text. */
+#define XT_ROWS 16
+typedef struct xtable {
+    const char *what;
+    int n;
+    char tag[XT_ROWS][16];
+    char text[XT_ROWS][2048];
+} xtable;
+
+static void xt_row(xtable *t, const char *tag, size_t len) {
+    cr_assert_lt(t->n, XT_ROWS, "%s: too many exit statuses", t->what);
+    /* "COMMAND's", "<COMMAND's>" (roff: ".RI < COMMAND 's>"): one tag. */
+    if (memmem(tag, len, "COMMAND", 7) != NULL) snprintf(t->tag[t->n], 16, "COMMAND's");
+    else snprintf(t->tag[t->n], 16, "%.*s", (int)len, tag);
+    t->text[t->n][0] = '\0';
+    t->n++;
+}
+
+/* Append a line of text to the last row; roff escapes dropped ("\-E"). */
+static void xt_text(xtable *t, const char *s, size_t len) {
+    char *text = t->text[t->n - 1];
+    size_t n = strlen(text), i;
+
+    cr_assert_gt(t->n, 0, "%s: text before the first exit status", t->what);
+    for (i = 0; i < len && n + 2 < sizeof(t->text[0]); i++)
+        if (s[i] != '\\') text[n++] = s[i];
+    text[n++] = ' ';
+    text[n] = '\0';
+}
+
+/* --help: "  TAG   text" rows under "Exit status:", continued by deeper indents. */
+static void xt_from_help(xtable *t, const char *help) {
+    const char *p = strstr(help, "\nExit status:\n"), *nl;
+
+    cr_assert_not_null(p, "--help has no Exit status");
+    for (p = strchr(p + 1, '\n') + 1; *p == ' '; p = nl + 1) {
+        size_t tl;
+        nl = strchr(p, '\n');
+        if (nl == NULL) nl = p + strlen(p);
+        if (p[2] != ' ') {
+            tl = strcspn(p + 2, " \n");
+            xt_row(t, p + 2, tl);
+            xt_text(t, p + 2 + tl, (size_t)(nl - p - 2 - tl));
+        } else {
+            xt_text(t, p, (size_t)(nl - p));
+        }
+        if (*nl == '\0') break;
+    }
+}
+
+/* hilock.1: under .SH EXIT STATUS, each .TP's next line is the tag. */
+static void xt_from_man(xtable *t, const char *page) {
+    const char *p = strstr(page, "\n.SH EXIT STATUS\n"), *end, *nl;
+    int tag_next = 0;
+
+    cr_assert_not_null(p, "hilock.1 has no EXIT STATUS");
+    p = strchr(p + 1, '\n') + 1;
+    end = strstr(p, "\n.SH ");
+    cr_assert_not_null(end);
+    for (; p < end; p = nl + 1) {
+        nl = strchr(p, '\n');
+        if (strncmp(p, ".TP\n", 4) == 0) {
+            tag_next = 1;
+        } else if (tag_next) {
+            /* ".B 64", ".RI < COMMAND 's>": the tag is after the macro. */
+            const char *tag = p + strcspn(p, " ") + 1;
+            char clean[16];
+            size_t n = 0;
+            for (; tag < nl && n + 1 < sizeof(clean); tag++)
+                if (*tag != ' ' && *tag != '<' && *tag != '>') clean[n++] = *tag;
+            xt_row(t, clean, n);
+            tag_next = 0;
+        } else {
+            xt_text(t, p, (size_t)(nl - p));
+        }
+    }
+}
+
+/* README.md: the "| exit | meaning |" table of the CLI section. */
+static void xt_from_readme(xtable *t, const char *readme) {
+    const char *p = strstr(readme, "\n## The `hilock` command\n"), *end, *nl;
+
+    cr_assert_not_null(p, "README.md has no CLI section");
+    end = strstr(p + 1, "\n## ");
+    if (end == NULL) end = p + strlen(p);
+    for (p = strchr(p + 1, '\n') + 1; p < end; p = nl + 1) {
+        nl = strchr(p, '\n');
+        if (strncmp(p, "| ", 2) == 0 && strncmp(p, "| exit ", 7) != 0) {
+            size_t tl = strcspn(p + 2, "|");
+            while (tl > 0 && p[2 + tl - 1] == ' ') tl--;
+            xt_row(t, p + 2, tl);
+            xt_text(t, p + 2 + tl, (size_t)(nl - p - 2 - tl));
+        }
+    }
+}
+
+/* The HILOCK_E* names in a text, sorted, one space after each. */
+static void error_names(const char *text, char *out, size_t n) {
+    char names[32][32];
+    int count = 0, i, j;
+
+    for (const char *p = text; (p = strstr(p, "HILOCK_E")) != NULL && count < 32; ) {
+        size_t len = strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789");
+        snprintf(names[count++], sizeof(names[0]), "%.*s", (int)len, p);
+        p += len;
+    }
+    for (i = 1; i < count; i++)         /* a few names: insertion sort */
+        for (j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
+            char swap[32];
+            memcpy(swap, names[j], 32); memcpy(names[j], names[j - 1], 32); memcpy(names[j - 1], swap, 32);
+        }
+    out[0] = '\0';
+    for (i = 0; i < count; i++)
+        if (i == 0 || strcmp(names[i], names[i - 1]) != 0)
+            snprintf(out + strlen(out), n - strlen(out), "%s ", names[i]);
+}
+
+/* --help, hilock(1) and README.md list the same exit statuses, in the same
+ * order, with the same HILOCK_E* codes under each; and the codes are those
+ * the CLI maps (unreachable_server_exits_69 and the tests after it check
+ * the mapping itself). */
+Test(cli, exit_statuses_agree_in_help_man_and_readme, .timeout = 60) {
+    static const char *const tags[] = { "COMMAND's", "64", "69", "70", "71", "74", "75", "128+N" };
+    static const char want69[] = "HILOCK_EAUTH HILOCK_ECONN HILOCK_EDEADLINE HILOCK_EEVICTION "
+                                 "HILOCK_ELOADING HILOCK_EOOM HILOCK_EPROTO HILOCK_EREADONLY "
+                                 "HILOCK_EREPLY HILOCK_ESCRIPT ";
+    static xtable t[3] = { { .what = "--help" }, { .what = "hilock.1" }, { .what = "README.md" } };
+    const char *man = src_path("man/hilock.1"), *readme = src_path("README.md");
+    char *help, *page, *md, names[512], help_names[512];
+    size_t i, r;
+    int k;
+
+    cr_assert_eq(RUN("--help"), 0);
+    help = slurp_all(tmp("out"));
+    cr_assert(man != NULL && (page = slurp_all(man)) != NULL, "no man/hilock.1 above the test binary");
+    cr_assert(readme != NULL && (md = slurp_all(readme)) != NULL, "no README.md above the test binary");
+    xt_from_help(&t[0], help);
+    xt_from_man(&t[1], page);
+    xt_from_readme(&t[2], md);
+
+    for (k = 0; k < 3; k++) {
+        cr_assert_eq(t[k].n, (int)(sizeof(tags) / sizeof(tags[0])), "%s lists %d exit statuses",
+                     t[k].what, t[k].n);
+        for (r = 0; r < sizeof(tags) / sizeof(tags[0]); r++) {
+            cr_assert_str_eq(t[k].tag[r], tags[r], "%s, row %zu", t[k].what, r);
+            error_names(t[0].text[r], help_names, sizeof(help_names));
+            error_names(t[k].text[r], names, sizeof(names));
+            cr_assert_str_eq(names, help_names, "%s and --help differ on the codes of %s: '%s', '%s'",
+                             t[k].what, tags[r], names, help_names);
+            if (strcmp(tags[r], "69") == 0)
+                cr_assert_str_eq(names, want69, "%s: the codes that exit 69", t[k].what);
+            else if (strcmp(tags[r], "70") == 0)
+                cr_assert_str_eq(names, "HILOCK_ELOOP HILOCK_ENOMEM ", "%s: the codes that exit 70", t[k].what);
+        }
+        /* COMMAND's own statuses, and -E's, in each. */
+        for (i = 0; i < 3; i++) {
+            static const char *const own[] = { "126", "127", "128+N" };
+            cr_assert_not_null(strstr(t[k].text[0], own[i]), "%s: COMMAND's row lacks %s: %s",
+                               t[k].what, own[i], t[k].text[0]);
+        }
+        cr_assert_not_null(strstr(t[k].text[6], "-E"), "%s: 75 does not mention -E: %s",
+                           t[k].what, t[k].text[6]);
+    }
+    free(help);
+    free(md);
+
+    /* And the page, rendered, shows every number (when man is installed). */
+    {
+        char *argv[] = { "man", "-l", (char *)man, NULL };
+        static const char *const nums[] = { "64", "69", "70", "71", "74", "75", "126", "127", "128+N" };
+        char *shown, *sect;
+        setenv("MANPAGER", "cat", 1);
+        setenv("MANWIDTH", "80", 1);
+        if (run_prog(argv, "man.out") != 127) {
+            shown = slurp_all(tmp("man.out"));
+            sect = shown != NULL ? strstr(shown, "EXIT STATUS") : NULL;
+            cr_assert_not_null(sect, "man -l %s shows no EXIT STATUS: %s", man, shown);
+            for (i = 0; i < sizeof(nums) / sizeof(nums[0]); i++)
+                cr_assert_not_null(strstr(sect, nums[i]), "man -l: no %s under EXIT STATUS", nums[i]);
+            free(shown);
+        }
+    }
+    free(page);
 }
 
 /* ---- Signals ------------------------------------------------------------- */

@@ -30,7 +30,8 @@
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
-#define VERSION STR(HILOCK_VERSION_MAJOR) "." STR(HILOCK_VERSION_MINOR) "." STR(HILOCK_VERSION_PATCH)
+#define VERSION HILOCK_VERSION
+#define SOVER STR(HILOCK_SOVERSION)
 
 static char root[PATH_MAX];      /* the source tree */
 static char build[PATH_MAX];     /* BUILD, relative to root */
@@ -335,6 +336,42 @@ static void run_prog(const char *prog, const char *name, unsigned long long *las
     *last = fence;
 }
 
+/* The C program in README.md (the first ```c block of "Using the library")
+ * or in hilock(3) (the first .EX block of EXAMPLES, unescaped), written to
+ * tmp/`out` exactly as a reader would paste it. */
+static void extract_snippet(const char *doc, const char *after, const char *open,
+                            const char *close, int groff, const char *out) {
+    static char text[262144];
+    slurp(at("%s/%s", root, doc), text, sizeof(text));
+    char *p = strstr(text, after);
+    cr_assert_not_null(p, "%s: no \"%s\"", doc, after);
+    p = strstr(p, open);
+    cr_assert_not_null(p, "%s: no code after \"%s\"", doc, after);
+    p += strlen(open);
+    char *end = strstr(p, close);
+    cr_assert_not_null(end, "%s: unterminated code block", doc);
+    *end = '\0';
+    FILE *f = fopen(at("%s/%s", tmp, out), "w");
+    cr_assert_not_null(f);
+    for (; *p; p++) {
+        if (groff && p[0] == '\\' && p[1] == 'e') { fputc('\\', f); p++; }
+        else if (groff && p[0] == '\\' && p[1] == '-') { fputc('-', f); p++; }
+        else if (groff && p[0] == '\\' && p[1] == '&') p++;
+        else fputc(*p, f);
+    }
+    fclose(f);
+}
+
+/* A documented program against the server: it must lock and exit 0. */
+static void run_snippet(const char *prog) {
+    char log[4096];
+    char *argv[] = {(char *)at("%s/%s", tmp, prog), srv.url, NULL};
+    int rc = run(argv, NULL, at("%s/snippet.out", tmp), NULL, 30000);
+    slurp(at("%s/snippet.out", tmp), log, sizeof(log));
+    cr_expect_eq(rc, 0, "%s exited with %d:\n%s", prog, rc, log);
+    cr_expect_not_null(strstr(log, "locked, fence "), "%s:\n%s", prog, log);
+}
+
 /* An example against the server: it must take and release its lock. */
 static void run_example(const char *prog) {
     char log[8192];
@@ -371,16 +408,16 @@ Test(install, prefix_and_destdir, .init = setup, .fini = teardown, .timeout = 40
     ssize_t n = readlink(at("%s/lib/libhilock.so", usrdir), link, sizeof(link) - 1);
     cr_expect_gt(n, 0, "lib/libhilock.so is not a symlink");
     link[n > 0 ? n : 0] = '\0';
-    cr_expect_str_eq(link, "libhilock.so.0");
-    n = readlink(at("%s/lib/libhilock.so.0", usrdir), link, sizeof(link) - 1);
-    cr_expect_gt(n, 0, "lib/libhilock.so.0 is not a symlink");
+    cr_expect_str_eq(link, "libhilock.so." SOVER);
+    n = readlink(at("%s/lib/libhilock.so." SOVER, usrdir), link, sizeof(link) - 1);
+    cr_expect_gt(n, 0, "lib/libhilock.so." SOVER " is not a symlink");
     link[n > 0 ? n : 0] = '\0';
     cr_expect_str_eq(link, "libhilock.so." VERSION);
 
     /* The soname, and only the public API exported. */
     cr_expect_eq(sh(NULL, at("readelf -d %s/lib/libhilock.so." VERSION " | grep SONAME", usrdir),
                     log, sizeof(log)), 0, "%s", log);
-    cr_expect_not_null(strstr(log, "[libhilock.so.0]"), "soname: %s", log);
+    cr_expect_not_null(strstr(log, "[libhilock.so." SOVER "]"), "soname: %s", log);
     cr_expect_eq(sh(NULL, at("nm -D --defined-only %s/lib/libhilock.so." VERSION
                              " | awk '{print $3}' | grep -v '^hilock_' | grep -v '^$' || true",
                              usrdir), log, sizeof(log)), 0);
@@ -406,7 +443,7 @@ Test(install, prefix_and_destdir, .init = setup, .fini = teardown, .timeout = 40
     build_prog("prog_libuv", "-DUSE_LIBUV -D_POSIX_C_SOURCE=200809L", "-luv", 0);
     build_prog("prog_static", "", "-levent", 1);
     cr_expect_eq(sh(NULL, at("readelf -d %s/prog_libevent | grep NEEDED", tmp), log, sizeof(log)), 0);
-    cr_expect_not_null(strstr(log, "[libhilock.so.0]"), "not linked to the shared library:\n%s", log);
+    cr_expect_not_null(strstr(log, "[libhilock.so." SOVER "]"), "not linked to the shared library:\n%s", log);
     sh(NULL, at("readelf -d %s/prog_static | grep NEEDED || true", tmp), log, sizeof(log));
     cr_expect_null(strstr(log, "libhilock"), "the static build needs libhilock.so:\n%s", log);
 
@@ -418,8 +455,16 @@ Test(install, prefix_and_destdir, .init = setup, .fini = teardown, .timeout = 40
     build_example("many_waiters", "-levent");
     build_example("http_singleflight", "-levent");
 
+    /* The programs in the README and in hilock(3), as pasted. */
+    extract_snippet("README.md", "## Using the library", "```c\n", "```\n", 0, "readme.c");
+    extract_snippet("man/hilock.3", ".SH EXAMPLES", ".EX\n", ".EE\n", 1, "manpage.c");
+    build_prog_from("readme.c", "readme", "-std=c11", "-levent", 0);
+    build_prog_from("manpage.c", "manpage", "-std=c11", "-levent", 0);
+
     cr_assert_eq(test_redis_start(&srv, 0, NULL), 0);
     srv_started = 1;
+    run_snippet("readme");
+    run_snippet("manpage");
     run_example("ex_libevent_basic");
     run_example("ex_libev_basic");
     run_example("ex_libuv_basic");

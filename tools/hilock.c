@@ -1,15 +1,18 @@
 /* hilock: run a command while holding a distributed lock, a flock(1) for
  * machines that share one Redis.
  *
- *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-v] NAME -- COMMAND [ARG...]
+ *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE] [-v] NAME -- COMMAND [ARG...]
+ *     hilock [-u URL] [-p PREFIX] [-v] unlock NAME
  *
  * Everything happens on one libevent loop: the lock request, the watchdog
  * that renews the lease while COMMAND runs (inside the library), signals, and
  * the end of COMMAND (SIGCHLD). Nothing polls and nothing sleeps.
  *
  * Exit statuses follow sysexits(3) where one fits, so that scripts can tell
- * "someone else has it" (75) from "Redis is down" (69) from COMMAND's own
- * failures, which pass through unchanged. */
+ * "someone else has it" (75, or -E's) from "Redis is down" (69) from
+ * COMMAND's own failures, which pass through unchanged. The one table of
+ * them is in usage_text, README.md and man/hilock.1 alike (test_cli.c
+ * compares the three). */
 
 #include <dirent.h>
 #include <errno.h>
@@ -35,35 +38,56 @@
 #define DEFAULT_LEASE  30000
 
 static const char usage_text[] =
-"Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-v] NAME -- COMMAND [ARG...]\n"
+"Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE] [-v]\n"
+"              NAME -- COMMAND [ARG...]\n"
+"       hilock [-u URL] [-p PREFIX] [-v] unlock NAME\n"
+"       hilock -h | --help | -V | --version\n"
 "Run COMMAND while holding the distributed lock NAME in Redis.\n"
 "\n"
-"  -u URL       Redis URL (default: $HILOCK_URL, else " DEFAULT_URL ")\n"
-"  -w WAIT_MS   give up after waiting this long (default: wait forever;\n"
-"               0: try once)\n"
-"  -l LEASE_MS  lease of the lock, renewed while COMMAND runs (default 30000)\n"
-"  -p PREFIX    prefix of the Redis keys (default " DEFAULT_PREFIX ")\n"
-"  -v           report progress on stderr\n"
-"  -h, --help   show this help\n"
+"  -u URL         Redis URL (default: $HILOCK_URL, else " DEFAULT_URL ")\n"
+"  -w WAIT_MS     give up after waiting this long (default: wait forever;\n"
+"                 0: try once)\n"
+"  -l LEASE_MS    lease of the lock, renewed while COMMAND runs (default 30000)\n"
+"  -p PREFIX      prefix of the Redis keys (default " DEFAULT_PREFIX ")\n"
+"  -E CODE        exit status when NAME is busy or not acquired within WAIT_MS\n"
+"                 (1 to 255, default 75), to tell it from COMMAND's own\n"
+"  -v             report progress on stderr\n"
+"  -h, --help     show this help\n"
+"  -V, --version  show the version\n"
 "\n"
 "COMMAND finds the lock name in $HILOCK_NAME and the fencing token, a number\n"
 "that grows with every acquisition of NAME, in $HILOCK_FENCE.\n"
-"SIGINT, SIGTERM and SIGHUP stop the wait, and are passed on to COMMAND once\n"
-"it runs; the lock is released when COMMAND exits. One that was ignored when\n"
-"hilock started (nohup, a shell's &) stays ignored, by hilock and COMMAND.\n"
+"\n"
+"hilock unlock NAME removes the lock NAME whoever holds it and wakes its\n"
+"waiters: for a holder known dead whose lease is too long to wait out. A\n"
+"holder still alive keeps acting as the owner until its next renewal fails.\n"
+"It prints the fence of the lock it removed, or that NAME was not held; both\n"
+"exit 0. unlock is a subcommand only when one argument, not --, follows it:\n"
+"`hilock unlock -- COMMAND` runs COMMAND under a lock named \"unlock\".\n"
+"\n"
+"Signals: SIGINT, SIGTERM and SIGHUP while waiting cancel the wait, leave no\n"
+"lock behind, and exit 128+N. While COMMAND runs they are passed on to it, and\n"
+"the lock is released when it exits; after that they are ignored until the\n"
+"release is done. One that was ignored when hilock started (nohup, a shell's\n"
+"&) stays ignored, by hilock and by COMMAND. unlock does not catch them.\n"
 "\n"
 "Exit status:\n"
 "  COMMAND's  COMMAND ran: its own status; 128+N if signal N killed it,\n"
 "             127 if it was not found, 126 if it could not be run\n"
 "  64         usage error\n"
-"  69         Redis could not be used: unreachable, no answer in time, not\n"
-"             Redis, authentication failed, read-only replica, out of\n"
-"             memory, still loading, lock script failed, other error reply\n"
-"             (a server that may evict locks is only warned about, on stderr)\n"
-"  70         internal failure (out of memory, event-loop adapter)\n"
+"  69         Redis could not be used: HILOCK_ECONN (unreachable, connection\n"
+"             broke), HILOCK_EDEADLINE (no answer in time), HILOCK_EPROTO (not\n"
+"             Redis), HILOCK_EAUTH (authentication failed), HILOCK_EREADONLY\n"
+"             (read-only replica), HILOCK_EOOM (out of memory),\n"
+"             HILOCK_ELOADING (still loading), HILOCK_ESCRIPT (lock script\n"
+"             failed), HILOCK_EREPLY (other error reply), HILOCK_EEVICTION\n"
+"             (eviction policy refused; hilock itself only warns, on stderr)\n"
+"  70         internal failure: HILOCK_ENOMEM (out of memory), HILOCK_ELOOP\n"
+"             (event-loop adapter)\n"
 "  71         system failure (fork, setenv, event loop or signal setup)\n"
 "  74         the lock was lost while COMMAND ran (COMMAND got SIGTERM)\n"
-"  75         the lock was not acquired within WAIT_MS (-w 0: it was held)\n"
+"  75         the lock was not acquired within WAIT_MS (-w 0: it was held);\n"
+"             -E CODE changes this status\n"
 "  128+N      signal N stopped the wait\n";
 
 /* The signals we catch, unless they were ignored when we started (see
@@ -82,6 +106,7 @@ typedef struct cli {
     const char *name;
     char **cmd;
     int verbose;
+    int busy_status;        /* exit status for busy / not acquired in time (-E) */
     int state;
     pid_t child;            /* COMMAND, once started */
     int stop_sig;           /* the signal that stopped the wait */
@@ -108,19 +133,25 @@ static int must_catch(size_t i) {
     return caught[i] == SIGCHLD || saved_act[i].sa_handler != SIG_IGN;
 }
 
-static void usage(FILE *f) {
-    fputs(usage_text, f);
-}
-
+/* One line that says what is wrong, and where to read more: the whole
+ * usage text would bury the line that matters, as coreutils knows. */
 static int usage_error(const char *fmt, ...) {
     va_list ap;
     fputs("hilock: ", stderr);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fputs("\n\n", stderr);
-    usage(stderr);
+    fputs("\nTry 'hilock --help' for more information.\n", stderr);
     return EX_USAGE;
+}
+
+/* The header we were compiled with, and the library we run with if that
+ * differs (a shared libhilock upgraded or downgraded under us). */
+static void print_version(void) {
+    if (strcmp(hilock_version(), HILOCK_VERSION) == 0)
+        printf("hilock %s\n", HILOCK_VERSION);
+    else
+        printf("hilock %s (library %s)\n", HILOCK_VERSION, hilock_version());
 }
 
 /* A decimal number in [min, max], nothing else (no sign, no spaces). */
@@ -330,7 +361,7 @@ static void on_acquired(hilock_hold *hold, int status, void *arg) {
         finish(c, 128 + c->stop_sig);
     } else if (status == HILOCK_EBUSY || status == HILOCK_ETIMEDOUT) {
         if (c->verbose) fprintf(stderr, "hilock: %s is busy: %s\n", c->name, hilock_strerror(status));
-        finish(c, EX_TEMPFAIL);
+        finish(c, c->busy_status);
     } else {
         report(c, "cannot lock", status);
         finish(c, exit_for_error(status));
@@ -382,40 +413,162 @@ static void on_signal(evutil_socket_t fd, short what, void *arg) {
     }
 }
 
+/* ---- unlock NAME ---------------------------------------------------------- */
+
+/* The outcome goes to stdout: it is what was asked for, and an on-call
+ * script may want it without the warning. Either outcome is a success:
+ * NAME is free now. */
+static void on_broken(int status, uint64_t fence, void *arg) {
+    cli *c = arg;
+
+    if (status == 0 && fence > 0)
+        printf("hilock: removed the lock %s (fence %" PRIu64 ")\n", c->name, fence);
+    else if (status == 0)
+        printf("hilock: %s was not held\n", c->name);
+    else
+        report(c, "cannot unlock", status);
+    finish(c, status == 0 ? 0 : exit_for_error(status));
+}
+
+/* Say what breaking a lock cannot do before doing it: the holder is not
+ * told, and goes on until its next renewal finds the key gone. */
+static int start_unlock(cli *c) {
+    int rc;
+
+    fprintf(stderr, "hilock: warning: forcing %s open; its holder, if alive, keeps acting as "
+                    "the owner until its next renewal fails\n", c->name);
+    rc = hilock_break(c->client, c->name, on_broken, c);
+    if (rc != 0) {
+        fprintf(stderr, "hilock: cannot unlock %s: %s\n", c->name, hilock_strerror(rc));
+        return rc == HILOCK_EINVAL ? EX_USAGE : EX_SOFTWARE;
+    }
+    return 0;
+}
+
+/* ---- NAME -- COMMAND ------------------------------------------------------ */
+
+/* Catch the stop signals (and SIGCHLD) on the loop; see must_catch. */
+static int catch_signals(cli *c) {
+    size_t i;
+
+    for (i = 0; i < NCAUGHT; i++) {
+        if (!must_catch(i)) continue;
+        c->sigev[i] = evsignal_new(c->base, caught[i], on_signal, c);
+        if (c->sigev[i] == NULL || event_add(c->sigev[i], NULL) != 0) {
+            fprintf(stderr, "hilock: cannot catch signal %d\n", caught[i]);
+            return EX_OSERR;
+        }
+    }
+    return 0;
+}
+
+/* -v says "waiting" as soon as the request is out, not once the lock is
+ * seen held: the library does not report that, and a grant needs at least
+ * the connect and one round trip, so it never comes within this loop turn
+ * anyway. Any delay before saying it would make -v's output depend on
+ * timing; this way a log always reads waiting, then acquired or busy. */
+static void say_waiting(const cli *c, long long wait_ms) {
+    if (wait_ms == 0) fprintf(stderr, "hilock: trying %s once\n", c->name);
+    else if (wait_ms == HILOCK_WAIT_FOREVER) fprintf(stderr, "hilock: waiting for %s\n", c->name);
+    else fprintf(stderr, "hilock: waiting for %s, up to %lld ms\n", c->name, wait_ms);
+}
+
+static int start_lock(cli *c, long long wait_ms, long long lease_ms) {
+    hilock_acquire_opts opts;
+    int rc = catch_signals(c);
+
+    if (rc != 0) return rc;
+    hilock_acquire_opts_init(&opts);
+    opts.wait_ms = wait_ms;
+    opts.lease_ms = (uint32_t)lease_ms;
+    opts.lost_cb = on_lost;
+    opts.lost_data = c;
+    rc = hilock_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
+    if (rc != 0) {
+        fprintf(stderr, "hilock: cannot lock %s: %s\n", c->name, hilock_strerror(rc));
+        return rc == HILOCK_EINVAL ? EX_USAGE : EX_SOFTWARE;
+    }
+    if (c->verbose) say_waiting(c, wait_ms);
+    return 0;
+}
+
 /* ---- main ---------------------------------------------------------------- */
 
-int main(int argc, char **argv) {
+/* What the command line asks for, beyond what the callbacks need (cli). */
+typedef struct args {
+    const char *url;
+    const char *prefix;
+    long long wait_ms;
+    long long lease_ms;
+    char lock_only;         /* a lock-only option given (-w, -l, -E), or 0 */
+    int unlock;             /* unlock NAME, not NAME -- COMMAND */
+} args;
+
+static int check_name(const char *name) {
+    if (*name == '\0') return usage_error("empty lock NAME");
+    if (strlen(name) > HILOCK_NAME_MAX)
+        return usage_error("lock NAME longer than %d bytes", HILOCK_NAME_MAX);
+    return -1;
+}
+
+/* After the options: `unlock NAME`, or `NAME -- COMMAND...`. unlock is the
+ * subcommand only when exactly one argument that is not -- follows it, so
+ * that `hilock unlock -- COMMAND`, which has always meant a lock named
+ * "unlock", still does. */
+static int parse_operands(cli *c, args *a, int n, char **v) {
+    int rc;
+
+    if (n == 2 && strcmp(v[0], "unlock") == 0 && strcmp(v[1], "--") != 0) {
+        if (a->lock_only) return usage_error("-%c does not apply to unlock", a->lock_only);
+        a->unlock = 1;
+        c->name = v[1];
+        return check_name(c->name);
+    }
+    if (n < 1) return usage_error("missing NAME");
+    c->name = v[0];
+    if ((rc = check_name(c->name)) >= 0) return rc;
+    if (n < 2 || strcmp(v[1], "--") != 0) return usage_error("missing -- between NAME and COMMAND");
+    if (n < 3) return usage_error("missing COMMAND");
+    c->cmd = v + 2;
+    return -1;
+}
+
+/* Fill c and a from the command line. Returns -1 to go on, or the status
+ * to exit with at once (-h, -V, a usage error). */
+static int parse_args(cli *c, args *a, int argc, char **argv) {
     static const struct option longopts[] = {
         { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
     };
-    const char *env_url = getenv("HILOCK_URL");
-    const char *url = env_url != NULL && *env_url ? env_url : DEFAULT_URL;
-    const char *prefix = DEFAULT_PREFIX;
-    long long wait_ms = HILOCK_WAIT_FOREVER, lease_ms = DEFAULT_LEASE;
-    hilock_config cfg;
-    hilock_acquire_opts opts;
-    hilock_loop loop;
-    cli c;
-    size_t i;
-    int opt, rc;
+    long long code;
+    int opt;
 
-    memset(&c, 0, sizeof(c));
-    opterr = 0; /* our own messages, with usage */
-    while ((opt = getopt_long(argc, argv, "+:hu:w:l:p:v", longopts, NULL)) != -1) {
+    opterr = 0; /* our own messages */
+    while ((opt = getopt_long(argc, argv, "+:hVu:w:l:p:E:v", longopts, NULL)) != -1) {
         switch (opt) {
-        case 'h': usage(stdout); return 0;
-        case 'u': url = optarg; break;
-        case 'p': prefix = optarg; break;
-        case 'v': c.verbose = 1; break;
+        case 'h': fputs(usage_text, stdout); return 0;
+        case 'V': print_version(); return 0;
+        case 'u': a->url = optarg; break;
+        case 'p': a->prefix = optarg; break;
+        case 'v': c->verbose = 1; break;
         case 'w':
-            if (parse_num(optarg, 0, LLONG_MAX, &wait_ms) != 0)
+            if (parse_num(optarg, 0, LLONG_MAX, &a->wait_ms) != 0)
                 return usage_error("bad -w WAIT_MS '%s': want milliseconds, 0 to try once", optarg);
+            a->lock_only = 'w';
             break;
         case 'l':
-            if (parse_num(optarg, HILOCK_LEASE_MIN, INT32_MAX, &lease_ms) != 0)
+            if (parse_num(optarg, HILOCK_LEASE_MIN, INT32_MAX, &a->lease_ms) != 0)
                 return usage_error("bad -l LEASE_MS '%s': want milliseconds, %u to %d",
                                    optarg, HILOCK_LEASE_MIN, INT32_MAX);
+            a->lock_only = 'l';
+            break;
+        case 'E':
+            /* 0 would make "busy" look like success. */
+            if (parse_num(optarg, 1, 255, &code) != 0)
+                return usage_error("bad -E CODE '%s': want an exit status, 1 to 255", optarg);
+            c->busy_status = (int)code;
+            a->lock_only = 'E';
             break;
         case ':':
             return usage_error("option -%c needs a value", optopt);
@@ -424,15 +577,59 @@ int main(int argc, char **argv) {
             return usage_error("unknown option %s", argv[optind - 1]);
         }
     }
-    if (optind >= argc) return usage_error("missing NAME");
-    c.name = argv[optind];
-    if (*c.name == '\0') return usage_error("empty lock NAME");
-    if (strlen(c.name) > HILOCK_NAME_MAX)
-        return usage_error("lock NAME longer than %d bytes", HILOCK_NAME_MAX);
-    if (optind + 1 >= argc || strcmp(argv[optind + 1], "--") != 0)
-        return usage_error("missing -- between NAME and COMMAND");
-    if (optind + 2 >= argc) return usage_error("missing COMMAND");
-    c.cmd = argv + optind + 2;
+    return parse_operands(c, a, argc - optind, argv + optind);
+}
+
+/* The event loop and the client. Returns 0, or the status to exit with. */
+static int open_client(cli *c, const args *a) {
+    hilock_loop loop;
+    hilock_config cfg;
+    int rc;
+
+    c->base = event_base_new();
+    if (c->base == NULL) {
+        fprintf(stderr, "hilock: cannot create the event loop\n");
+        return EX_OSERR;
+    }
+    hilock_libevent_init(&loop, c->base);
+    hilock_config_init(&cfg);
+    cfg.url = a->url;
+    cfg.prefix = a->prefix;
+    cfg.default_lease_ms = (uint32_t)a->lease_ms;
+    cfg.log_cb = on_log;
+    cfg.log_data = c;
+    rc = hilock_client_new(&c->client, &cfg, &loop);
+    if (rc != 0) {
+        c->client = NULL;
+        if (rc == HILOCK_EURL) return usage_error("bad Redis URL '%s'", a->url);
+        if (rc == HILOCK_EINVAL) return usage_error("bad -p PREFIX '%s'", a->prefix);
+        fprintf(stderr, "hilock: %s\n", hilock_strerror(rc));
+        return EX_SOFTWARE;
+    }
+    if (c->verbose) {
+        fputs("hilock: connecting to ", stderr);
+        print_url(a->url);
+        fputc('\n', stderr);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *env_url = getenv("HILOCK_URL");
+    args a;
+    cli c;
+    size_t i;
+    int rc;
+
+    memset(&c, 0, sizeof(c));
+    memset(&a, 0, sizeof(a));
+    c.busy_status = EX_TEMPFAIL;
+    a.url = env_url != NULL && *env_url ? env_url : DEFAULT_URL;
+    a.prefix = DEFAULT_PREFIX;
+    a.wait_ms = HILOCK_WAIT_FOREVER;
+    a.lease_ms = DEFAULT_LEASE;
+    rc = parse_args(&c, &a, argc, argv);
+    if (rc >= 0) return rc;
 
     /* Remember what COMMAND must inherit before we open or catch anything. */
     note_inherited_fds();
@@ -442,58 +639,19 @@ int main(int argc, char **argv) {
     /* A write to a Redis connection that broke must fail, not kill us. */
     signal(SIGPIPE, SIG_IGN);
 
-    c.base = event_base_new();
-    if (c.base == NULL) {
-        fprintf(stderr, "hilock: cannot create the event loop\n");
-        return EX_OSERR;
-    }
-    hilock_libevent_init(&loop, c.base);
-    hilock_config_init(&cfg);
-    cfg.url = url;
-    cfg.prefix = prefix;
-    cfg.default_lease_ms = (uint32_t)lease_ms;
-    cfg.log_cb = on_log;
-    cfg.log_data = &c;
-    rc = hilock_client_new(&c.client, &cfg, &loop);
-    if (rc != 0) {
-        event_base_free(c.base);
-        if (rc == HILOCK_EURL) return usage_error("bad Redis URL '%s'", url);
-        if (rc == HILOCK_EINVAL) return usage_error("bad -p PREFIX '%s'", prefix);
-        fprintf(stderr, "hilock: %s\n", hilock_strerror(rc));
-        return EX_SOFTWARE;
-    }
-    for (i = 0; i < NCAUGHT; i++) {
-        if (!must_catch(i)) continue;
-        c.sigev[i] = evsignal_new(c.base, caught[i], on_signal, &c);
-        if (c.sigev[i] == NULL || event_add(c.sigev[i], NULL) != 0) {
-            fprintf(stderr, "hilock: cannot catch signal %d\n", caught[i]);
-            hilock_client_free(c.client);
-            return EX_OSERR;
-        }
-    }
-    if (c.verbose) {
-        fputs("hilock: connecting to ", stderr);
-        print_url(url);
-        fputc('\n', stderr);
-    }
-
-    hilock_acquire_opts_init(&opts);
-    opts.wait_ms = wait_ms;
-    opts.lease_ms = (uint32_t)lease_ms;
-    opts.lost_cb = on_lost;
-    opts.lost_data = &c;
-    rc = hilock_acquire(c.client, c.name, &opts, on_acquired, &c, &c.wait);
-    if (rc != 0) {
-        hilock_client_free(c.client);
-        fprintf(stderr, "hilock: cannot lock %s: %s\n", c.name, hilock_strerror(rc));
-        c.status = rc == HILOCK_EINVAL ? EX_USAGE : EX_SOFTWARE;
-    } else {
+    rc = open_client(&c, &a);
+    if (rc == 0) rc = a.unlock ? start_unlock(&c) : start_lock(&c, a.wait_ms, a.lease_ms);
+    if (rc == 0) {
+        c.status = EX_SOFTWARE; /* finish() sets the real one; a loop that ran dry is a bug */
         event_base_dispatch(c.base);
+    } else {
+        if (c.client != NULL) hilock_client_free(c.client);
+        c.status = rc;
     }
 
     for (i = 0; i < NCAUGHT; i++)
         if (c.sigev[i] != NULL) event_free(c.sigev[i]);
-    event_base_free(c.base);
+    if (c.base != NULL) event_base_free(c.base);
     free(inherited_fds);
     return c.status;
 }

@@ -19,6 +19,17 @@
  *                  the callback of its final hilock_release() has run (or the
  *                  client is freed).
  *   hilock_owner   an identity for reentrancy, e.g. one per callback chain.
+ *
+ * Processes, threads, signals:
+ *   - A client belongs to the process that made it: make one per process,
+ *     after fork(). In a forked child the copy is inert (it never reads the
+ *     parent's connections), every call on it returns HILOCK_EFORK, and
+ *     hilock_client_free() frees it without running callbacks.
+ *   - A client and its handles are used from the thread that runs its loop;
+ *     hilock takes no locks. hilock_strerror(), hilock_version(),
+ *     hilock_key() and hilock_key_slot() may be called from any thread.
+ *   - hiredis writes with write(2): ignore SIGPIPE in a server, or a write
+ *     to a connection that Redis closed kills the process.
  */
 #ifndef HILOCK_H
 #define HILOCK_H
@@ -178,9 +189,10 @@ HILOCK_API int hilock_client_new(hilock_client **out, const hilock_config *cfg,
 
 /* Free a client at once. Every pending wait gets its callback with
  * HILOCK_ECANCELED before this returns (the one exception to deferral: the
- * client is gone afterwards). Holds are abandoned, not released: their keys
- * expire after their lease. All handles of the client become invalid. Safe to
- * call from inside any hilock callback. */
+ * client is gone afterwards), and so does a pending close's callback. Holds
+ * are abandoned, not released: their keys expire after their lease. All
+ * handles of the client become invalid. Safe to call from inside any hilock
+ * callback. In a forked child it frees the copy and runs no callback. */
 HILOCK_API void hilock_client_free(hilock_client *c);
 
 typedef void (*hilock_close_cb)(void *data);
@@ -263,8 +275,10 @@ HILOCK_API int hilock_acquire(hilock_client *c, const char *name,
 /* Cancel a pending wait: its callback runs (deferred) with HILOCK_ECANCELED.
  * If a try was in flight and wins the lock, that lock is released in Redis:
  * a cancel never leaks a lock. Returns 0, or HILOCK_EINVAL if the wait has
- * already been given its outcome (its callback is queued or has run: do not
- * cancel after the callback has run, the handle is gone). */
+ * already been given its outcome (its callback is queued, or is running).
+ * The handle is valid until its callback has returned (cancelling from
+ * inside that callback is safe, and says HILOCK_EINVAL); after that it is
+ * freed and must not be used. */
 HILOCK_API int hilock_wait_cancel(hilock_wait *w);
 
 /* ---- Holds -------------------------------------------------------------- */
