@@ -46,6 +46,7 @@ int hilock_break(hilock_client *c, const char *name, hilock_break_cb cb, void *d
     op->c = c;
     op->cb = cb;
     op->data = data;
+    r->fail_fast = 1; /* an operator wants an answer, not a wait for Redis */
     hl_req_submit(c, r);
     return 0;
 }
