@@ -293,6 +293,7 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
     n->trying = 0;
     w->req = NULL;
     if (c->loop.freeing) {
+        n->refs--; /* names go with the client */
         if (w->cb_done) wait_free(w);
         return;
     }
@@ -308,6 +309,7 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
     }
     hl_name_check(n);
     if (w->state == HL_WAIT_DONE && w->cb_done) wait_free(w);
+    hl_name_unref(n); /* last: the try kept n alive through its waiters' ends */
 }
 
 static void try_send(hilock_wait *w) {
@@ -319,6 +321,7 @@ static void try_send(hilock_wait *w) {
     }
     n->trying = 1;
     n->woken = 0;
+    n->refs++; /* until on_try_done has finished with n */
     r->fail_fast = w->try_once;
     w->req = r;
     hl_name_submit(n, r);
