@@ -22,7 +22,7 @@
 
 #include "bench.h"
 #include "hilock/hilock.h"
-#include "internal.h" /* hl_script_acquire, hl_script_release */
+#include "prim/prim.h" /* hl_script_mutex_acquire, hl_script_mutex_release */
 
 #define FL_MAX 4000
 
@@ -45,14 +45,14 @@ struct fl_keys {
 
 static redisReply *fl_script(redisContext *c, const hl_script *s, const struct fl_keys *k,
                              const char *token) {
-    if (s == &hl_script_acquire)
+    if (s == &hl_script_mutex_acquire)
         return redisCommand(c, "EVALSHA %s 2 %s %s %s 30000 604800", s->sha, k->lock, k->fence, token);
     return redisCommand(c, "EVALSHA %s 2 %s %s %s", s->sha, k->lock, k->ch, token);
 }
 
 /* 1 acquired, 0 held by another, -1 error */
 static int fl_acquire(redisContext *c, const struct fl_keys *k, const char *token) {
-    redisReply *r = fl_script(c, &hl_script_acquire, k, token);
+    redisReply *r = fl_script(c, &hl_script_mutex_acquire, k, token);
     int got = -1;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) got = r->element[0]->integer == 1;
     if (r) freeReplyObject(r);
@@ -88,7 +88,7 @@ static int fl_child(struct fl_shm *s, int me, int self_sub, const struct fl_keys
     while (s->errors == 0) {
         if (s->holder == me) {
             if (s->count >= s->total) { /* the last one: give it back, done */
-                redisReply *r = fl_script(cmd, &hl_script_release, k, token);
+                redisReply *r = fl_script(cmd, &hl_script_mutex_release, k, token);
                 if (r) freeReplyObject(r);
                 break;
             }
@@ -99,7 +99,7 @@ static int fl_child(struct fl_shm *s, int me, int self_sub, const struct fl_keys
             while (now_ns() - s->t_queued < 1000000u) usleep(50);
             s->queued = 0;
             s->t_release = now_ns();
-            redisReply *r = fl_script(cmd, &hl_script_release, k, token);
+            redisReply *r = fl_script(cmd, &hl_script_mutex_release, k, token);
             int ok = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
             if (r) freeReplyObject(r);
             if (!ok) { s->errors++; break; }
@@ -140,7 +140,7 @@ int scenario_floor(int handoffs, int self_sub, double *p50_out) {
     if (handoffs > FL_MAX) handoffs = FL_MAX;
     redisContext *rc = sync_connect();
     if (rc == NULL) return 1;
-    const hl_script *scripts[] = {&hl_script_acquire, &hl_script_release};
+    const hl_script *scripts[] = {&hl_script_mutex_acquire, &hl_script_mutex_release};
     for (int i = 0; i < 2; i++) {
         redisReply *r = redisCommand(rc, "SCRIPT LOAD %s", scripts[i]->body);
         int ok = r && r->type == REDIS_REPLY_STRING && strcmp(r->str, scripts[i]->sha) == 0;

@@ -30,7 +30,7 @@
 #include "bench.h"
 #include "hilock/hilock.h"
 #include <hilock/adapters/libevent.h>
-#include "internal.h" /* hl_script_acquire: the script redis-benchmark runs */
+#include "prim/prim.h" /* hl_script_mutex_acquire: the script redis-benchmark runs */
 
 /* ---- Memory ----------------------------------------------------------- */
 
@@ -439,8 +439,8 @@ static double run_redis_benchmark(const char *sha, long n) {
 int scenario_throughput(void) {
     redisContext *rc = sync_connect();
     if (rc == NULL) return 1;
-    redisReply *rep = redisCommand(rc, "SCRIPT LOAD %s", hl_script_acquire.body);
-    if (rep == NULL || rep->type != REDIS_REPLY_STRING || strcmp(rep->str, hl_script_acquire.sha) != 0) {
+    redisReply *rep = redisCommand(rc, "SCRIPT LOAD %s", hl_script_mutex_acquire.body);
+    if (rep == NULL || rep->type != REDIS_REPLY_STRING || strcmp(rep->str, hl_script_mutex_acquire.sha) != 0) {
         fprintf(stderr, "throughput: SCRIPT LOAD of the acquire script failed\n");
         if (rep) freeReplyObject(rep);
         redisFree(rc);
@@ -459,7 +459,7 @@ int scenario_throughput(void) {
         if (pid == 0) _exit(tp_child(s));
         int st = wait_child(pid, 60000 + (int)(g_opts.tp_seconds * 1000));
         errors += s->errors + (st != 0);
-        double rate = run_redis_benchmark(hl_script_acquire.sha, rb_n);
+        double rate = run_redis_benchmark(hl_script_mutex_acquire.sha, rb_n);
         delete_keys(rc, "hilock:{hb-rb:*");
         if (st == 0 && s->seconds > 0 && rate > 0) {
             locks[n] = (double)s->cycles / s->seconds;

@@ -11,7 +11,7 @@ BENCH_SRC := $(wildcard bench/*.c)
 BENCH_OUT ?= build/bench
 EXTRA_TARGETS += $(BENCH)
 
-# -Isrc: the benchmark reads the embedded acquire script (internal.h) to
+# -Isrc: the benchmark reads the embedded acquire script (prim/prim.h) to
 # run it under redis-benchmark.
 $(BENCH): $(BENCH_SRC) $(wildcard bench/*.h) $(STATIC) $(HDRS)
 	$(CC) $(ALL_CFLAGS) -Isrc $(ALL_LDFLAGS) -o $@ $(BENCH_SRC) $(STATIC) $(LDLIBS_LIB)

@@ -79,30 +79,8 @@ else
 fi
 
 mkdir -p "$OUT" || exit 1
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/hilock-bench.XXXXXX") || exit 1
-PID=      # the redis-server
-CHILD=    # the benchmark running now
-# shellcheck disable=SC2317 # called by the EXIT trap
-cleanup() {
-    if [ -n "$CHILD" ]; then
-        kill "$CHILD" 2>/dev/null
-        wait "$CHILD" 2>/dev/null
-        CHILD=
-    fi
-    if [ -n "$PID" ]; then
-        kill "$PID" 2>/dev/null
-        wait "$PID" 2>/dev/null
-        PID=
-    fi
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-
-# is_ours, start_redis
 . "$ROOT/scripts/redis-throwaway.sh"
+throwaway_setup hilock-bench  # TMP, PID, CHILD, and the traps that stop them
 
 # run CMD... with stdout appended to $RESULTS; in the background, so that
 # INT/TERM reach our traps at once.

@@ -42,29 +42,8 @@ else
     T300=
 fi
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/hilock-demo.XXXXXX") || exit 1
-PID=      # the redis-server
-CHILD=    # the part running now
-cleanup() {
-    if [ -n "$CHILD" ]; then
-        kill "$CHILD" 2>/dev/null
-        wait "$CHILD" 2>/dev/null
-        CHILD=
-    fi
-    if [ -n "$PID" ]; then
-        kill "$PID" 2>/dev/null
-        wait "$PID" 2>/dev/null
-        PID=
-    fi
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-trap 'exit 141' PIPE
-
 . "$HERE/redis-throwaway.sh"
+throwaway_setup hilock-demo  # TMP, PID, CHILD, and the traps that stop them
 
 start_redis 20000 || exit 1
 URL=redis://127.0.0.1:$PORT

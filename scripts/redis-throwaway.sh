@@ -1,6 +1,35 @@
-# Sourced by scripts/demo.sh and scripts/bench.sh: start a throwaway
-# redis-server on a free loopback port. Expects $TMP (its directory) and
-# sets PID and PORT. The caller's EXIT trap stops $PID.
+# Sourced by scripts/demo.sh and scripts/bench.sh: a scratch directory,
+# a throwaway redis-server on a free loopback port, and the traps that stop
+# it (by pid) and whatever the caller runs in $CHILD, however the script ends.
+#
+#   throwaway_setup NAME   makes $TMP, sets PID= CHILD=, installs the traps
+#   start_redis BASE       starts the server: sets PID and PORT
+
+# shellcheck disable=SC2317 # called by the EXIT trap
+throwaway_cleanup() {
+    if [ -n "$CHILD" ]; then
+        kill "$CHILD" 2>/dev/null
+        wait "$CHILD" 2>/dev/null
+        CHILD=
+    fi
+    if [ -n "$PID" ]; then
+        kill "$PID" 2>/dev/null
+        wait "$PID" 2>/dev/null
+        PID=
+    fi
+    rm -rf "$TMP"
+}
+
+throwaway_setup() {
+    TMP=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX") || exit 1
+    PID=      # the redis-server
+    CHILD=    # the part running now
+    trap throwaway_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    trap 'exit 129' HUP
+    trap 'exit 141' PIPE
+}
 
 # Bound redis-cli calls, so a hang cannot stall `make`.
 if command -v timeout >/dev/null 2>&1; then T5="timeout 5"; else T5=; fi

@@ -1,14 +1,11 @@
-/* The client: configuration, life cycle, deferred callbacks, errors. */
-#include <stdarg.h>
+/* The client: configuration, life cycle (new, close, free), errors. It
+ * wires the layers together: a loop, a topology with its nodes, and the
+ * waiter engine that the topology's subscriber side reports to. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uuid/uuid.h>
-#include "internal.h"
-
-void hl_tick(void *arg);
-void hl_client_destroy(hilock_client *c);
-static void close_run(hl_defer *d, int cancel);
+#include "core/core.h"
 
 const char *hilock_strerror(int err) {
     switch (err) {
@@ -39,60 +36,28 @@ const char *hilock_strerror(int err) {
 
 const char *hilock_version(void) { return HILOCK_VERSION; }
 
-void hl_set_error(hilock_client *c, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->errstr, sizeof(c->errstr), fmt, ap);
-    va_end(ap);
-}
-
-typedef struct hl_logmsg {
-    hl_defer defer;
-    hilock_client *c;
-    int level;
-    char msg[];
-} hl_logmsg;
-
-static void log_run(hl_defer *d, int cancel) {
-    hl_logmsg *m = HL_CONTAINER(d, hl_logmsg, defer);
-    if (!cancel && !m->c->forked) m->c->cfg.log_cb(m->level, m->msg, m->c->cfg.log_data);
-    free(m);
-}
-
-void hl_log(hilock_client *c, int level, const char *fmt, ...) {
-    va_list ap;
-    if (c->cfg.log_cb == NULL) return;
-    va_start(ap, fmt);
-    int len = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    hl_logmsg *m = len < 0 ? NULL : malloc(sizeof(*m) + (size_t)len + 1);
-    if (m == NULL) return;
-    va_start(ap, fmt);
-    vsnprintf(m->msg, (size_t)len + 1, fmt, ap);
-    va_end(ap);
-    m->level = level;
-    m->c = c;
-    m->defer.run = log_run;
-    hl_defer_push(c, &m->defer);
-}
-
-void hl_warn_eviction(hilock_client *c, const char *policy, const char *why) {
-    const char *seen = *policy ? policy : "?";
-    if (strcmp(seen, c->policy_warned) == 0) return;
-    snprintf(c->policy_warned, sizeof(c->policy_warned), "%s", seen);
-    if (*policy)
-        hl_log(c, HILOCK_LOG_WARNING,
-               "Redis has maxmemory-policy %s: it may evict a held lock (then two clients hold "
-               "it) or a fence key; set maxmemory-policy noeviction", policy);
-    else
-        hl_log(c, HILOCK_LOG_WARNING,
-               "cannot read maxmemory-policy from INFO memory (%s): whether Redis may evict "
-               "locks is unknown", why);
-}
-
 const char *hilock_client_errstr(const hilock_client *c) {
-    return c ? c->errstr : "";
+    return c ? c->loop.errstr : "";
 }
+
+/* Tokens only have to be unique: 64 random bits per client (from one
+ * libuuid call at client creation) and a counter passed through splitmix64,
+ * a bijection, so no two tokens of a client repeat. One uuid per token cost
+ * six system calls each (libuuid 2.38 reseeds every time). */
+void hl_token_new(hilock_client *c, char *out) {
+    static const char hex[] = "0123456789abcdef";
+    uint64_t z = c->token_seq++ + c->token_salt;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    uint64_t parts[2] = {c->token_id, z};
+    for (int p = 0; p < 2; p++)
+        for (int i = 0; i < 16; i++)
+            out[p * 16 + i] = hex[(parts[p] >> (60 - 4 * i)) & 15];
+    out[HL_TOKEN_LEN] = '\0';
+}
+
+/* ---- Configuration ---------------------------------------------------------- */
 
 /* Copy a caller's struct of `from_size` bytes into ours of `size` bytes,
  * which holds the defaults: fields the caller does not have keep them, and
@@ -132,146 +97,152 @@ void hilock_config_init_size(hilock_config *cfg, size_t size) {
 
 static uint32_t or_default(uint32_t v, uint32_t d) { return v ? v : d; }
 
-int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hilock_loop *loop) {
-    hilock_config defaults, given;
-    if (out == NULL) return HILOCK_EINVAL;
-    *out = NULL;
-    if (loop == NULL || loop->attach == NULL || loop->timer_new == NULL ||
-        loop->timer_start == NULL || loop->timer_stop == NULL || loop->timer_free == NULL)
+/* The caller's config with defaults for what it left 0; HILOCK_EINVAL for
+ * what cannot be. */
+static int config_take(hilock_config *out, const hilock_config *cfg) {
+    hilock_config d;
+    hilock_config_init(&d);
+    *out = d;
+    if (cfg != NULL && hl_struct_import(out, sizeof(*out), cfg, cfg->size) != 0) return HILOCK_EINVAL;
+    if (out->url == NULL) out->url = d.url;
+    if (out->prefix == NULL) out->prefix = d.prefix;
+    if (!hl_prefix_valid(out->prefix)) return HILOCK_EINVAL;
+    if ((out->default_lease_ms != 0 && out->default_lease_ms < HILOCK_LEASE_MIN) ||
+        out->default_lease_ms > INT32_MAX)
         return HILOCK_EINVAL;
-    hilock_config_init(&defaults);
-    given = defaults;
-    if (cfg != NULL && hl_struct_import(&given, sizeof(given), cfg, cfg->size) != 0)
-        return HILOCK_EINVAL;
-    cfg = &given;
-    const char *prefix = cfg->prefix ? cfg->prefix : defaults.prefix;
-    if (!hl_prefix_valid(prefix)) return HILOCK_EINVAL;
-    if ((cfg->default_lease_ms != 0 && cfg->default_lease_ms < HILOCK_LEASE_MIN) ||
-        cfg->default_lease_ms > INT32_MAX)
-        return HILOCK_EINVAL;
+    out->default_lease_ms = or_default(out->default_lease_ms, d.default_lease_ms);
+    out->connect_timeout_ms = or_default(out->connect_timeout_ms, d.connect_timeout_ms);
+    out->request_timeout_ms = or_default(out->request_timeout_ms, d.request_timeout_ms);
+    out->linger_ms = or_default(out->linger_ms, d.linger_ms);
+    out->reconnect_max_ms = or_default(out->reconnect_max_ms, d.reconnect_max_ms);
+    out->fence_ttl_s = or_default(out->fence_ttl_s, d.fence_ttl_s);
+    return 0;
+}
 
-    hilock_client *c = calloc(1, sizeof(*c));
-    if (c == NULL) return HILOCK_ENOMEM;
-    int rc = hl_url_parse(cfg->url, &c->url);
-    if (rc != 0) { free(c); return rc; }
-    c->cfg = *cfg;
-    c->cfg.url = NULL; /* not kept: the caller's string may go away */
-    c->cfg.prefix = NULL;
-    c->cfg.default_lease_ms = or_default(cfg->default_lease_ms, defaults.default_lease_ms);
-    c->cfg.connect_timeout_ms = or_default(cfg->connect_timeout_ms, defaults.connect_timeout_ms);
-    c->cfg.request_timeout_ms = or_default(cfg->request_timeout_ms, defaults.request_timeout_ms);
-    c->cfg.linger_ms = or_default(cfg->linger_ms, defaults.linger_ms);
-    c->cfg.reconnect_max_ms = or_default(cfg->reconnect_max_ms, defaults.reconnect_max_ms);
-    c->cfg.fence_ttl_s = or_default(cfg->fence_ttl_s, defaults.fence_ttl_s);
-    c->prefix = strdup(prefix);
-    c->prefix_len = strlen(prefix);
-    c->loop = *loop;
-    c->armed_at = UINT64_MAX;
+static int loop_valid(const hilock_loop *l) {
+    return l != NULL && l->attach && l->timer_new && l->timer_start && l->timer_stop &&
+           l->timer_free;
+}
+
+/* ---- Life cycle ------------------------------------------------------------- */
+
+static void client_destroy(hl_loop *l);
+static void close_run(hl_defer *d, int cancel);
+
+static void net_setup(hilock_client *c, const hilock_config *cfg) {
+    hl_net *net = &c->topo.net;
+    hl_net_init(net, &c->loop);
+    net->connect_timeout_ms = cfg->connect_timeout_ms;
+    net->request_timeout_ms = cfg->request_timeout_ms;
+    net->reconnect_max_ms = cfg->reconnect_max_ms;
+    net->require_noeviction = cfg->require_noeviction;
+    net->rng = c->token_salt | 1; /* backoff jitter; xorshift needs non-zero */
+    net->idle = hl_close_progress;
+    net->idle_arg = c;
+}
+
+#ifdef HILOCK_DEBUG
+static void check_names(hl_loop *l) { hl_names_check(HL_CONTAINER(l, hilock_client, loop)); }
+#endif
+
+static int client_init(hilock_client *c, const hilock_config *cfg, const hilock_loop *ev) {
     uuid_t id;
     uuid_generate_random(id);
     memcpy(&c->token_id, id, 8);
     memcpy(&c->token_salt, id + 8, 8);
-    c->rng = c->token_salt | 1; /* backoff jitter; xorshift needs non-zero */
-    hl_list_init(&c->defers);
+    c->cfg = *cfg;
+    c->cfg.url = NULL; /* not kept: the caller's strings may go away */
+    c->cfg.prefix = NULL;
+    c->prefix = strdup(cfg->prefix);
+    c->prefix_len = strlen(cfg->prefix);
     hl_list_init(&c->holds);
     hl_list_init(&c->owners);
-    hl_list_init(&c->reqs);
+    hl_list_init(&c->topo.nodes);
     c->close_defer.run = close_run;
     hl_list_init(&c->close_defer.link);
-    c->ltimer = c->prefix ? loop->timer_new(loop->data, hl_tick, c) : NULL;
-    if (c->ltimer == NULL) {
-        rc = c->prefix ? HILOCK_ELOOP : HILOCK_ENOMEM;
-        hl_url_free(&c->url);
+    c->loop.destroy = client_destroy;
+    c->loop.log_cb = cfg->log_cb;
+    c->loop.log_data = cfg->log_data;
+#ifdef HILOCK_DEBUG
+    c->loop.after_tick = check_names;
+#endif
+    net_setup(c, cfg);
+    int rc = hl_url_parse(cfg->url, &c->topo.net.url);
+    if (rc != 0) return rc;
+    if (c->prefix == NULL) return HILOCK_ENOMEM;
+    return hl_loop_init(&c->loop, ev);
+}
+
+int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hilock_loop *ev) {
+    hilock_config given;
+    if (out == NULL) return HILOCK_EINVAL;
+    *out = NULL;
+    if (!loop_valid(ev)) return HILOCK_EINVAL;
+    int rc = config_take(&given, cfg);
+    if (rc != 0) return rc;
+    hilock_client *c = calloc(1, sizeof(*c));
+    if (c == NULL) return HILOCK_ENOMEM;
+    hl_sub_events sub = hl_engine_sub_events;
+    sub.arg = c;
+    rc = client_init(c, &given, ev);
+    if (rc == 0) rc = hl_topo_standalone(&c->topo, &sub);
+    if (rc != 0) {
+        hl_loop_close(&c->loop);
+        hl_topo_free(&c->topo);
         free(c->prefix);
         free(c);
         return rc;
     }
-    hl_conn_init(c, &c->cmd, 0);
-    hl_conn_init(c, &c->sub, 1);
     hl_fork_watch(c);
-    hl_conn_connect(&c->cmd);
-    hl_conn_connect(&c->sub);
     *out = c;
     return 0;
 }
 
-/* ---- Deferred callbacks ------------------------------------------------ */
+void hilock_client_free(hilock_client *c) {
+    if (c == NULL || c->loop.freeing) return;
+    c->loop.freeing = 1;
+    /* End every request that has not had its callback, now and in order:
+     * the waits still in line, then every queued callback. */
+    hl_waits_cancel_all(c);
+    hl_defer_cancel_all(&c->loop);
+    hl_topo_cancel_queues(&c->topo);
+    hl_topo_teardown(&c->topo); /* in-flight requests end here */
+    hl_net_cancel_all(&c->topo.net);
+    if (c->close_cb != NULL && !c->loop.forked) {
+        /* Freed while a close was under way: its callback still runs once. */
+        hilock_close_cb cb = c->close_cb;
+        c->close_cb = NULL;
+        cb(c->close_data);
+    }
+    if (!c->loop.dispatching) client_destroy(&c->loop);
+}
+
+static void client_destroy(hl_loop *l) {
+    hilock_client *c = HL_CONTAINER(l, hilock_client, loop);
+    hl_fork_unwatch(c);
+    hl_holds_free_all(c);
+    hl_names_free_all(c);
+    hl_loop_close(&c->loop);
+    hl_topo_free(&c->topo);
+    free(c->prefix);
+    free(c);
+}
+
+/* ---- Graceful close --------------------------------------------------------- */
 
 /* The close is complete: tell the user, then free. */
 static void close_run(hl_defer *d, int cancel) {
     hilock_client *c = HL_CONTAINER(d, hilock_client, close_defer);
     hilock_close_cb cb = c->close_cb;
     c->close_cb = NULL;
-    if (cb && !c->forked) cb(c->close_data);
+    if (cb && !c->loop.forked) cb(c->close_data);
     if (!cancel) hilock_client_free(c);
 }
 
-/* ---- Teardown ------------------------------------------------------------ */
-
-/* Give every wait still in line its HILOCK_ECANCELED (deferred). */
-static void cancel_waits(hilock_client *c) {
-    for (size_t i = 0; i < c->nbuckets; i++) {
-        hl_name *n = c->buckets[i], *next;
-        for (; n; n = next) {
-            n->refs++; /* keep it while its waiters leave */
-            while (n->nwaiters > 0)
-                hl_wait_finish(HL_CONTAINER(n->waiters.next, hilock_wait, link),
-                               HILOCK_ECANCELED, NULL);
-            next = n->next_in_bucket;
-            hl_name_unref(n);
-        }
-    }
-}
-
-void hilock_client_free(hilock_client *c) {
-    if (c == NULL || c->freeing) return;
-    c->freeing = 1;
-    /* End every request that has not had its callback, now and in order:
-     * queued callbacks first, then the waits still in line. */
-    cancel_waits(c);
-    while (!hl_list_empty(&c->defers)) {
-        hl_defer *d = HL_CONTAINER(c->defers.next, hl_defer, link);
-        hl_list_remove(&d->link);
-        d->run(d, 1);
-    }
-    hl_conn_cancel_queue(&c->cmd);
-    hl_conn_cancel_queue(&c->sub);
-    hl_conn_teardown(&c->cmd); /* in-flight requests end here */
-    hl_conn_teardown(&c->sub);
-    hl_reqs_cancel_all(c);
-    if (c->close_cb != NULL && !c->forked) {
-        /* Freed while a close was under way: its callback still runs once. */
-        hilock_close_cb cb = c->close_cb;
-        c->close_cb = NULL;
-        cb(c->close_data);
-    }
-    if (!c->dispatching) hl_client_destroy(c);
-}
-
-void hl_client_destroy(hilock_client *c) {
-    hl_fork_unwatch(c);
-    while (!hl_list_empty(&c->holds)) {
-        hilock_hold *h = HL_CONTAINER(c->holds.next, hilock_hold, link);
-        hl_list_remove(&h->link);
-        free(h);
-    }
-    while (!hl_list_empty(&c->owners)) {
-        hilock_owner *o = HL_CONTAINER(c->owners.next, hilock_owner, link);
-        hl_list_remove(&o->link);
-        free(o);
-    }
-    hl_names_free_all(c);
-    c->loop.timer_free(c->ltimer);
-    free(c->heap);
-    hl_url_free(&c->url);
-    free(c->prefix);
-    free(c);
-}
-
-/* ---- Graceful close ------------------------------------------------------ */
-
-void hl_close_progress(hilock_client *c) {
-    if (c->nreqs == 0 && !hl_linked(&c->close_defer.link)) hl_defer_push(c, &c->close_defer);
+void hl_close_progress(void *client) {
+    hilock_client *c = client;
+    if (c->closing && c->topo.net.nreqs == 0 && !hl_linked(&c->close_defer.link))
+        hl_defer_push(&c->loop, &c->close_defer);
 }
 
 void hilock_client_close(hilock_client *c, hilock_close_cb cb, void *data) {
@@ -279,14 +250,8 @@ void hilock_client_close(hilock_client *c, hilock_close_cb cb, void *data) {
     c->closing = 1;
     c->close_cb = cb;
     c->close_data = data;
-    cancel_waits(c);
-    for (hl_link *l = c->holds.next; l != &c->holds; l = l->next) {
-        hilock_hold *h = HL_CONTAINER(l, hilock_hold, link);
-        if (h->releasing) continue;
-        hl_hold_begin_release(h);
-        hl_release_token(c, h->name, h->token, 0);
-    }
-    if (c->cmd.state != HL_CONN_READY && c->cmd.failures > 0)
-        hl_conn_cancel_queue(&c->cmd); /* the server is away: do not wait for it */
+    hl_waits_cancel_all(c);
+    hl_holds_release_all(c);
+    hl_topo_close_begin(&c->topo);
     hl_close_progress(c);
 }

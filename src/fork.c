@@ -11,7 +11,7 @@
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include "internal.h"
+#include "core/core.h"
 
 static pthread_mutex_t clients_lock = PTHREAD_MUTEX_INITIALIZER;
 static hl_link clients = {&clients, &clients};
@@ -32,9 +32,11 @@ static void disown(hl_conn *k) {
 static void fork_child(void) {
     for (hl_link *l = clients.next; l != &clients; l = l->next) {
         hilock_client *c = HL_CONTAINER(l, hilock_client, all);
-        c->forked = 1;
-        disown(&c->cmd);
-        disown(&c->sub);
+        c->loop.forked = 1;
+        for (hl_node *n = hl_topo_first(&c->topo); n; n = hl_topo_next(&c->topo, n)) {
+            disown(&n->cmd);
+            disown(&n->sub);
+        }
     }
     pthread_mutex_unlock(&clients_lock);
 }

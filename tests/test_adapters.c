@@ -1,6 +1,6 @@
-/* The libev and libuv adapters (adapters/libev.h, adapters/libuv.h) against
- * a real redis-server: the same checks run on each loop, through a small
- * table of loop operations.
+/* The event-loop adapters (<hilock/adapters/libevent.h>, libev.h, libuv.h)
+ * against a real redis-server: the same checks run on each loop, through
+ * one test environment (support/tloop.h).
  *
  *   basic        acquire, fencing tokens, release; a graceful close leaves
  *                nothing on the loop (it ends by itself, every handle closed)
@@ -13,14 +13,9 @@
  *                nothing leaks
  *   exclusion    the mutual-exclusion check of test_exclusion.c: thousands
  *                of waiters here and in forked processes, each on this loop
- *   example      examples/libev_basic and examples/libuv_basic run
- *
- * libev and libevent cannot share a file (both define EV_READ and friends),
- * and harness.h includes <event2/event.h> only for `struct event_base`: its
- * include guard is set here so that libevent's header is skipped. */
+ *   example      examples/libevent_basic, libev_basic and libuv_basic run
+ */
 #include <criterion/criterion.h>
-#include <ev.h>
-#include <uv.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -38,112 +33,7 @@
 #include "support/harness.h"
 #include "support/exclusion.h"
 #include "hilock/hilock.h"
-#include <hilock/adapters/libev.h>
-#include <hilock/adapters/libuv.h>
-
-/* ---- A loop of either kind -------------------------------------------- */
-
-enum { K_LIBEV, K_LIBUV };
-
-typedef struct tloop {
-    int kind;
-    struct ev_loop *ev;
-    uv_loop_t uv;
-    hilock_loop hl;
-    /* run_until state */
-    volatile int *flag;
-    long long deadline;
-    int timed_out;
-} tloop;
-
-static void tloop_init(tloop *l, int kind) {
-    memset(l, 0, sizeof(*l));
-    l->kind = kind;
-    if (kind == K_LIBEV) {
-        l->ev = ev_loop_new(EVFLAG_AUTO);
-        cr_assert_not_null(l->ev);
-        hilock_libev_init(&l->hl, l->ev);
-    } else {
-        cr_assert_eq(uv_loop_init(&l->uv), 0);
-        hilock_libuv_init(&l->hl, &l->uv);
-    }
-}
-
-static int tloop_check(tloop *l) {
-    if (l->flag != NULL && *l->flag) return 1;
-    if (test_now_ms() >= l->deadline) { l->timed_out = 1; return 1; }
-    return 0;
-}
-
-static void ev_tick_cb_(struct ev_loop *loop, ev_timer *w, int revents) {
-    (void)revents;
-    if (tloop_check(w->data)) ev_break(loop, EVBREAK_ONE);
-}
-
-static void uv_tick_cb_(uv_timer_t *t) {
-    if (tloop_check(t->data)) uv_stop(t->loop);
-}
-
-static void free_handle(uv_handle_t *h) { free(h); }
-
-/* Run until *flag != 0 (flag may be NULL: run for ms) or ms pass. With
- * `unref`, the check timer does not keep the loop alive: the run also ends
- * when the loop has nothing else left. Returns 1 unless the time ran out. */
-static int tloop_run(tloop *l, volatile int *flag, int ms, int unref) {
-    l->flag = flag;
-    l->deadline = test_now_ms() + ms;
-    l->timed_out = 0;
-    if (flag != NULL && *flag) return 1;
-    if (l->kind == K_LIBEV) {
-        ev_timer t;
-        ev_timer_init(&t, ev_tick_cb_, 0.002, 0.002);
-        t.data = l;
-        ev_timer_start(l->ev, &t);
-        if (unref) ev_unref(l->ev);
-        ev_run(l->ev, 0);
-        if (unref) ev_ref(l->ev);
-        ev_timer_stop(l->ev, &t);
-    } else {
-        uv_timer_t *t = malloc(sizeof(*t));
-        cr_assert_not_null(t);
-        uv_timer_init(&l->uv, t);
-        t->data = l;
-        uv_timer_start(t, uv_tick_cb_, 2, 2);
-        if (unref) uv_unref((uv_handle_t *)t);
-        uv_run(&l->uv, UV_RUN_DEFAULT);
-        uv_close((uv_handle_t *)t, free_handle);
-        uv_run(&l->uv, UV_RUN_NOWAIT); /* the close callback */
-    }
-    return !l->timed_out;
-}
-
-static int tloop_until(tloop *l, volatile int *flag, int ms) { return tloop_run(l, flag, ms, 0); }
-static void tloop_for(tloop *l, int ms) { tloop_run(l, NULL, ms, 0); }
-/* 1 if the loop ended by itself (nothing left on it) within ms. */
-static int tloop_drains(tloop *l, int ms) { return tloop_run(l, NULL, ms, 1); }
-
-static void close_walk(uv_handle_t *h, void *arg) {
-    (void)arg;
-    if (!uv_is_closing(h)) uv_close(h, NULL);
-}
-
-/* Destroy the loop; 0 if nothing was left open on it. */
-static int tloop_destroy(tloop *l) {
-    int rc = 0;
-    if (l->kind == K_LIBEV) {
-        ev_loop_destroy(l->ev);
-    } else {
-        uv_run(&l->uv, UV_RUN_NOWAIT); /* pending close callbacks */
-        rc = uv_loop_close(&l->uv);
-        if (rc != 0) {
-            /* Close what is left, so that the loop can go (the test fails). */
-            uv_walk(&l->uv, close_walk, NULL);
-            uv_run(&l->uv, UV_RUN_NOWAIT);
-            uv_loop_close(&l->uv);
-        }
-    }
-    return rc;
-}
+#include "support/tloop.h"
 
 /* ---- Redis and clients --------------------------------------------------- */
 
@@ -507,6 +397,16 @@ static void check_example(const char *name) {
 }
 
 /* ---- Suites ---------------------------------------------------------------- */
+
+/* The same suite on each loop. */
+Test(libevent, basic, .timeout = 30) { check_basic(K_LIBEVENT); }
+Test(libevent, wakeup, .timeout = 30) { check_wakeup(K_LIBEVENT); }
+Test(libevent, timeout, .timeout = 30) { check_timeout(K_LIBEVENT); }
+Test(libevent, refused, .timeout = 30) { check_refused(K_LIBEVENT); }
+Test(libevent, reconnect, .timeout = 60) { check_reconnect(K_LIBEVENT); }
+Test(libevent, free_pending, .timeout = 30) { check_free_pending(K_LIBEVENT); }
+Test(libevent, exclusion, .timeout = 180) { check_exclusion(K_LIBEVENT); }
+Test(libevent, example, .timeout = 60) { check_example("libevent_basic"); }
 
 Test(libev, basic, .timeout = 30) { check_basic(K_LIBEV); }
 Test(libev, wakeup, .timeout = 30) { check_wakeup(K_LIBEV); }

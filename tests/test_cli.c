@@ -35,10 +35,6 @@ static pid_t kids[MAX_KIDS];        /* children still to reap */
 
 /* ---- Helpers ------------------------------------------------------------ */
 
-static void msleep(int ms) {
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-}
 
 /* A path in the scratch dir. A ring of buffers, so a few can be alive. */
 static const char *tmp(const char *file) {
@@ -62,21 +58,10 @@ static int file_exists(const char *path) {
     return access(path, F_OK) == 0;
 }
 
-/* The file's content (at most n-1 bytes), "" if it cannot be read. */
-static char *slurp(const char *path, char *buf, size_t n) {
-    FILE *f = fopen(path, "r");
-    size_t got = 0;
-    if (f != NULL) {
-        got = fread(buf, 1, n - 1, f);
-        fclose(f);
-    }
-    buf[got] = '\0';
-    return buf;
-}
 
 #define WAIT_UNTIL(cond, ms) do {                                   \
         long long until_ = test_now_ms() + (ms);                    \
-        while (!(cond) && test_now_ms() < until_) msleep(5);        \
+        while (!(cond) && test_now_ms() < until_) test_msleep(5);        \
     } while (0)
 
 /* A string reply ("" for nil or an error) from one command. */
@@ -216,7 +201,7 @@ static void dispositions(pid_t pid, int sig, int *ignored, int *caught) {
     char path[64], status[4096];
 
     snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    slurp(path, status, sizeof(status));
+    test_slurp(path, status, sizeof(status));
     *ignored = (sig_field(status, "SigIgn") & SIGBIT(sig)) != 0;
     *caught = (sig_field(status, "SigCgt") & SIGBIT(sig)) != 0;
 }
@@ -231,7 +216,7 @@ static int cli_wait(pid_t pid, int ms) {
         pid_t got = waitpid(pid, &st, WNOHANG);
         if (got == pid) break;
         if (got < 0 || test_now_ms() >= until) return -1;
-        msleep(2);
+        test_msleep(2);
     }
     for (i = 0; i < MAX_KIDS; i++)
         if (kids[i] == pid) kids[i] = 0;
@@ -250,7 +235,7 @@ static int cli_run_env(const char *env, const char *const *args) {
 #define FENCE_TO(file) "sh", "-c", "echo \"$HILOCK_FENCE\" > \"$0\"", tmp(file)
 static long long fence_in(const char *file) {
     char buf[64];
-    slurp(tmp(file), buf, sizeof(buf));
+    test_slurp(tmp(file), buf, sizeof(buf));
     return buf[0] ? atoll(buf) : -1;
 }
 
@@ -376,7 +361,7 @@ static void teardown(void) {
     while (d != NULL && (e = readdir(d)) != NULL) {
         char buf[32];
         if (e->d_name[0] == '.') continue;
-        if (strstr(e->d_name, ".pid") != NULL && atoi(slurp(tmp(e->d_name), buf, sizeof(buf))) > 0)
+        if (strstr(e->d_name, ".pid") != NULL && atoi(test_slurp(tmp(e->d_name), buf, sizeof(buf))) > 0)
             kill(atoi(buf), SIGKILL);
         unlink(tmp(e->d_name));
     }
@@ -421,7 +406,7 @@ Test(cli, env_has_name_and_increasing_fence, .timeout = 30) {
     fclose(f);
     cr_assert_eq(lines, 3);
     /* -v reports the acquisition with its fence, and the release. */
-    slurp(tmp("out"), out, sizeof(out));
+    test_slurp(tmp("out"), out, sizeof(out));
     snprintf(want, sizeof(want), "acquired envlock with fence %lld", last);
     cr_assert(strstr(out, want) != NULL, "-v output lacks '%s': %s", want, out);
     cr_assert(strstr(out, "released envlock") != NULL, "-v output: %s", out);
@@ -510,7 +495,7 @@ Test(cli, verbose_reports_waiting_then_acquired, .timeout = 30) {
     pid = cli_start("out", NULL, ARGS("-u", srv.url, "-v", "vw", "--", FENCE_TO("f")));
     WAIT_UNTIL(numsub("vw") == 1, 5000);
     cr_assert_eq(numsub("vw"), 1, "the waiter never subscribed");
-    slurp(tmp("out"), out, sizeof(out));
+    test_slurp(tmp("out"), out, sizeof(out));
     cr_assert_not_null(strstr(out, "hilock: waiting for vw\n"), "no waiting line: %s", out);
     cr_assert_null(strstr(out, "acquired"), "acquired a held lock: %s", out);
 
@@ -518,7 +503,7 @@ Test(cli, verbose_reports_waiting_then_acquired, .timeout = 30) {
     cr_assert_eq(test_redis_int(&srv, "DEL %s", key("vw")), 1);
     cr_assert_eq(test_redis_int(&srv, "PUBLISH hilock:{vw}:ch r"), 1);
     cr_assert_eq(cli_wait(pid, 5000), 0);
-    slurp(tmp("out"), out, sizeof(out));
+    test_slurp(tmp("out"), out, sizeof(out));
     snprintf(acquired, sizeof(acquired), "hilock: acquired vw with fence %lld\n", fence_in("f"));
     conn = strstr(out, "hilock: connecting to ");
     waiting = strstr(out, "hilock: waiting for vw\n");
@@ -529,9 +514,9 @@ Test(cli, verbose_reports_waiting_then_acquired, .timeout = 30) {
 
     /* Trying once, or with a limit, says so. */
     cr_assert_eq(RUN("-u", srv.url, "-v", "-w", "0", "vw", "--", "true"), 0);
-    cr_assert_not_null(strstr(slurp(tmp("out"), out, sizeof(out)), "hilock: trying vw once\n"), "%s", out);
+    cr_assert_not_null(strstr(test_slurp(tmp("out"), out, sizeof(out)), "hilock: trying vw once\n"), "%s", out);
     cr_assert_eq(RUN("-u", srv.url, "-v", "-w", "500", "vw", "--", "true"), 0);
-    cr_assert_not_null(strstr(slurp(tmp("out"), out, sizeof(out)), "hilock: waiting for vw, up to 500 ms\n"),
+    cr_assert_not_null(strstr(test_slurp(tmp("out"), out, sizeof(out)), "hilock: waiting for vw, up to 500 ms\n"),
                        "%s", out);
 }
 
@@ -573,7 +558,7 @@ Test(cli, lost_lock_terms_command_and_exits_74, .timeout = 30) {
     took = test_now_ms() - t0;
     /* The next renewal (every lease/3) finds the key gone. */
     cr_assert_lt(took, 600 + 1000, "noticed after %lld ms", took);
-    cr_assert_str_eq(slurp(tmp("sig"), buf, sizeof(buf)), "term\n", "COMMAND got no SIGTERM");
+    cr_assert_str_eq(test_slurp(tmp("sig"), buf, sizeof(buf)), "term\n", "COMMAND got no SIGTERM");
 }
 
 /* ---- unlock NAME ---------------------------------------------------------- */
@@ -596,7 +581,7 @@ Test(cli, unlock_frees_a_held_lock_and_wakes_its_waiter, .timeout = 30) {
     pid_t holder, waiter;
 
     holder = cli_start("holder", NULL, ARGS("-u", srv.url, "-v", "brk", "--", "sleep", "30"));
-    WAIT_UNTIL(strstr(slurp(tmp("holder"), out, sizeof(out)), "acquired brk with fence ") != NULL, 5000);
+    WAIT_UNTIL(strstr(test_slurp(tmp("holder"), out, sizeof(out)), "acquired brk with fence ") != NULL, 5000);
     at = strstr(out, "acquired brk with fence ");
     cr_assert_not_null(at, "the holder did not get the lock: %s", out);
     fence = atoll(at + strlen("acquired brk with fence "));
@@ -607,9 +592,9 @@ Test(cli, unlock_frees_a_held_lock_and_wakes_its_waiter, .timeout = 30) {
     t0 = test_now_ms();
     cr_assert_eq(unlock_run(srv.url, "brk"), 0);
     snprintf(want, sizeof(want), "hilock: removed the lock brk (fence %lld)\n", fence);
-    cr_assert_str_eq(slurp(tmp("out"), out, sizeof(out)), want);
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), want);
     snprintf(want, sizeof(want), unlock_warning, "brk");
-    cr_assert_str_eq(slurp(tmp("err"), out, sizeof(out)), want);
+    cr_assert_str_eq(test_slurp(tmp("err"), out, sizeof(out)), want);
     cr_assert_eq(cli_wait(waiter, 5000), 0, "the waiter did not get the lock promptly");
     took = test_now_ms() - t0;
     cr_assert_lt(took, 5000, "the waiter got it after %lld ms", took);
@@ -626,15 +611,15 @@ Test(cli, unlock_of_a_free_lock_says_not_held, .timeout = 30) {
     char out[256], want[256];
 
     cr_assert_eq(unlock_run(srv.url, "free"), 0);
-    cr_assert_str_eq(slurp(tmp("out"), out, sizeof(out)), "hilock: free was not held\n");
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), "hilock: free was not held\n");
     snprintf(want, sizeof(want), unlock_warning, "free");
-    cr_assert_str_eq(slurp(tmp("err"), out, sizeof(out)), want);
+    cr_assert_str_eq(test_slurp(tmp("err"), out, sizeof(out)), want);
 
     /* A holder that is not a hilock at all, under another prefix. */
     hold_key("other:", "foreign", 20000);
     cr_assert_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL,
                                        ARGS("-u", srv.url, "-p", "other:", "unlock", "foreign")), 20000), 0);
-    cr_assert_str_eq(slurp(tmp("out"), out, sizeof(out)), "hilock: removed the lock foreign (fence 1)\n");
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), "hilock: removed the lock foreign (fence 1)\n");
     cr_assert_eq(test_redis_int(&srv, "EXISTS other:{foreign}"), 0);
 }
 
@@ -645,7 +630,7 @@ Test(cli, unlock_then_dashdash_is_a_lock_named_unlock, .timeout = 30) {
     cr_assert_eq(RUN("-u", srv.url, "unlock", "--", "true"), 0);
     cr_assert_eq(RUN("-u", srv.url, "-w", "0", "unlock", "--", "sh", "-c",
                      "echo \"$HILOCK_NAME\" > \"$0\"", tmp("name")), 0);
-    cr_assert_str_eq(slurp(tmp("name"), buf, sizeof(buf)), "unlock\n");
+    cr_assert_str_eq(test_slurp(tmp("name"), buf, sizeof(buf)), "unlock\n");
     hold_key("hilock:", "unlock", 10000);
     cr_assert_eq(RUN("-u", srv.url, "-w", "0", "unlock", "--", "touch", tmp("ran")), 75);
     cr_assert(!file_exists(tmp("ran")));
@@ -656,7 +641,7 @@ Test(cli, unlock_without_redis_exits_69, .timeout = 30) {
 
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_free_port());
     cr_assert_eq(unlock_run(url, "nope"), 69);
-    cr_assert_not_null(strstr(slurp(tmp("err"), err, sizeof(err)), "hilock: cannot unlock nope: "), "%s", err);
+    cr_assert_not_null(strstr(test_slurp(tmp("err"), err, sizeof(err)), "hilock: cannot unlock nope: "), "%s", err);
 }
 
 /* ---- Redis not there ---------------------------------------------------- */
@@ -671,7 +656,7 @@ Test(cli, unreachable_server_exits_69, .timeout = 30) {
     took = test_now_ms() - t0;
     cr_assert_lt(took, 4000, "took %lld ms", took);
     cr_assert(!file_exists(tmp("ran")));
-    cr_assert(strstr(slurp(tmp("out"), out, sizeof(out)), "hilock: cannot lock nope") != NULL,
+    cr_assert(strstr(test_slurp(tmp("out"), out, sizeof(out)), "hilock: cannot lock nope") != NULL,
               "message: %s", out);
 }
 
@@ -728,7 +713,7 @@ Test(cli, unreachable_server_with_a_wait_exits_69, .timeout = 30) {
         cr_assert_eq(RUN("-u", "redis://127.0.0.1:1", "-w", waits[i], "p1", "--", "touch", tmp("ran")),
                      69, "-w %s", waits[i]);
         cr_assert(!file_exists(tmp("ran")));
-        cr_assert(strstr(slurp(tmp("out"), out, sizeof(out)), "hilock: cannot lock p1") != NULL,
+        cr_assert(strstr(test_slurp(tmp("out"), out, sizeof(out)), "hilock: cannot lock p1") != NULL,
                   "-w %s: message: %s", waits[i], out);
     }
 }
@@ -740,7 +725,7 @@ Test(cli, unreachable_server_with_a_wait_exits_69, .timeout = 30) {
 static void check_69(int st, const char *name, const char *how, const char *want) {
     char out[2048];
 
-    slurp(tmp("out"), out, sizeof(out));
+    test_slurp(tmp("out"), out, sizeof(out));
     cr_assert_eq(st, 69, "%s (%s): exit %d, said: %s", name, how, st, out);
     cr_assert(!file_exists(tmp("ran")), "%s (%s): COMMAND ran", name, how);
     cr_assert(strstr(out, "hilock: cannot lock ") != NULL && strstr(out, want) != NULL,
@@ -782,14 +767,14 @@ Test(cli, evicting_server_warns_on_stderr, .timeout = 30) {
 
     cr_assert(redis_ok("CONFIG SET maxmemory-policy allkeys-lru"));
     cr_assert_eq(RUN("-u", srv.url, "evict", "--", "touch", tmp("ran")), 0);
-    slurp(tmp("out"), out, sizeof(out));
+    test_slurp(tmp("out"), out, sizeof(out));
     cr_expect(file_exists(tmp("ran")), "COMMAND did not run");
     cr_expect_not_null(strstr(out, "hilock: warning: Redis has maxmemory-policy allkeys-lru"),
                        "no warning in: %s", out);
     cr_assert(redis_ok("CONFIG SET maxmemory-policy noeviction"));
     unlink(tmp("ran"));
     cr_assert_eq(RUN("-u", srv.url, "evict", "--", "touch", tmp("ran")), 0);
-    slurp(tmp("out"), out, sizeof(out));
+    test_slurp(tmp("out"), out, sizeof(out));
     cr_expect_str_eq(out, "", "a noeviction server warns: %s", out);
 }
 
@@ -836,17 +821,17 @@ Test(cli, usage_errors_exit_64, .timeout = 60) {
         cr_assert_eq(cli_run_env(NULL, cases[i]), 64, "case %zu", i);
         cr_assert(!file_exists(ran), "case %zu ran COMMAND", i);
         /* One line that says what is wrong, then the hint; no usage text. */
-        slurp(tmp("out"), out, sizeof(out));
+        test_slurp(tmp("out"), out, sizeof(out));
         nl = strchr(out, '\n');
         cr_assert(strncmp(out, "hilock: ", 8) == 0 && nl != NULL && strcmp(nl + 1, hint) == 0,
                   "case %zu: want one message line and the hint, got: %s", i, out);
     }
     cr_assert_eq(cli_run_env(NULL, cases[1]), 64);
-    cr_assert_str_eq(slurp(tmp("out"), out, sizeof(out)),
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)),
                      "hilock: missing -- between NAME and COMMAND\n"
                      "Try 'hilock --help' for more information.\n");
     cr_assert_eq(RUN("--help"), 0);
-    cr_assert(strncmp(slurp(tmp("out"), out, sizeof(out)), "Usage: hilock", 13) == 0, "%s", out);
+    cr_assert(strncmp(test_slurp(tmp("out"), out, sizeof(out)), "Usage: hilock", 13) == 0, "%s", out);
     cr_assert_eq(RUN("-h"), 0);
 }
 
@@ -857,10 +842,10 @@ Test(cli, version_is_the_headers, .timeout = 30) {
     /* Static or matching shared library: one version; else both. */
     snprintf(both, sizeof(both), "hilock %s (library %s)\n", HILOCK_VERSION, hilock_version());
     cr_assert_eq(RUN("--version"), 0);
-    slurp(tmp("out"), out, sizeof(out));
+    test_slurp(tmp("out"), out, sizeof(out));
     cr_assert(strcmp(out, "hilock " HILOCK_VERSION "\n") == 0 || strcmp(out, both) == 0, "%s", out);
     cr_assert_eq(RUN("-V"), 0);
-    cr_assert(strcmp(slurp(tmp("out"), out, sizeof(out)), "hilock " HILOCK_VERSION "\n") == 0 ||
+    cr_assert(strcmp(test_slurp(tmp("out"), out, sizeof(out)), "hilock " HILOCK_VERSION "\n") == 0 ||
               strcmp(out, both) == 0, "%s", out);
     /* The man page's footer names the same version. */
     cr_assert_not_null(man, "no man/hilock.1 above the test binary");
@@ -1105,7 +1090,7 @@ Test(cli, sigint_is_forwarded_to_command, .timeout = 30) {
     kill(pid, SIGINT);
     /* hilock stays until COMMAND has handled it, then passes on its status. */
     cr_assert_eq(cli_wait(pid, 5000), 5);
-    cr_assert_str_eq(slurp(tmp("sig"), buf, sizeof(buf)), "int\n");
+    cr_assert_str_eq(test_slurp(tmp("sig"), buf, sizeof(buf)), "int\n");
     cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("fw")), 0);
 }
 
@@ -1136,7 +1121,7 @@ Test(cli, ignored_sighup_does_not_stop_the_wait, .timeout = 30) {
     WAIT_UNTIL(numsub("nh") == 1, 5000);
     cr_assert_eq(numsub("nh"), 1, "the waiter never subscribed");
     kill(pid, SIGHUP);
-    msleep(200);
+    test_msleep(200);
     cr_assert_eq(cli_wait(pid, 0), -1, "an ignored SIGHUP stopped the wait");
     cr_assert_eq(numsub("nh"), 1, "the waiter stopped waiting");
     dispositions(pid, SIGHUP, &ign, &cgt);
@@ -1161,7 +1146,7 @@ Test(cli, ignored_signals_stay_ignored_while_command_runs, .timeout = 30) {
     WAIT_UNTIL(file_exists(tmp("ready")), 5000);
     cr_assert(file_exists(tmp("ready")), "COMMAND did not start");
     kill(pid, SIGHUP);
-    msleep(100);
+    test_msleep(100);
     cr_assert_eq(cli_wait(pid, 0), -1, "an ignored SIGHUP stopped hilock");
     /* Not caught, so not passed on either (COMMAND, a shell, would not
      * show it: it ignores SIGHUP too). */
@@ -1184,7 +1169,7 @@ Test(cli, command_inherits_the_ignored_signals, .timeout = 30) {
     pid = cli_start_ignoring(sigs_of(&set, SIGHUP, SIGCHLD, 0), "out", NULL,
                              ARGS("-u", srv.url, "ci", "--", "grep", "^SigIgn", "/proc/self/status"));
     cr_assert_eq(cli_wait(pid, 10000), 0);
-    slurp(tmp("out"), out, sizeof(out));
+    test_slurp(tmp("out"), out, sizeof(out));
     ign = sig_field(out, "SigIgn");
     cr_assert(ign & SIGBIT(SIGHUP), "COMMAND does not ignore SIGHUP: %s", out);
     cr_assert(ign & SIGBIT(SIGCHLD), "COMMAND does not ignore SIGCHLD: %s", out);

@@ -63,16 +63,6 @@ static const char *at(const char *fmt, ...) {
     return p;
 }
 
-static char *slurp(const char *path, char *buf, size_t n) {
-    FILE *f = fopen(path, "r");
-    size_t got = 0;
-    if (f != NULL) {
-        got = fread(buf, 1, n - 1, f);
-        fclose(f);
-    }
-    buf[got] = '\0';
-    return buf;
-}
 
 /* Run argv (NULL-terminated) with stdout into `out` and stderr into `err`
  * (the same file if err is NULL), extra environment `env` ("K=V" strings,
@@ -119,7 +109,7 @@ static int run(char *const argv[], char *const env[], const char *out, const cha
 static int sh(char *const env[], const char *cmd, char *log, size_t n) {
     char *argv[] = {"sh", "-c", (char *)cmd, NULL};
     int rc = run(argv, env, at("%s/log", tmp), NULL, 120000);
-    slurp(at("%s/log", tmp), log, n);
+    test_slurp(at("%s/log", tmp), log, n);
     return rc;
 }
 
@@ -139,7 +129,7 @@ static int make(const char *goal, char *log, size_t n) {
     argv[a++] = (char *)goal;
     argv[a] = NULL;
     int rc = run(argv, NULL, at("%s/make.log", tmp), NULL, 300000);
-    slurp(at("%s/make.log", tmp), log, n);
+    test_slurp(at("%s/make.log", tmp), log, n);
     return rc;
 }
 
@@ -163,7 +153,7 @@ static void find_build(void) {
     /* The make variables of this build. */
     char text[4096];
     nmargs = 0;
-    slurp(at("%s/make-args", self), text, sizeof(text));
+    test_slurp(at("%s/make-args", self), text, sizeof(text));
     if (text[0] != '\0') {
         for (char *save = NULL, *line = strtok_r(text, "\n", &save); line && nmargs < 16;
              line = strtok_r(NULL, "\n", &save)) {
@@ -328,7 +318,7 @@ static void run_prog(const char *prog, const char *name, unsigned long long *las
     unsigned long long fence = 0;
     char *argv[] = {(char *)at("%s/%s", tmp, prog), srv.url, (char *)name, NULL};
     int rc = run(argv, NULL, at("%s/prog.out", tmp), NULL, 30000);
-    slurp(at("%s/prog.out", tmp), log, sizeof(log));
+    test_slurp(at("%s/prog.out", tmp), log, sizeof(log));
     cr_expect_eq(rc, 0, "%s exited with %d:\n%s", prog, rc, log);
     const char *at_fence = strstr(log, "fence ");
     cr_expect(at_fence && sscanf(at_fence, "fence %llu", &fence) == 1, "%s: no fence in:\n%s", prog, log);
@@ -342,7 +332,7 @@ static void run_prog(const char *prog, const char *name, unsigned long long *las
 static void extract_snippet(const char *doc, const char *after, const char *open,
                             const char *close, int groff, const char *out) {
     static char text[262144];
-    slurp(at("%s/%s", root, doc), text, sizeof(text));
+    test_slurp(at("%s/%s", root, doc), text, sizeof(text));
     char *p = strstr(text, after);
     cr_assert_not_null(p, "%s: no \"%s\"", doc, after);
     p = strstr(p, open);
@@ -367,7 +357,7 @@ static void run_snippet(const char *prog) {
     char log[4096];
     char *argv[] = {(char *)at("%s/%s", tmp, prog), srv.url, NULL};
     int rc = run(argv, NULL, at("%s/snippet.out", tmp), NULL, 30000);
-    slurp(at("%s/snippet.out", tmp), log, sizeof(log));
+    test_slurp(at("%s/snippet.out", tmp), log, sizeof(log));
     cr_expect_eq(rc, 0, "%s exited with %d:\n%s", prog, rc, log);
     cr_expect_not_null(strstr(log, "locked, fence "), "%s:\n%s", prog, log);
 }
@@ -377,7 +367,7 @@ static void run_example(const char *prog) {
     char log[8192];
     char *argv[] = {(char *)at("%s/%s", tmp, prog), srv.url, "example", NULL};
     int rc = run(argv, NULL, at("%s/ex.out", tmp), NULL, 30000);
-    slurp(at("%s/ex.out", tmp), log, sizeof(log));
+    test_slurp(at("%s/ex.out", tmp), log, sizeof(log));
     cr_expect_eq(rc, 0, "%s exited with %d:\n%s", prog, rc, log);
     cr_expect_not_null(strstr(log, "released \"example\""), "%s:\n%s", prog, log);
 }
@@ -427,7 +417,7 @@ Test(install, prefix_and_destdir, .init = setup, .fini = teardown, .timeout = 40
                  "hilock_acquire is not exported");
 
     /* hilock.pc names the install paths, never DESTDIR. */
-    slurp(at("%s/lib/pkgconfig/hilock.pc", usrdir), log, sizeof(log));
+    test_slurp(at("%s/lib/pkgconfig/hilock.pc", usrdir), log, sizeof(log));
     cr_expect_not_null(strstr(log, "prefix=/usr/local\n"), "hilock.pc:\n%s", log);
     cr_expect_null(strstr(log, dest), "DESTDIR leaked into hilock.pc:\n%s", log);
     cr_expect_not_null(strstr(log, "Version: " VERSION "\n"), "hilock.pc:\n%s", log);
@@ -478,7 +468,7 @@ Test(install, prefix_and_destdir, .init = setup, .fini = teardown, .timeout = 40
     char *argv[] = {(char *)at("%s/bin/hilock", usrdir), "-u", srv.url, "installed", "--",
                     "sh", "-c", "echo \"fence=$HILOCK_FENCE\"", NULL};
     rc = run(argv, NULL, at("%s/cli.out", tmp), NULL, 30000);
-    slurp(at("%s/cli.out", tmp), log, sizeof(log));
+    test_slurp(at("%s/cli.out", tmp), log, sizeof(log));
     cr_expect_eq(rc, 0, "installed hilock exited with %d:\n%s", rc, log);
     const char *cli_fence = strstr(log, "fence=");
     unsigned long long f5 = 0;
@@ -503,8 +493,8 @@ static void check_man(const char *page, const char *const *want) {
     char *argv[] = {"man", "--warnings", "-l", (char *)at("%s/man/%s", root, page), NULL};
     char *env[] = {"MANWIDTH=80", "MANPAGER=cat", "PAGER=cat", "LC_ALL=C.UTF-8", NULL};
     int rc = run(argv, env, at("%s/man.out", tmp), at("%s/man.err", tmp), 60000);
-    slurp(at("%s/man.out", tmp), out, sizeof(out));
-    slurp(at("%s/man.err", tmp), err, sizeof(err));
+    test_slurp(at("%s/man.out", tmp), out, sizeof(out));
+    test_slurp(at("%s/man.err", tmp), err, sizeof(err));
     cr_assert_neq(rc, 127, "man is not installed: apt-get install man-db (make test does)");
     cr_expect_eq(rc, 0, "man -l %s exited with %d:\n%s", page, rc, err);
     cr_expect_str_eq(err, "", "man -l %s warns:\n%s", page, err);

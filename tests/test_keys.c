@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/core.h"
 #include "support/harness.h"
 
 /* ---- helpers ------------------------------------------------------------- */

@@ -4,7 +4,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include "internal.h"
+#include "prim/prim.h"
 #include "support/lockenv.h"
 
 static lockenv e;
@@ -239,7 +239,7 @@ Test(owner, release_by_non_owner_is_refused) {
     got g = acquire_now(&e, c, "mine", NULL);
     /* Another client's token cannot delete it. */
     redisContext *k = test_redis_connect(&e.r);
-    redisReply *rep = redisCommand(k, "EVAL %s 2 %s %s %s", hl_script_release.body,
+    redisReply *rep = redisCommand(k, "EVAL %s 2 %s %s %s", hl_script_mutex_release.body,
                                    "hilock:{mine}", "hilock:{mine}:ch", "not-the-token");
     cr_assert_not_null(rep);
     cr_expect_eq(rep->type, REDIS_REPLY_INTEGER);
@@ -465,22 +465,9 @@ Test(input, unreachable_server) {
     cr_expect_lt(g.at_ms - t0, 3000);
 }
 
-static int listen_local(int *port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    socklen_t len = sizeof(a);
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    cr_assert_eq(listen(fd, 16), 0);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    *port = ntohs(a.sin_port);
-    return fd;
-}
 
 Test(input, silent_port_times_out) {
-    int port, fd = listen_local(&port); /* the kernel accepts; nobody answers */
+    int port, fd = test_listen_silent(&port); /* the kernel accepts; nobody answers */
     char url[64];
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
     got g = acquire_with_url(url);
@@ -499,7 +486,7 @@ static void answer_http(evutil_socket_t fd, short what, void *arg) {
 }
 
 Test(input, port_that_is_not_redis) {
-    int port, fd = listen_local(&port);
+    int port, fd = test_listen_silent(&port);
     struct event *ev = event_new(e.base, fd, EV_READ | EV_PERSIST, answer_http, NULL);
     event_add(ev, NULL);
     char url[64];

@@ -9,11 +9,7 @@
 
 static lockenv e;
 
-static void setup(void) {
-    cr_assert_eq(test_redis_start_debuggable(&e.r, 0), 0);
-    e.base = event_base_new();
-    hilock_libevent_init(&e.loop, e.base);
-}
+static void setup(void) { lockenv_start_debuggable(&e); }
 static void teardown(void) { lockenv_stop(&e); }
 
 TestSuite(regress, .init = setup, .fini = teardown, .timeout = 60);

@@ -48,10 +48,6 @@ static test_redis srv;
 static pid_t servers[SERVERS];
 static int ports[SERVERS];
 
-static void msleep(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-}
 
 static const char *path_in(const char *file) {
     static char ring[8][PATH_MAX];
@@ -61,48 +57,8 @@ static const char *path_in(const char *file) {
     return p;
 }
 
-/* The whole file into buf (at most n-1 bytes). */
-static char *slurp(const char *path, char *buf, size_t n) {
-    FILE *f = fopen(path, "r");
-    size_t got = 0;
-    if (f != NULL) {
-        got = fread(buf, 1, n - 1, f);
-        fclose(f);
-    }
-    buf[got] = '\0';
-    return buf;
-}
 
-/* Start argv[0] with stdout and stderr into `out`; dies with us. */
-static pid_t spawn(char *const argv[], const char *out) {
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int in = open("/dev/null", O_RDONLY);
-        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
-        if (in >= 0) { dup2(in, 0); close(in); }
-        signal(SIGPIPE, SIG_DFL);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
-}
 
-/* Exit status (128+N for signal N), or -1 if still running after ms. */
-static int wait_for(pid_t pid, int ms) {
-    long long until = test_now_ms() + ms;
-    int st;
-    for (;;) {
-        pid_t w = waitpid(pid, &st, WNOHANG);
-        if (w == pid) break;
-        if (w < 0 || test_now_ms() >= until) return -1;
-        msleep(5);
-    }
-    return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
-}
 
 static int find_in_path(const char *name, char *out, size_t n) {
     const char *env = getenv("PATH");
@@ -225,15 +181,15 @@ static void start_server(int i) {
     char out[32], buf[4096];
     snprintf(out, sizeof(out), "server%d.out", i);
     char *argv[] = {server_bin, "-p", "0", "-u", srv.url, "-d", BACKEND_MS, "-t", "60", NULL};
-    servers[i] = spawn(argv, path_in(out));
+    servers[i] = test_spawn(argv, NULL, path_in(out), NULL);
     long long until = test_now_ms() + 10000;
     const char *p = NULL;
     while (test_now_ms() < until) {
-        slurp(path_in(out), buf, sizeof(buf));
+        test_slurp(path_in(out), buf, sizeof(buf));
         if ((p = strstr(buf, "listening on 127.0.0.1:")) != NULL && strchr(p, '\n')) break;
         p = NULL;
-        cr_assert_eq(wait_for(servers[i], 0), -1, "server %d exited:\n%s", i, buf);
-        msleep(10);
+        cr_assert_eq(test_wait(servers[i], 0), -1, "server %d exited:\n%s", i, buf);
+        test_msleep(10);
     }
     cr_assert_not_null(p, "server %d did not start:\n%s", i, buf);
     ports[i] = atoi(p + strlen("listening on 127.0.0.1:"));
@@ -264,7 +220,7 @@ static void round_of_load(int round, int with_burst, long *burst_waited, long *b
                 snprintf(out[j], sizeof(out[j]), "ab%d-%d.out", round, j);
                 char *argv[] = {ab_bin, "-q", "-n", (char *)PER_AB_S, "-c", (char *)AB_CONC,
                                 "-s", "30", url[j], NULL};
-                ab[j] = spawn(argv, path_in(out[j]));
+                ab[j] = test_spawn(argv, NULL, path_in(out[j]), NULL);
             }
         }
     }
@@ -285,9 +241,9 @@ static void round_of_load(int round, int with_burst, long *burst_waited, long *b
     }
     for (int j = 0; j < NAB; j++) {
         char buf[8192];
-        int st = wait_for(ab[j], 90000);
+        int st = test_wait(ab[j], 90000);
         if (st < 0) { kill(ab[j], SIGKILL); waitpid(ab[j], NULL, 0); }
-        slurp(path_in(out[j]), buf, sizeof(buf));
+        test_slurp(path_in(out[j]), buf, sizeof(buf));
         cr_expect_eq(st, 0, "ab %s (round %d) exited with %d:\n%s", url[j], round, st, buf);
         cr_expect_eq(ab_field(buf, "Complete requests:"), PER_AB, "%s:\n%s", url[j], buf);
         cr_expect_eq(ab_field(buf, "Failed requests:"), 0, "%s:\n%s", url[j], buf);
@@ -311,9 +267,9 @@ Test(singleflight, one_backend_call_per_key, .init = setup, .fini = teardown, .t
     int backend[KEYS] = {0};
     for (int i = 0; i < SERVERS; i++) {
         char out[32];
-        int st = wait_for(servers[i], 20000);
+        int st = test_wait(servers[i], 20000);
         snprintf(out, sizeof(out), "server%d.out", i);
-        slurp(path_in(out), buf, sizeof(buf));
+        test_slurp(path_in(out), buf, sizeof(buf));
         cr_expect_eq(st, 0, "server %d exited with %d:\n%s", i, st, buf);
         if (st < 0) kill(servers[i], SIGKILL);
         servers[i] = 0;

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "net/net.h"
 
 static void expect_tcp(const char *s, const char *host, int port, int db,
                        const char *user, const char *pass) {

@@ -402,3 +402,48 @@ int test_listen_silent(int *port) {
     *port = ntohs(a.sin_port);
     return fd;
 }
+
+void test_msleep(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+char *test_slurp(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "r");
+    size_t got = 0;
+    if (f != NULL) {
+        got = fread(buf, 1, n - 1, f);
+        fclose(f);
+    }
+    buf[got] = '\0';
+    return buf;
+}
+
+pid_t test_spawn(char *const argv[], char *const env[], const char *out, const char *err) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int e = err ? open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600) : o;
+    int in = open("/dev/null", O_RDONLY);
+    if (o >= 0) dup2(o, 1);
+    if (e >= 0) dup2(e, 2);
+    if (in >= 0) dup2(in, 0);
+    signal(SIGPIPE, SIG_DFL);
+    for (; env != NULL && *env != NULL; env++) putenv(*env);
+    execvp(argv[0], argv);
+    _exit(127);
+}
+
+int test_wait(pid_t pid, int ms) {
+    long long until = test_now_ms() + ms;
+    int st;
+    for (;;) {
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid) break;
+        if (w < 0 || test_now_ms() >= until) return -1;
+        test_msleep(2);
+    }
+    return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+}

@@ -59,4 +59,20 @@ void test_loop_for(struct event_base *base, int ms);
 /* Monotonic milliseconds. */
 long long test_now_ms(void);
 
+/* Sleep ms milliseconds (through signals). */
+void test_msleep(int ms);
+
+/* The file's content (at most n-1 bytes) into buf, "" if it cannot be read. */
+char *test_slurp(const char *path, char *buf, size_t n);
+
+/* Start argv (argv[0] searched in PATH) with stdin from /dev/null, stdout
+ * into the file `out` and stderr into `err` (NULL: into `out`), with the
+ * "K=V" entries of env (may be NULL) added. It dies with the test process.
+ * Returns its pid, or -1. */
+pid_t test_spawn(char *const argv[], char *const env[], const char *out, const char *err);
+
+/* Its exit status (128+N if signal N killed it), or -1 if it is still
+ * running after ms (it is left running: kill it, or wait again). */
+int test_wait(pid_t pid, int ms);
+
 #endif

@@ -16,11 +16,21 @@ typedef struct lockenv {
     hilock_loop loop;
 } lockenv;
 
-static inline void lockenv_start(lockenv *e) {
-    cr_assert_eq(test_redis_start(&e->r, 0, NULL), 0, "redis-server did not start");
+static inline void lockenv_loop(lockenv *e) {
     e->base = event_base_new();
     cr_assert_not_null(e->base);
     hilock_libevent_init(&e->loop, e->base);
+}
+
+static inline void lockenv_start(lockenv *e) {
+    cr_assert_eq(test_redis_start(&e->r, 0, NULL), 0, "redis-server did not start");
+    lockenv_loop(e);
+}
+
+/* The same, with DEBUG enabled on the server (DEBUG SLEEP stalls). */
+static inline void lockenv_start_debuggable(lockenv *e) {
+    cr_assert_eq(test_redis_start_debuggable(&e->r, 0), 0, "redis-server did not start");
+    lockenv_loop(e);
 }
 
 static inline void lockenv_stop(lockenv *e) {

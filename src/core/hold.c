@@ -1,4 +1,5 @@
-/* Holds: the watchdog that renews a lease, loss detection, and release.
+/* Holds: the watchdog that renews a lease, loss detection, release, and
+ * extension by hand. The requests come from the hold's primitive.
  *
  * A hold counts as ours until `confirmed + lease`, where `confirmed` is when
  * the last successful acquire or renew was *sent* (the key's TTL started no
@@ -6,42 +7,24 @@
  * is reported lost then at the latest, whatever the connection is doing. */
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
-
-/* Tokens only have to be unique: 64 random bits per client (from one
- * libuuid call at client creation) and a counter passed through splitmix64,
- * a bijection, so no two tokens of a client repeat. One uuid per token cost
- * six system calls each (libuuid 2.38 reseeds every time). */
-void hl_token_new(hilock_client *c, char *out) {
-    static const char hex[] = "0123456789abcdef";
-    uint64_t z = c->token_seq++ + c->token_salt;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    uint64_t parts[2] = {c->token_id, z};
-    for (int p = 0; p < 2; p++)
-        for (int i = 0; i < 16; i++)
-            out[p * 16 + i] = hex[(parts[p] >> (60 - 4 * i)) & 15];
-    out[HL_TOKEN_LEN] = '\0';
-}
+#include "core/core.h"
 
 /* ---- Fire-and-forget release (cancel races, unknown outcomes, close) --- */
 
 static void on_token_released(hl_req *r, redisReply *reply, int err) {
-    hilock_client *c = r->c;
+    hl_net *net = r->net;
     /* After an unknown outcome, 0 is ambiguous: the unanswered try may still
      * sit unread in a dead connection's socket on the server. Once this reply
      * is here, the server has read what older connections had sent before,
      * so one more release settles it. */
     if (err == 0 && r->rounds == 1 && reply->type == REDIS_REPLY_INTEGER &&
-        reply->integer == 0 && !c->freeing) {
+        reply->integer == 0 && !net->loop->freeing) {
         uint64_t now = hl_now_ms();
-        hl_req *again = hl_req_new(c, &hl_script_release, r->name, r->token, 0,
-                                   on_token_released, NULL);
+        hl_req *again = hl_req_copy(r, on_token_released, NULL);
         if (again != NULL) {
             again->rounds = 2;
-            hl_req_submit_within(c, again, r->deadline.when > now ? r->deadline.when - now
-                                                                  : c->cfg.request_timeout_ms);
+            hl_req_submit_within(r->conn, again, r->deadline.when > now ? r->deadline.when - now
+                                                                        : net->request_timeout_ms);
         }
     }
 }
@@ -49,16 +32,15 @@ static void on_token_released(hl_req *r, redisReply *reply, int err) {
 /* Release a lock that `token` may hold, with nobody to tell. unknown_lease_ms
  * > 0 means we do not know whether the try ran: keep at it through
  * reconnects for as long as the lock could live, in two rounds. */
-void hl_release_token(hilock_client *c, hl_name *n, const char *token, uint32_t unknown_lease_ms) {
-    hl_req *r = hl_req_new(c, &hl_script_release, n, token, 0, on_token_released, NULL);
+void hl_release_token(hl_name *n, const char *token, uint32_t unknown_lease_ms) {
+    hl_req *r = n->prim->release_req(n, token, on_token_released, NULL);
+    uint32_t timeout = n->c->topo.net.request_timeout_ms;
     if (r == NULL) return;
     if (unknown_lease_ms > 0) {
         r->rounds = 1;
-        uint64_t ms = unknown_lease_ms > c->cfg.request_timeout_ms ? unknown_lease_ms
-                                                                   : c->cfg.request_timeout_ms;
-        hl_req_submit_within(c, r, ms);
+        hl_name_submit_within(n, r, unknown_lease_ms > timeout ? unknown_lease_ms : timeout);
     } else {
-        hl_req_submit(c, r);
+        hl_name_submit(n, r);
     }
 }
 
@@ -68,34 +50,35 @@ void hl_hold_mark_lost(hilock_hold *h, int why) {
     if (h->lost) return;
     h->lost = 1;
     h->lost_why = why;
-    hl_timer_stop(h->c, &h->watchdog);
-    if (h->lost_cb != NULL && !h->releasing) hl_defer_push(h->c, &h->lost_defer);
+    hl_timer_stop(&h->c->loop, &h->watchdog);
+    if (h->terms.lost_cb != NULL && !h->releasing) hl_defer_push(&h->c->loop, &h->lost_defer);
 }
 
 static void lost_run(hl_defer *d, int cancel) {
     hilock_hold *h = HL_CONTAINER(d, hilock_hold, lost_defer);
-    if (!cancel && !h->releasing) h->lost_cb(h, h->lost_why, h->lost_data);
+    if (!cancel && !h->releasing && !h->c->loop.forked)
+        h->terms.lost_cb(h, h->lost_why, h->terms.lost_data);
 }
 
 static void watchdog_arm(hilock_hold *h) {
     uint64_t now = hl_now_ms(), expiry = hl_hold_expiry(h);
-    uint64_t next = h->no_renew ? expiry : now + h->lease_ms / 3;
+    uint64_t next = h->terms.no_renew ? expiry : now + h->terms.lease_ms / 3;
     if (next > expiry) next = expiry;
-    hl_timer_start(h->c, &h->watchdog, next > now ? next - now : 0);
+    hl_timer_start(&h->c->loop, &h->watchdog, next > now ? next - now : 0);
 }
 
 /* The lease ran out by our clock: why we could not renew in time. */
 static void hold_expired(hilock_hold *h) {
-    hilock_client *c = h->c;
-    int why = h->no_renew || c->cmd.state == HL_CONN_READY ? HILOCK_ELOST
-              : (c->cmd.last_err ? c->cmd.last_err : HILOCK_ECONN);
+    hl_node *node = hl_name_node(h->name);
+    int why = h->terms.no_renew || hl_node_cmd_ready(node) ? HILOCK_ELOST
+              : (node->cmd.last_err ? node->cmd.last_err : HILOCK_ECONN);
     hl_hold_mark_lost(h, why);
 }
 
 static void on_renewed(hl_req *r, redisReply *reply, int err) {
     hilock_hold *h = r->owner;
     h->renew = NULL;
-    if (h->c->freeing || h->releasing || h->lost) return;
+    if (h->c->loop.freeing || h->releasing || h->lost) return;
     /* Past the lease already, hilock_hold_lost() may have said 1 to a
      * callback: lost stays lost, even if this renewal made it in time. */
     if (hl_now_ms() >= hl_hold_expiry(h)) {
@@ -110,21 +93,21 @@ static void on_renewed(hl_req *r, redisReply *reply, int err) {
             return;
         }
     } else if (err == 0 && reply->type == REDIS_REPLY_ERROR) {
-        hl_reply_error(h->c, reply); /* keep trying until the lease runs out */
+        hl_reply_error(&h->c->loop, reply); /* keep trying until the lease runs out */
     }
     watchdog_arm(h);
 }
 
 static void watchdog_fired(hl_timer *t) {
     hilock_hold *h = HL_CONTAINER(t, hilock_hold, watchdog);
-    hilock_client *c = h->c;
+    hl_name *n = h->name;
     if (hl_now_ms() >= hl_hold_expiry(h)) {
         hold_expired(h);
         return;
     }
     if (h->renew == NULL) {
-        h->renew = hl_req_new(c, &hl_script_renew, h->name, h->token, h->lease_ms, on_renewed, h);
-        if (h->renew) hl_req_submit(c, h->renew);
+        h->renew = n->prim->renew_req(n, h->token, h->terms.lease_ms, on_renewed, h);
+        if (h->renew) hl_name_submit(n, h->renew);
     }
     watchdog_arm(h);
 }
@@ -146,15 +129,11 @@ hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence,
     h->confirmed = sent_at;
     h->waited_ms = hl_now_ms() - w->started_at;
     h->count = 1;
-    h->lease_ms = w->lease_ms;
-    h->no_renew = w->no_renew;
-    h->owner = w->owner;
-    h->lost_cb = w->lost_cb;
-    h->lost_data = w->lost_data;
+    h->terms = w->terms;
     h->watchdog.cb = watchdog_fired;
     lost_defer_init(h);
     hl_list_push(&n->c->holds, &h->link);
-    if (h->owner) hl_list_push(&h->owner->holds, &h->olink);
+    if (h->terms.owner) hl_list_push(&h->terms.owner->holds, &h->olink);
     else hl_list_init(&h->olink);
     watchdog_arm(h);
     return h;
@@ -163,13 +142,12 @@ hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence,
 void hl_hold_drop(hilock_hold *h) {
     if (--h->count > 0) return;
     hl_hold_begin_release(h);
-    hl_release_token(h->c, h->name, h->token, 0);
+    hl_release_token(h->name, h->token, 0);
     hl_hold_free(h);
 }
 
 void hl_hold_free(hilock_hold *h) {
-    hilock_client *c = h->c;
-    hl_timer_stop(c, &h->watchdog);
+    hl_timer_stop(&h->c->loop, &h->watchdog);
     hl_defer_cancel(&h->lost_defer);
     if (h->renew) { /* its reply must not find us */
         h->renew->owner = NULL;
@@ -195,20 +173,20 @@ typedef struct hl_relop {
 
 static void relop_run(hl_defer *d, int cancel) {
     hl_relop *op = HL_CONTAINER(d, hl_relop, defer);
-    if (op->cb && !op->hold->c->forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, op->data);
+    if (op->cb && !op->hold->c->loop.forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, op->data);
     if (op->last && !cancel) hl_hold_free(op->hold);
     free(op);
 }
 
 static void on_released(hl_req *r, redisReply *reply, int err) {
     hl_relop *op = r->owner;
-    hilock_client *c = r->c;
+    hl_loop *l = r->net->loop;
     if (err == 0) {
         /* 0 after a lost reply: most likely our own first send deleted it. */
         if (reply->type == REDIS_REPLY_INTEGER)
             err = reply->integer == 1 || r->lost_reply ? 0 : HILOCK_ELOST;
         else if (reply->type == REDIS_REPLY_ERROR)
-            err = hl_reply_error(c, reply);
+            err = hl_reply_error(l, reply);
         else
             err = HILOCK_EPROTO;
     }
@@ -216,23 +194,23 @@ static void on_released(hl_req *r, redisReply *reply, int err) {
      * sent, reports it, even if the key happened to be still in our hands. */
     if (err == 0 && !hl_hold_live(op->hold, r->submitted_at)) err = HILOCK_ELOST;
     op->status = err;
-    if (c->freeing) { relop_run(&op->defer, 1); return; }
-    hl_defer_push(c, &op->defer);
+    if (l->freeing) { relop_run(&op->defer, 1); return; }
+    hl_defer_push(l, &op->defer);
 }
 
 /* From here on the hold is neither renewed, reported lost, nor reentrant. */
 void hl_hold_begin_release(hilock_hold *h) {
     h->releasing = 1;
-    hl_timer_stop(h->c, &h->watchdog);
+    hl_timer_stop(&h->c->loop, &h->watchdog);
     hl_defer_cancel(&h->lost_defer);
     if (hl_linked(&h->olink)) hl_list_remove(&h->olink);
 }
 
 int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
     if (h == NULL) return HILOCK_EINVAL;
-    if (h->c->forked) return HILOCK_EFORK;
+    if (h->c->loop.forked) return HILOCK_EFORK;
     if (h->releasing) return HILOCK_EINVAL;
-    if (h->c->freeing) return HILOCK_ECLOSED;
+    if (h->c->loop.freeing) return HILOCK_ECLOSED;
     hl_relop *op = calloc(1, sizeof(*op));
     if (op == NULL) return HILOCK_ENOMEM;
     op->defer.run = relop_run;
@@ -241,15 +219,15 @@ int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
     op->data = data;
     if (h->count > 1) { /* one reentrant level: nothing to send */
         h->count--;
-        hl_defer_push(h->c, &op->defer);
+        hl_defer_push(&h->c->loop, &op->defer);
         return 0;
     }
-    hl_req *r = hl_req_new(h->c, &hl_script_release, h->name, h->token, 0, on_released, op);
+    hl_req *r = h->name->prim->release_req(h->name, h->token, on_released, op);
     if (r == NULL) { free(op); return HILOCK_ENOMEM; }
     op->last = 1;
     h->count = 0;
     hl_hold_begin_release(h);
-    hl_req_submit(h->c, r);
+    hl_name_submit(h->name, r);
     return 0;
 }
 
@@ -274,26 +252,26 @@ typedef struct hl_extendop {
 
 static void extendop_run(hl_defer *d, int cancel) {
     hl_extendop *op = HL_CONTAINER(d, hl_extendop, defer);
-    if (op->cb && !op->hold->c->forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, op->data);
+    if (op->cb && !op->hold->c->loop.forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, op->data);
     free(op);
 }
 
 static void on_extended(hl_req *r, redisReply *reply, int err) {
     hl_extendop *op = r->owner;
     hilock_hold *h = op->hold;
-    if (err == 0 && reply->type == REDIS_REPLY_ERROR) err = hl_reply_error(r->c, reply);
+    if (err == 0 && reply->type == REDIS_REPLY_ERROR) err = hl_reply_error(r->net->loop, reply);
     else if (err == 0 && reply->type != REDIS_REPLY_INTEGER) err = HILOCK_EPROTO;
     else if (err == 0 && (reply->integer != 1 || !hl_hold_live(h, hl_now_ms()))) err = HILOCK_ELOST;
     if (err == HILOCK_ELOST) hl_hold_mark_lost(h, HILOCK_ELOST);
     if (err == 0 && !h->releasing) {
         /* Redis counts the new lease from when it ran, no earlier than sent. */
-        h->lease_ms = op->lease_ms;
+        h->terms.lease_ms = op->lease_ms;
         if (r->submitted_at > h->confirmed) h->confirmed = r->submitted_at;
         watchdog_arm(h);
     }
     op->status = err;
-    if (r->c->freeing) extendop_run(&op->defer, 1);
-    else hl_defer_push(r->c, &op->defer);
+    if (r->net->loop->freeing) extendop_run(&op->defer, 1);
+    else hl_defer_push(r->net->loop, &op->defer);
 }
 
 int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb, void *data) {
@@ -303,21 +281,21 @@ int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb, 
     if (!hl_hold_live(h, hl_now_ms())) return HILOCK_ELOST;
     hl_extendop *op = calloc(1, sizeof(*op));
     if (op == NULL) return HILOCK_ENOMEM;
-    hl_req *r = hl_req_new(h->c, &hl_script_renew, h->name, h->token, lease_ms, on_extended, op);
+    hl_req *r = h->name->prim->renew_req(h->name, h->token, lease_ms, on_extended, op);
     if (r == NULL) { free(op); return HILOCK_ENOMEM; }
     op->defer.run = extendop_run;
     op->hold = h;
     op->cb = cb;
     op->data = data;
     op->lease_ms = lease_ms;
-    hl_req_submit(h->c, r);
+    hl_name_submit(h->name, r);
     return 0;
 }
 
 /* ---- Owners ----------------------------------------------------------- */
 
 hilock_owner *hilock_owner_new(hilock_client *c) {
-    if (c == NULL || c->freeing || c->forked) return NULL;
+    if (c == NULL || c->loop.freeing || c->loop.forked) return NULL;
     hilock_owner *o = calloc(1, sizeof(*o));
     if (o == NULL) return NULL;
     o->c = c;
@@ -330,17 +308,48 @@ void hilock_owner_free(hilock_owner *o) {
     if (o == NULL) return;
     hilock_client *c = o->c;
     /* Waits still queued for this owner carry on without reentrancy. */
-    for (size_t i = 0; i < c->nbuckets; i++)
-        for (hl_name *n = c->buckets[i]; n; n = n->next_in_bucket)
-            for (hl_link *l = n->waiters.next; l != &n->waiters; l = l->next) {
-                hilock_wait *w = HL_CONTAINER(l, hilock_wait, link);
-                if (w->owner == o) w->owner = NULL;
-            }
+    for (hl_name *n = hl_names_first(c); n; n = hl_names_next(c, n))
+        for (hl_link *l = n->waiters.next; l != &n->waiters; l = l->next) {
+            hilock_wait *w = HL_CONTAINER(l, hilock_wait, link);
+            if (w->terms.owner == o) w->terms.owner = NULL;
+        }
     while (!hl_list_empty(&o->holds)) {
         hilock_hold *h = HL_CONTAINER(o->holds.next, hilock_hold, olink);
         hl_list_remove(&h->olink);
-        h->owner = NULL;
+        h->terms.owner = NULL;
     }
     hl_list_remove(&o->link);
     free(o);
+}
+
+hilock_hold *hl_owner_hold(hilock_owner *o, hl_name *n, uint64_t now) {
+    for (hl_link *l = o->holds.next; l != &o->holds; l = l->next) {
+        hilock_hold *h = HL_CONTAINER(l, hilock_hold, olink);
+        if (h->name == n && !h->releasing && hl_hold_live(h, now)) return h;
+    }
+    return NULL;
+}
+
+/* ---- Client teardown -------------------------------------------------------- */
+
+void hl_holds_release_all(hilock_client *c) {
+    for (hl_link *l = c->holds.next; l != &c->holds; l = l->next) {
+        hilock_hold *h = HL_CONTAINER(l, hilock_hold, link);
+        if (h->releasing) continue;
+        hl_hold_begin_release(h);
+        hl_release_token(h->name, h->token, 0);
+    }
+}
+
+void hl_holds_free_all(hilock_client *c) {
+    while (!hl_list_empty(&c->holds)) {
+        hilock_hold *h = HL_CONTAINER(c->holds.next, hilock_hold, link);
+        hl_list_remove(&h->link);
+        free(h);
+    }
+    while (!hl_list_empty(&c->owners)) {
+        hilock_owner *o = HL_CONTAINER(c->owners.next, hilock_owner, link);
+        hl_list_remove(&o->link);
+        free(o);
+    }
 }

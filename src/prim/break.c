@@ -1,8 +1,10 @@
-/* Breaking a lock: an operator removes a lock whoever holds it (hilock
- * break, or `hilock unlock` in the CLI). Not part of any hold's life. */
+/* Breaking a lock: an operator removes a mutex whoever holds it
+ * (hilock_break, or `hilock unlock` in the CLI). Not part of any hold's life. */
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
+#include "prim/prim.h"
+
+static const hl_cmd break_cmd = {&hl_script_mutex_break, 2, {"", ":ch"}};
 
 typedef struct hl_breakop {
     hl_defer defer;
@@ -15,7 +17,7 @@ typedef struct hl_breakop {
 
 static void breakop_run(hl_defer *d, int cancel) {
     hl_breakop *op = HL_CONTAINER(d, hl_breakop, defer);
-    if (!op->c->forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, cancel ? 0 : op->fence, op->data);
+    if (!op->c->loop.forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, cancel ? 0 : op->fence, op->data);
     free(op);
 }
 
@@ -23,12 +25,12 @@ static void on_broken(hl_req *r, redisReply *reply, int err) {
     hl_breakop *op = r->owner;
     if (err == 0) {
         if (reply->type == REDIS_REPLY_INTEGER) op->fence = (uint64_t)reply->integer;
-        else if (reply->type == REDIS_REPLY_ERROR) err = hl_reply_error(r->c, reply);
+        else if (reply->type == REDIS_REPLY_ERROR) err = hl_reply_error(&op->c->loop, reply);
         else err = HILOCK_EPROTO;
     }
     op->status = err;
-    if (r->c->freeing) breakop_run(&op->defer, 1);
-    else hl_defer_push(r->c, &op->defer);
+    if (op->c->loop.freeing) breakop_run(&op->defer, 1);
+    else hl_defer_push(&op->c->loop, &op->defer);
 }
 
 int hilock_break(hilock_client *c, const char *name, hilock_break_cb cb, void *data) {
@@ -37,16 +39,19 @@ int hilock_break(hilock_client *c, const char *name, hilock_break_cb cb, void *d
     size_t len = strnlen(name, HILOCK_NAME_MAX + 1);
     if (len == 0 || len > HILOCK_NAME_MAX) return HILOCK_EINVAL;
     hl_breakop *op = calloc(1, sizeof(*op));
-    hl_name *n = op && hl_timer_reserve(c, 2) == 0 ? hl_name_get(c, name, len) : NULL;
-    if (n == NULL) { free(op); return HILOCK_ENOMEM; }
-    static const char no_token[HL_TOKEN_LEN + 1] = "00000000000000000000000000000000";
-    hl_req *r = hl_req_new(c, &hl_script_break, n, no_token, 0, on_broken, op);
-    if (r == NULL) { free(op); hl_name_maybe_free(n); return HILOCK_ENOMEM; }
+    hl_name *n = op ? hl_name_get(c, &hl_mutex, name, len) : NULL;
+    hl_req *r = n ? hl_name_req(n, &break_cmd, 0, on_broken, op) : NULL;
+    if (r == NULL) {
+        free(op);
+        if (n) hl_name_maybe_free(n);
+        return HILOCK_ENOMEM;
+    }
     op->defer.run = breakop_run;
     op->c = c;
     op->cb = cb;
     op->data = data;
     r->fail_fast = 1; /* an operator wants an answer, not a wait for Redis */
-    hl_req_submit(c, r);
+    hl_name_submit(n, r);
+    hl_name_maybe_free(n); /* the request carries its own keys */
     return 0;
 }

@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
+#include "net/net.h"
 
 static int hexval(int ch) {
     if (ch >= '0' && ch <= '9') return ch - '0';

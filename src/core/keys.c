@@ -1,6 +1,6 @@
 /* Key and channel names, hash tags and the Redis Cluster slot. */
 #include <string.h>
-#include "internal.h"
+#include "core/core.h"
 
 /* '%', '{' and '}' are escaped so the tag has no braces (Redis takes the
  * text between the first '{' and the next '}' as the tag) and the encoding

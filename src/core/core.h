@@ -1,0 +1,248 @@
+/* The core layer: the client, lock names, the shared waiter queue, and
+ * holds with their watchdog. Primitives (src/prim) plug in through
+ * hl_prim; nodes come from the topology (src/topo). See docs/ARCHITECTURE.md. */
+#ifndef HILOCK_CORE_H
+#define HILOCK_CORE_H
+
+#include "topo/topo.h"
+
+#define HL_TOKEN_LEN 32 /* hex of 128 bits */
+
+typedef struct hl_name hl_name;
+typedef struct hl_prim hl_prim;
+
+/* ---- The client ----------------------------------------------------------- */
+
+typedef struct hl_names {
+    hl_name **buckets;           /* by channel: unique per primitive and key */
+    size_t nbuckets, nnames;
+} hl_names;
+
+struct hilock_client {
+    hl_loop loop;                /* timers, deferred callbacks, errors, log */
+    hl_topo topo;                /* the nodes, and which one serves a name */
+    hl_names names;
+    hilock_config cfg;           /* as given, with defaults; url/prefix not kept */
+    char *prefix;
+    size_t prefix_len;
+    int closing;                 /* hilock_client_close has started */
+    hilock_close_cb close_cb;
+    void *close_data;
+    hl_defer close_defer;
+    hl_link holds;               /* every live hold */
+    hl_link owners;
+    uint64_t token_id, token_salt, token_seq; /* see hl_token_new */
+    hl_link all;                 /* in fork.c's list of every client */
+};
+
+/* The check at every public entry point that acts. */
+static inline int hl_client_refuses(const hilock_client *c) {
+    return c->loop.forked ? HILOCK_EFORK : c->loop.freeing || c->closing ? HILOCK_ECLOSED : 0;
+}
+void hl_token_new(hilock_client *c, char *out);
+void hl_close_progress(void *client);
+
+/* ---- Names ---------------------------------------------------------------- */
+
+enum { HL_SUB_NONE, HL_SUB_PENDING, HL_SUB_ACTIVE, HL_SUB_LEAVING };
+
+/* A lock name as one primitive sees it: its waiters, its subscription, its
+ * keys. Identified by its channel, which is the primitive's base key plus
+ * the primitive's channel suffix, so a semaphore and a mutex of the same
+ * name never share an entry. */
+struct hl_name {
+    hl_name *next_in_bucket;
+    uint32_t hash;
+    hilock_client *c;
+    const hl_prim *prim;
+    uint16_t slot;       /* the cluster slot of its keys */
+    hl_link waiters;     /* FIFO of hilock_wait */
+    size_t nwaiters;
+    size_t refs;         /* holds and other users of its keys */
+    int sub;             /* HL_SUB_* */
+    unsigned trying : 1; /* the head's try is in flight */
+    unsigned woken : 1;  /* a wakeup came while trying */
+    unsigned known_held : 1; /* the last try was answered: the lock is taken */
+    uint32_t answers;    /* tries answered without error (see wait_seen_held) */
+    hl_timer fallback;   /* the lock may have expired by then */
+    hl_timer linger;     /* unsubscribe when it fires */
+    size_t keylen;       /* the base key: the channel's first keylen bytes */
+    size_t chlen;
+    char *name;          /* the user's name (points into buf) */
+    char buf[];          /* channel "\0" name "\0" */
+};
+
+static inline const char *hl_name_channel(const hl_name *n) { return n->buf; }
+hl_node *hl_name_node(const hl_name *n);
+
+/* The entry of `name` for primitive `p`, made if need be (NULL: no memory). */
+hl_name *hl_name_get(hilock_client *c, const hl_prim *p, const char *name, size_t len);
+hl_name *hl_name_by_channel(hilock_client *c, const char *ch, size_t len);
+void hl_name_unref(hl_name *n);
+/* Free the entry if nothing uses it any more. */
+void hl_name_maybe_free(hl_name *n);
+void hl_names_free_all(hilock_client *c);
+/* Iterate: for (n = hl_names_first(c); n; n = hl_names_next(c, n)). Freeing
+ * the current entry is allowed if the next one was taken first. */
+hl_name *hl_names_first(hilock_client *c);
+hl_name *hl_names_next(hilock_client *c, hl_name *n);
+
+/* A script call on a name's keys: key i is the base key + suffix[i]. */
+typedef struct hl_cmd {
+    const hl_script *script;
+    int nkeys;
+    const char *suffix[4];
+} hl_cmd;
+
+/* A request for `cmd` on n's keys, with room for `tail` more argument
+ * bytes (the caller appends them); routed and submitted by hl_name_submit. */
+hl_req *hl_name_req(hl_name *n, const hl_cmd *cmd, size_t tail, hl_req_done done, void *owner);
+void hl_name_submit(hl_name *n, hl_req *r);
+void hl_name_submit_within(hl_name *n, hl_req *r, uint64_t ms);
+
+/* ---- What waits and holds share -------------------------------------------- */
+
+typedef struct hl_terms {
+    hilock_owner *owner;   /* reentrancy, or NULL */
+    hilock_lost_cb lost_cb;
+    void *lost_data;
+    uint32_t lease_ms;
+    unsigned no_renew : 1;
+} hl_terms;
+
+/* ---- Primitives ----------------------------------------------------------- */
+
+/* A try's outcome: granted with a fence, or not, and when to look again. */
+typedef struct hl_try {
+    int granted;
+    uint64_t fence;
+    uint64_t retry_ms;     /* not granted: the lock may be free by then */
+} hl_try;
+
+/* A primitive: its scripts and the decisions that are its own. The waiter
+ * engine does the rest (queue, subscription, one try in flight, deadlines,
+ * cancel, holds, watchdog). See docs/ARCHITECTURE.md, "A new primitive". */
+struct hl_prim {
+    const char *channel_suffix;
+    /* The try for a waiter: a request on n's keys with `token` and `lease`. */
+    hl_req *(*try_req)(hl_name *n, const char *token, uint32_t lease_ms, hl_req_done done,
+                       void *owner);
+    /* Read a try's reply into *out; 0, or an error code. */
+    int (*try_parse)(hilock_client *c, const redisReply *reply, hl_try *out);
+    /* After head `w` was granted: may `o`, queued behind it, share it? */
+    int (*shares)(const hilock_wait *w, const hilock_wait *o);
+    hl_req *(*release_req)(hl_name *n, const char *token, hl_req_done done, void *owner);
+    hl_req *(*renew_req)(hl_name *n, const char *token, uint32_t lease_ms, hl_req_done done,
+                         void *owner);
+};
+
+/* ---- Waits ---------------------------------------------------------------- */
+
+enum { HL_WAIT_QUEUED, HL_WAIT_DONE };
+
+struct hilock_wait {
+    hl_link link;          /* in name->waiters while queued */
+    hl_defer defer;
+    hl_name *name;
+    hilock_client *c;
+    hilock_acquire_cb cb;
+    void *data;
+    hl_terms terms;
+    hl_timer timer;        /* the wait deadline */
+    uint64_t deadline_at;  /* when it ends (monotonic ms); 0 = never */
+    uint64_t started_at;   /* when hilock_acquire() was called */
+    uint32_t answers_mark; /* n->answers before this wait saw the lock held */
+    hl_req *req;           /* the try in flight, if any */
+    hilock_hold *hold;     /* the outcome */
+    int status;
+    unsigned state : 2;
+    unsigned try_once : 1;
+    unsigned cb_done : 1;
+    char token[HL_TOKEN_LEN + 1];
+};
+
+/* Queue a new wait (filled by the caller) on its name and try if it is
+ * alone. A reentrant grant (hold != NULL) is delivered without a try. */
+void hl_wait_start(hilock_wait *w, hilock_hold *reentrant, uint64_t now);
+void hl_wait_finish(hilock_wait *w, int status, hilock_hold *h);
+int hl_wait_cancel(hilock_wait *w);
+/* Client teardown: every queued wait ends with HILOCK_ECANCELED. */
+void hl_waits_cancel_all(hilock_client *c);
+/* What the topology's subscriber side reports (hl_sub_events). */
+extern const hl_sub_events hl_engine_sub_events;
+
+/* ---- Holds ---------------------------------------------------------------- */
+
+struct hilock_hold {
+    hl_link link;          /* in client->holds */
+    hl_link olink;         /* in owner->holds */
+    hl_defer lost_defer;
+    hilock_client *c;
+    hl_name *name;
+    hl_terms terms;
+    uint64_t fence;
+    uint64_t confirmed;    /* when the key was last known ours (send time) */
+    uint64_t waited_ms;    /* from hilock_acquire() to the grant */
+    hl_timer watchdog;
+    hl_req *renew;         /* renewal in flight */
+    unsigned count;
+    int lost_why;
+    unsigned lost : 1;
+    unsigned releasing : 1;
+    char token[HL_TOKEN_LEN + 1];
+};
+
+struct hilock_owner {
+    hl_link link;          /* in client->owners */
+    hl_link holds;
+    hilock_client *c;
+};
+
+hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence,
+                         uint64_t sent_at, const hilock_wait *w);
+void hl_hold_free(hilock_hold *h);
+/* The instant after which the key may be another client's: the send time of
+ * the last acquire or renewal that Redis confirmed, plus the lease. */
+static inline uint64_t hl_hold_expiry(const hilock_hold *h) {
+    return h->confirmed + h->terms.lease_ms;
+}
+/* Whether a callback may still be told the lock is held at `now`. */
+static inline int hl_hold_live(const hilock_hold *h, uint64_t now) {
+    return !h->lost && now < hl_hold_expiry(h);
+}
+void hl_hold_mark_lost(hilock_hold *h, int why);
+/* One acquisition of `h` was never delivered: drop its level, and the hold
+ * itself (releasing the key) when it was the last. */
+void hl_hold_drop(hilock_hold *h);
+void hl_hold_begin_release(hilock_hold *h);
+/* A live hold of `o` on `n` (reentrancy), or NULL. */
+hilock_hold *hl_owner_hold(hilock_owner *o, hl_name *n, uint64_t now);
+/* Release a lock that `token` may hold, with nobody to tell. unknown_lease_ms
+ * > 0: the try's outcome is unknown; keep at it for that long. */
+void hl_release_token(hl_name *n, const char *token, uint32_t unknown_lease_ms);
+/* Client close: release every hold in Redis. */
+void hl_holds_release_all(hilock_client *c);
+void hl_holds_free_all(hilock_client *c);
+
+/* Debug builds (-DHILOCK_DEBUG): abort if a name with waiters has neither a
+ * try in flight nor a timer that will retry (a stranded waiter). */
+#ifdef HILOCK_DEBUG
+void hl_name_check(const hl_name *n);
+void hl_names_check(hilock_client *c);
+#else
+static inline void hl_name_check(const hl_name *n) { (void)n; }
+static inline void hl_names_check(hilock_client *c) { (void)c; }
+#endif
+
+/* ---- Keys (keys.c) and structs (client.c) ---------------------------------- */
+
+size_t hl_tag_len(const char *name, size_t len);
+size_t hl_key_write(char *out, const char *prefix, size_t plen, const char *name, size_t len);
+int hl_prefix_valid(const char *prefix);
+uint16_t hl_crc16(const char *buf, size_t len);
+int hl_struct_import(void *to, size_t size, const void *from, size_t from_size);
+void hl_struct_export(void *to, size_t size, const void *d, size_t dsize);
+void hl_fork_watch(hilock_client *c);
+void hl_fork_unwatch(hilock_client *c);
+
+#endif

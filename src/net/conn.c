@@ -1,0 +1,313 @@
+/* One hiredis connection: connect, the handshake (AUTH, SELECT, and the
+ * eviction check), reconnect with exponential backoff and jitter, and for
+ * subscriber connections the (un)subscriptions and their pushes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "net/net.h"
+#include "net/conn_private.h"
+
+static void conn_schedule_retry(hl_conn *k);
+
+static hl_conn *conn_of(const redisAsyncContext *ac) { return (hl_conn *)ac->data; }
+
+void hl_conn_send(hl_conn *k, hl_req *r) {
+    const hl_script *s = r->script;
+    const char *argv[HL_REQ_MAXARGS + 3];
+    size_t lens[HL_REQ_MAXARGS + 3];
+    char nkeys[8];
+    argv[0] = r->use_eval ? "EVAL" : "EVALSHA";
+    argv[1] = r->use_eval ? s->body : s->sha;
+    argv[2] = nkeys;
+    lens[2] = (size_t)snprintf(nkeys, sizeof(nkeys), "%d", r->nkeys);
+    for (int i = 0; i < 2; i++) lens[i] = strlen(argv[i]);
+    memcpy(argv + 3, r->argv, (size_t)r->nargs * sizeof(argv[0]));
+    memcpy(lens + 3, r->argl, (size_t)r->nargs * sizeof(lens[0]));
+    if (redisAsyncCommandArgv(k->ac, hl_req_on_reply, r, r->nargs + 3, argv, lens) != REDIS_OK) {
+        hl_list_push(&k->queue, &r->link); /* disconnecting: next connection */
+        return;
+    }
+    r->sent = 1;
+    r->ever_sent = 1;
+}
+
+int hl_conn_error(const hl_conn *k) {
+    /* Connected (the handshake counts) but unanswered is a server that does
+     * not answer in time; short of connected, the connection's fault. */
+    if (k->state == HL_CONN_READY || k->state == HL_CONN_HANDSHAKE) return HILOCK_EDEADLINE;
+    return k->last_err ? k->last_err : HILOCK_ECONN;
+}
+
+/* ---- Life cycle --------------------------------------------------------- */
+
+static void conn_ready(hl_conn *k) {
+    k->state = HL_CONN_READY;
+    k->failures = 0;
+    k->last_err = 0;
+    hl_timer_stop(k->net->loop, &k->connect_to);
+    while (!hl_list_empty(&k->queue) && k->state == HL_CONN_READY) {
+        hl_req *r = HL_CONTAINER(k->queue.next, hl_req, link);
+        hl_list_remove(&r->link);
+        hl_conn_send(k, r);
+    }
+    if (k->ev.ready) k->ev.ready(k->ev.arg);
+}
+
+static void conn_fail_queue(hl_conn *k, int err) {
+    while (!hl_list_empty(&k->queue)) {
+        hl_req *r = HL_CONTAINER(k->queue.next, hl_req, link);
+        hl_req_finish(r, NULL, err);
+    }
+}
+
+/* A handshake step failed in a way that will not fix itself (a wrong
+ * password or db, a refused server): fail what waits at once. */
+static void handshake_failed(hl_conn *k, redisAsyncContext *ac, int err) {
+    k->last_err = err;
+    conn_fail_queue(k, err);
+    redisAsyncDisconnect(ac);
+}
+
+static void on_handshake(redisAsyncContext *ac, void *reply_, void *privdata) {
+    redisReply *reply = reply_;
+    hl_conn *k = conn_of(ac);
+    if (reply == NULL || k->net->loop->freeing) return;
+    if (reply->type == REDIS_REPLY_ERROR) {
+        int err = hl_reply_error(k->net->loop, reply);
+        if (privdata == &k->handshake_left) err = HILOCK_EAUTH; /* any AUTH refusal */
+        handshake_failed(k, ac, err);
+        return;
+    }
+    if (--k->handshake_left == 0) conn_ready(k);
+}
+
+/* The maxmemory-policy line of an INFO reply, or "" if there is none. */
+static void info_policy(const redisReply *reply, char *out, size_t n) {
+    static const char field[] = "maxmemory_policy:";
+    const char *p = reply->type == REDIS_REPLY_STRING ? strstr(reply->str, field) : NULL;
+    size_t len = 0;
+    if (p != NULL) {
+        p += sizeof(field) - 1;
+        while (p[len] != '\0' && p[len] != '\r' && p[len] != '\n' && len + 1 < n) len++;
+        memcpy(out, p, len);
+    }
+    out[len] = '\0';
+}
+
+/* Warn, once per policy seen, that the server may evict locks. */
+static void warn_eviction(hl_net *net, const char *policy, const char *why) {
+    const char *seen = *policy ? policy : "?";
+    if (strcmp(seen, net->policy_warned) == 0) return;
+    snprintf(net->policy_warned, sizeof(net->policy_warned), "%s", seen);
+    if (*policy)
+        hl_log(net->loop, HILOCK_LOG_WARNING,
+               "Redis has maxmemory-policy %s: it may evict a held lock (then two clients hold "
+               "it) or a fence key; set maxmemory-policy noeviction", policy);
+    else
+        hl_log(net->loop, HILOCK_LOG_WARNING,
+               "cannot read maxmemory-policy from INFO memory (%s): whether Redis may evict "
+               "locks is unknown", why);
+}
+
+/* Eviction breaks a lock: an evicted lock key lets a second client take it,
+ * an evicted fence key makes fences lean on the clock alone. Any policy but
+ * noeviction may evict our keys (they all have a TTL, so volatile-* too).
+ * CONFIG may be renamed or forbidden, so the policy is read from INFO. */
+static void on_info(redisAsyncContext *ac, void *reply_, void *privdata) {
+    redisReply *reply = reply_;
+    hl_conn *k = conn_of(ac);
+    hl_net *net = k->net;
+    char policy[64];
+    (void)privdata;
+    if (reply == NULL || net->loop->freeing || (ac->c.flags & REDIS_DISCONNECTING)) return;
+    info_policy(reply, policy, sizeof(policy));
+    if (strcmp(policy, "noeviction") != 0) {
+        warn_eviction(net, policy, reply->type == REDIS_REPLY_ERROR ? reply->str : "no such field");
+        if (net->require_noeviction) {
+            hl_set_error(net->loop, "maxmemory-policy is %s, and require_noeviction is set",
+                         *policy ? policy : "unknown");
+            handshake_failed(k, ac, HILOCK_EEVICTION);
+            return;
+        }
+    }
+    if (--k->handshake_left == 0) conn_ready(k);
+}
+
+static void send_handshake(hl_conn *k) {
+    const hl_url *u = &k->net->url;
+    redisAsyncContext *ac = k->ac;
+    k->handshake_left = 0;
+    if (u->pass) {
+        if (u->user)
+            redisAsyncCommand(ac, on_handshake, &k->handshake_left, "AUTH %s %s", u->user, u->pass);
+        else
+            redisAsyncCommand(ac, on_handshake, &k->handshake_left, "AUTH %s", u->pass);
+        k->handshake_left++;
+    }
+    if (u->db != 0 && !k->is_sub) { /* pub/sub ignores the db */
+        redisAsyncCommand(ac, on_handshake, NULL, "SELECT %d", u->db);
+        k->handshake_left++;
+    }
+    if (!k->is_sub) {
+        redisAsyncCommand(ac, on_info, NULL, "INFO memory");
+        k->handshake_left++;
+    }
+}
+
+static void on_connect(const redisAsyncContext *ac, int status) {
+    hl_conn *k = conn_of(ac);
+    hl_loop *l = k->net->loop;
+    if (status != REDIS_OK) {
+        /* hiredis frees the context after this returns. */
+        hl_set_error(l, "connect: %s", ac->errstr);
+        k->ac = NULL;
+        k->state = HL_CONN_DOWN;
+        k->last_err = HILOCK_ECONN;
+        hl_timer_stop(l, &k->connect_to);
+        conn_schedule_retry(k);
+        return;
+    }
+    k->state = HL_CONN_HANDSHAKE;
+    send_handshake(k);
+    if (k->handshake_left == 0) conn_ready(k);
+}
+
+/* The connection is gone (hiredis's disconnect callback, or our teardown
+ * when hiredis did not call it). */
+static void conn_down(hl_conn *k) {
+    k->ac = NULL;
+    k->state = HL_CONN_DOWN;
+    hl_timer_stop(k->net->loop, &k->connect_to);
+    if (k->net->loop->freeing || k->net->loop->forked) return;
+    if (k->ev.lost) k->ev.lost(k->ev.arg);
+    conn_schedule_retry(k);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status) {
+    hl_conn *k = conn_of(ac);
+    if (status != REDIS_OK) {
+        if (ac->err == REDIS_ERR_PROTOCOL) k->last_err = HILOCK_EPROTO;
+        else if (k->last_err == 0) k->last_err = HILOCK_ECONN;
+        hl_set_error(k->net->loop, "connection lost: %s", ac->errstr);
+    } else if (k->last_err == 0) {
+        k->last_err = HILOCK_ECONN;
+    }
+    conn_down(k);
+}
+
+static void on_push(redisAsyncContext *ac, void *reply_, void *privdata) {
+    redisReply *reply = reply_;
+    hl_conn *k = conn_of(ac);
+    (void)privdata;
+    /* One callback serves every channel: hiredis 0.14.1 may hand us a reply
+     * meant for another channel's callback, so route by the reply itself. */
+    if (reply == NULL || k->net->loop->freeing || k->ev.push == NULL) return;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 3) return;
+    redisReply *kind = reply->element[0], *ch = reply->element[1];
+    if (kind->type != REDIS_REPLY_STRING || ch->type != REDIS_REPLY_STRING) return;
+    k->ev.push(k->ev.arg, kind->str, ch->str, ch->len);
+}
+
+void hl_conn_subscribe(hl_conn *k, const char *ch, size_t len, int on) {
+    if (k->state != HL_CONN_READY) return; /* the owner resubscribes on ready */
+    redisAsyncCommand(k->ac, on_push, NULL, on ? "SUBSCRIBE %b" : "UNSUBSCRIBE %b", ch, len);
+}
+
+static void connect_timeout(hl_timer *t) {
+    hl_conn *k = HL_CONTAINER(t, hl_conn, connect_to);
+    hl_set_error(k->net->loop, "connect: no answer within %u ms", k->net->connect_timeout_ms);
+    k->last_err = k->state == HL_CONN_HANDSHAKE ? HILOCK_EDEADLINE : HILOCK_ECONN;
+    hl_conn_teardown(k);
+}
+
+static void conn_retry(hl_timer *t) {
+    hl_conn_connect(HL_CONTAINER(t, hl_conn, retry));
+}
+
+/* A try-once that has not gone out yet asked for one attempt: a failed
+ * connection attempt is its answer, not a reason to wait for the next. */
+static void conn_fail_fast(hl_conn *k, int err) {
+    hl_link *l = k->queue.next;
+    while (l != &k->queue) {
+        hl_req *r = HL_CONTAINER(l, hl_req, link);
+        l = l->next;
+        if (r->fail_fast && !r->ever_sent) hl_req_finish(r, NULL, err);
+    }
+}
+
+/* Exponential backoff with jitter, so that many clients do not reconnect
+ * in lockstep after a server restart. */
+static void conn_schedule_retry(hl_conn *k) {
+    hl_net *net = k->net;
+    if (net->loop->freeing || net->loop->forked) return;
+    int err = k->last_err ? k->last_err : HILOCK_ECONN;
+    conn_fail_fast(k, err);
+    if (net->closing) {
+        /* Closing does not wait for a server that is away. */
+        conn_fail_queue(k, err);
+        if (k->is_sub || net->nreqs == 0) return;
+    }
+    uint64_t cap = net->reconnect_max_ms ? net->reconnect_max_ms : 1;
+    uint64_t d = k->failures >= 16 ? cap : (uint64_t)25 << k->failures;
+    if (d > cap) d = cap;
+    net->rng ^= net->rng << 13; net->rng ^= net->rng >> 7; net->rng ^= net->rng << 17;
+    d = d / 2 + net->rng % (d / 2 + 1);
+    k->failures++;
+    hl_timer_start(net->loop, &k->retry, d);
+}
+
+static redisAsyncContext *conn_open(const hl_url *u) {
+    return u->path ? redisAsyncConnectUnix(u->path) : redisAsyncConnect(u->host, u->port);
+}
+
+void hl_conn_connect(hl_conn *k) {
+    hl_net *net = k->net;
+    hl_loop *l = net->loop;
+    if (k->ac != NULL || l->freeing) return;
+    redisAsyncContext *ac = conn_open(&net->url);
+    if (ac == NULL || ac->err) {
+        hl_set_error(l, "connect: %s", ac ? ac->errstr : "out of memory");
+        k->last_err = HILOCK_ECONN;
+        if (ac) redisAsyncFree(ac);
+        conn_schedule_retry(k);
+        return;
+    }
+    ac->data = k;
+    if (l->ev.attach(l->ev.data, ac) != 0) {
+        hl_set_error(l, "event loop adapter refused the connection");
+        k->last_err = HILOCK_ELOOP;
+        redisAsyncFree(ac);
+        conn_schedule_retry(k);
+        return;
+    }
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    k->ac = ac;
+    k->state = HL_CONN_CONNECTING;
+    hl_timer_start(l, &k->connect_to, net->connect_timeout_ms);
+}
+
+void hl_conn_teardown(hl_conn *k) {
+    redisAsyncContext *ac = k->ac;
+    if (ac == NULL) return;
+    int connected = k->state != HL_CONN_CONNECTING;
+    redisAsyncFree(ac); /* runs the reply callbacks and, if connected, on_disconnect */
+    if (!connected || k->ac != NULL) conn_down(k); /* on_disconnect did not run */
+}
+
+void hl_conn_init(hl_conn *k, hl_net *net, int is_sub, const hl_conn_events *ev) {
+    memset(k, 0, sizeof(*k));
+    k->net = net;
+    k->is_sub = is_sub;
+    k->state = HL_CONN_DOWN;
+    if (ev) k->ev = *ev;
+    k->retry.cb = conn_retry;
+    k->connect_to.cb = connect_timeout;
+    hl_list_init(&k->queue);
+}
+
+void hl_conn_cancel_queue(hl_conn *k) {
+    conn_fail_queue(k, HILOCK_ECANCELED);
+    hl_timer_stop(k->net->loop, &k->retry);
+    hl_timer_stop(k->net->loop, &k->connect_to);
+}

@@ -1,0 +1,144 @@
+/* The net layer: one hiredis connection (connect, AUTH/SELECT, the eviction
+ * check, reconnect with backoff and jitter), and script requests on it with
+ * their own deadlines, re-sent after a drop, NOSCRIPT -> EVAL, LOADING
+ * retried. Uses the loop layer. Knows nothing of lock names, waiters or
+ * primitives: a request carries its own arguments, and replies and
+ * connection events reach their owners through callbacks. */
+#ifndef HILOCK_NET_H
+#define HILOCK_NET_H
+
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+#include "loop/loop.h"
+
+/* ---- Addresses ----------------------------------------------------------- */
+
+typedef struct hl_url {
+    char *host;   /* TCP host, or NULL for a unix socket */
+    int port;
+    char *path;   /* unix socket path, or NULL */
+    char *user;   /* ACL user, or NULL */
+    char *pass;   /* password, or NULL */
+    int db;
+} hl_url;
+
+int hl_url_parse(const char *s, hl_url *u);
+void hl_url_free(hl_url *u);
+
+/* ---- Scripts (embedded from src/lua and src/prim at build time) --------- */
+
+typedef struct hl_script {
+    const char *name, *body, *sha;
+} hl_script;
+
+/* ---- Settings and state shared by a client's connections ---------------- */
+
+typedef struct hl_net {
+    hl_loop *loop;
+    hl_url url;                  /* AUTH and SELECT on every connection */
+    uint32_t connect_timeout_ms, request_timeout_ms, reconnect_max_ms;
+    int require_noeviction;      /* refuse a server that may evict keys */
+    int closing;                 /* the client is closing: do not wait for a
+                                    server that is away */
+    uint64_t rng;                /* backoff jitter (xorshift) */
+    char policy_warned[64];      /* the eviction policy last warned about */
+    hl_link reqs;                /* every live request */
+    size_t nreqs;
+    void (*idle)(void *arg);     /* nreqs fell to 0 (for a graceful close) */
+    void *idle_arg;
+} hl_net;
+
+void hl_net_init(hl_net *net, hl_loop *loop);
+
+/* ---- Connections ---------------------------------------------------------- */
+
+enum { HL_CONN_DOWN, HL_CONN_CONNECTING, HL_CONN_HANDSHAKE, HL_CONN_READY };
+
+/* What a connection tells its owner. `push` is for subscriber
+ * connections: kind is "message", "subscribe" or "unsubscribe". */
+typedef struct hl_conn_events {
+    void (*ready)(void *arg);
+    void (*lost)(void *arg);
+    void (*push)(void *arg, const char *kind, const char *ch, size_t len);
+    void *arg;
+} hl_conn_events;
+
+typedef struct hl_conn {
+    hl_net *net;
+    hl_conn_events ev;
+    redisAsyncContext *ac;
+    int is_sub;
+    int state;
+    int failures;       /* consecutive failed attempts, for the backoff */
+    int last_err;       /* HILOCK_ECONN, HILOCK_EPROTO, HILOCK_EAUTH... */
+    int handshake_left; /* AUTH/SELECT/INFO replies still due */
+    hl_timer retry;     /* reconnect backoff */
+    hl_timer connect_to;/* connect timeout */
+    hl_link queue;      /* requests waiting for the connection */
+} hl_conn;
+
+void hl_conn_init(hl_conn *k, hl_net *net, int is_sub, const hl_conn_events *ev);
+void hl_conn_connect(hl_conn *k);
+/* Drop the connection now (never from inside a hiredis callback). */
+void hl_conn_teardown(hl_conn *k);
+/* End every queued request with HILOCK_ECANCELED and stop reconnecting. */
+void hl_conn_cancel_queue(hl_conn *k);
+/* The error of a request on `k` that got no answer: the connection's, or
+ * HILOCK_EDEADLINE when it is up but Redis did not answer. */
+int hl_conn_error(const hl_conn *k);
+/* Subscriber connections: (un)subscribe a channel (nothing when down: the
+ * owner subscribes again on `ready`). */
+void hl_conn_subscribe(hl_conn *k, const char *ch, size_t len, int on);
+
+/* ---- Requests ---------------------------------------------------------- */
+
+typedef struct hl_req hl_req;
+/* The outcome of a request: a reply (never an error reply for NOSCRIPT),
+ * or reply == NULL and err < 0. Runs exactly once. */
+typedef void (*hl_req_done)(hl_req *r, redisReply *reply, int err);
+
+#define HL_REQ_MAXARGS 8
+
+struct hl_req {
+    hl_link link;              /* in conn->queue while unsent */
+    hl_link all;               /* in net->reqs while alive */
+    hl_net *net;
+    hl_conn *conn;             /* where it goes (set by submit) */
+    const hl_script *script;
+    hl_req_done done;
+    void *owner;
+    uint64_t submitted_at;     /* a key's TTL set by it started no earlier */
+    hl_timer deadline;
+    hl_timer backoff;          /* re-send after LOADING */
+    unsigned sent : 1;         /* hiredis holds a callback for it */
+    unsigned finished : 1;     /* `done` has run */
+    unsigned use_eval : 1;     /* the server lacked the script: send EVAL */
+    unsigned ever_sent : 1;    /* it may have reached Redis */
+    unsigned lost_reply : 1;   /* a send of it may have run, unanswered */
+    unsigned fail_fast : 1;    /* a failed connection attempt ends it (try once) */
+    unsigned rounds : 2;       /* for its owner's use */
+    int nkeys, nargs;          /* argv: the keys, then the other arguments */
+    const char *argv[HL_REQ_MAXARGS];
+    size_t argl[HL_REQ_MAXARGS];
+    size_t used, cap;
+    char buf[];                /* the argument bytes */
+};
+
+/* A request for `s` with `nkeys` keys, room for `bytes` argument bytes
+ * (add 20 per number); the arguments follow with hl_req_arg(). */
+hl_req *hl_req_new(hl_net *net, const hl_script *s, int nkeys, size_t bytes,
+                   hl_req_done done, void *owner);
+/* Append one argument: a followed by b (either may be empty). */
+void hl_req_arg(hl_req *r, const char *a, size_t alen, const char *b, size_t blen);
+void hl_req_arg_u64(hl_req *r, uint64_t v);
+/* A new request with the same script and arguments. */
+hl_req *hl_req_copy(const hl_req *r, hl_req_done done, void *owner);
+/* Queue or send on `k`; its deadline is request_timeout_ms, or `ms`. */
+void hl_req_submit(hl_conn *k, hl_req *r);
+void hl_req_submit_within(hl_conn *k, hl_req *r, uint64_t ms);
+/* Client teardown: end whatever is left (requests backing off). */
+void hl_net_cancel_all(hl_net *net);
+/* Map an error reply to a code; keep its text as the last error. */
+int hl_reply_error(hl_loop *l, const redisReply *reply);
+
+#endif

@@ -1,0 +1,169 @@
+/* Script requests. They live in our own queue until their connection is
+ * ready, and carry their own deadline timer, since hiredis 0.14.1 has no
+ * command timeouts. A request whose connection drops before it is answered
+ * is sent again on the next connection: every script is idempotent for its
+ * arguments, so a lost reply never grants a lock twice nor leaves one
+ * behind. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "net/net.h"
+#include "net/conn_private.h"
+
+static void req_free(hl_req *r) {
+    hl_net *net = r->net;
+    if (hl_linked(&r->link)) hl_list_remove(&r->link);
+    hl_timer_stop(net->loop, &r->deadline);
+    hl_timer_stop(net->loop, &r->backoff);
+    hl_list_remove(&r->all);
+    free(r);
+    if (--net->nreqs == 0 && net->idle && !net->loop->freeing) net->idle(net->idle_arg);
+}
+
+void hl_req_finish(hl_req *r, redisReply *reply, int err) {
+    if (r->finished) return;
+    r->finished = 1;
+    hl_timer_stop(r->net->loop, &r->deadline);
+    hl_timer_stop(r->net->loop, &r->backoff);
+    if (hl_linked(&r->link)) hl_list_remove(&r->link);
+    r->done(r, reply, err);
+    if (!r->sent) req_free(r);
+}
+
+static void req_deadline(hl_timer *t) {
+    hl_req *r = HL_CONTAINER(t, hl_req, deadline);
+    hl_conn *k = r->conn;
+    int sent = r->sent;
+    if (k->state == HL_CONN_READY)
+        hl_set_error(r->net->loop, "no reply from Redis within %u ms", r->net->request_timeout_ms);
+    hl_req_finish(r, NULL, hl_conn_error(k));
+    /* A connection that leaves a sent request unanswered this long is stuck
+     * (or the peer is not Redis): drop it and let the backoff reconnect.
+     * What it still owed fails the same way, for the same cause. */
+    if (sent && k->ac != NULL) {
+        k->last_err = HILOCK_EDEADLINE;
+        hl_conn_teardown(k);
+    }
+}
+
+/* Back off from a server that is still loading, then go again. */
+static void req_resend(hl_timer *t) {
+    hl_req_again(HL_CONTAINER(t, hl_req, backoff));
+}
+
+hl_req *hl_req_new(hl_net *net, const hl_script *s, int nkeys, size_t bytes,
+                   hl_req_done done, void *owner) {
+    hl_req *r = calloc(1, sizeof(*r) + bytes);
+    if (r == NULL) return NULL;
+    r->net = net;
+    r->script = s;
+    r->nkeys = nkeys;
+    r->cap = bytes;
+    r->done = done;
+    r->owner = owner;
+    r->deadline.cb = req_deadline;
+    r->backoff.cb = req_resend;
+    hl_list_init(&r->link);
+    hl_list_push(&net->reqs, &r->all);
+    net->nreqs++;
+    return r;
+}
+
+void hl_req_arg(hl_req *r, const char *a, size_t alen, const char *b, size_t blen) {
+    char *p = r->buf + r->used;
+    if (r->nargs == HL_REQ_MAXARGS || r->used + alen + blen > r->cap) abort(); /* a caller's bug */
+    memcpy(p, a, alen);
+    memcpy(p + alen, b, blen);
+    r->argv[r->nargs] = p;
+    r->argl[r->nargs++] = alen + blen;
+    r->used += alen + blen;
+}
+
+void hl_req_arg_u64(hl_req *r, uint64_t v) {
+    char num[24];
+    int n = snprintf(num, sizeof(num), "%llu", (unsigned long long)v);
+    hl_req_arg(r, num, (size_t)n, "", 0);
+}
+
+hl_req *hl_req_copy(const hl_req *r, hl_req_done done, void *owner) {
+    hl_req *c = hl_req_new(r->net, r->script, r->nkeys, r->cap, done, owner);
+    if (c == NULL) return NULL;
+    for (int i = 0; i < r->nargs; i++) hl_req_arg(c, r->argv[i], r->argl[i], "", 0);
+    return c;
+}
+
+void hl_req_submit(hl_conn *k, hl_req *r) {
+    hl_req_submit_within(k, r, k->net->request_timeout_ms);
+}
+
+void hl_req_submit_within(hl_conn *k, hl_req *r, uint64_t ms) {
+    r->conn = k;
+    r->submitted_at = hl_now_ms();
+    hl_timer_start(k->net->loop, &r->deadline, ms);
+    hl_req_again(r);
+}
+
+/* Redis error replies start with a code word; map the ones a caller can act
+ * on, keep the text for hilock_client_errstr(). */
+int hl_reply_error(hl_loop *l, const redisReply *reply) {
+    static const struct { const char *prefix; int err; } codes[] = {
+        {"NOAUTH", HILOCK_EAUTH}, {"WRONGPASS", HILOCK_EAUTH}, {"NOPERM", HILOCK_EAUTH},
+        {"READONLY", HILOCK_EREADONLY}, {"OOM", HILOCK_EOOM}, {"LOADING", HILOCK_ELOADING},
+        {"ERR Error running script", HILOCK_ESCRIPT}, {"ERR user_script", HILOCK_ESCRIPT},
+        {"WRONGTYPE", HILOCK_ESCRIPT}, /* the key exists but is not one of ours */
+    };
+    hl_set_error(l, "%.*s", (int)reply->len, reply->str);
+    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
+        if (strncmp(reply->str, codes[i].prefix, strlen(codes[i].prefix)) == 0)
+            return codes[i].err;
+    return HILOCK_EREPLY;
+}
+
+/* A reply, or NULL when the connection went away with the request in it. */
+void hl_req_on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
+    hl_req *r = privdata;
+    hl_conn *k = ac->data;
+    redisReply *reply = reply_;
+    r->sent = 0;
+    if (r->finished) { req_free(r); return; }
+    if (r->net->loop->freeing) { hl_req_finish(r, NULL, HILOCK_ECANCELED); return; }
+    if (reply == NULL) { /* send again once it is back */
+        r->lost_reply = 1;
+        hl_list_push(&k->queue, &r->link);
+        return;
+    }
+    if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "LOADING", 7) == 0 &&
+        hl_now_ms() + 50 < r->deadline.when) {
+        hl_set_error(r->net->loop, "%s", reply->str);
+        hl_timer_start(r->net->loop, &r->backoff, 50);
+        return;
+    }
+    if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0 && !r->use_eval) {
+        r->use_eval = 1; /* e.g. after a server restart or SCRIPT FLUSH */
+        hl_conn_send(k, r);
+        return;
+    }
+    hl_req_finish(r, reply, 0);
+}
+
+/* Send (again) on the request's connection, or queue it there. */
+void hl_req_again(hl_req *r) {
+    hl_conn *k = r->conn;
+    if (k->state == HL_CONN_READY) hl_conn_send(k, r);
+    else hl_list_push(&k->queue, &r->link);
+}
+
+void hl_net_cancel_all(hl_net *net) {
+    while (!hl_list_empty(&net->reqs)) {
+        hl_req *r = HL_CONTAINER(net->reqs.next, hl_req, all);
+        r->sent = 0;
+        if (r->finished) req_free(r);
+        else hl_req_finish(r, NULL, HILOCK_ECANCELED);
+    }
+}
+
+void hl_net_init(hl_net *net, hl_loop *loop) {
+    memset(net, 0, sizeof(*net));
+    net->loop = loop;
+    hl_list_init(&net->reqs);
+}

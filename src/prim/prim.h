@@ -1,0 +1,11 @@
+/* The primitives: each is a set of scripts (src/prim/lua) and an hl_prim
+ * for the waiter engine. Today: the mutex. */
+#ifndef HILOCK_PRIM_H
+#define HILOCK_PRIM_H
+#include "core/core.h"
+
+extern const hl_prim hl_mutex;
+extern const hl_script hl_script_mutex_acquire, hl_script_mutex_release,
+    hl_script_mutex_renew, hl_script_mutex_break;
+
+#endif

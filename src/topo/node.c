@@ -1,0 +1,80 @@
+/* Nodes: a command and a subscriber connection to one Redis server, and
+ * the plumbing from the subscriber's pushes to the topology's owner. */
+#include <stdlib.h>
+#include <string.h>
+#include "topo/topo.h"
+
+static void sub_push(void *arg, const char *kind, const char *ch, size_t len) {
+    hl_node *n = arg;
+    hl_sub_events *ev = &n->topo->sub;
+    if (strcmp(kind, "message") == 0) ev->message(ev->arg, ch, len);
+    else if (strcmp(kind, "subscribe") == 0) ev->acked(ev->arg, ch, len, 1);
+    else if (strcmp(kind, "unsubscribe") == 0) ev->acked(ev->arg, ch, len, 0);
+}
+
+static void sub_ready(void *arg) {
+    hl_node *n = arg;
+    n->topo->sub.ready(n->topo->sub.arg, n);
+}
+
+static void sub_lost(void *arg) {
+    hl_node *n = arg;
+    n->topo->sub.lost(n->topo->sub.arg, n);
+}
+
+hl_node *hl_node_new(hl_topo *t) {
+    static const hl_conn_events cmd_ev = {NULL, NULL, NULL, NULL};
+    hl_node *n = calloc(1, sizeof(*n));
+    if (n == NULL) return NULL;
+    hl_conn_events sub_ev = {sub_ready, sub_lost, sub_push, n};
+    n->topo = t;
+    hl_conn_init(&n->cmd, &t->net, 0, &cmd_ev);
+    hl_conn_init(&n->sub, &t->net, 1, &sub_ev);
+    hl_list_push(&t->nodes, &n->link);
+    return n;
+}
+
+void hl_node_submit(hl_node *n, hl_req *r) { hl_req_submit(&n->cmd, r); }
+void hl_node_submit_within(hl_node *n, hl_req *r, uint64_t ms) { hl_req_submit_within(&n->cmd, r, ms); }
+void hl_node_subscribe(hl_node *n, const char *ch, size_t len, int on) {
+    hl_conn_subscribe(&n->sub, ch, len, on);
+}
+int hl_node_sub_ready(const hl_node *n) { return n->sub.state == HL_CONN_READY; }
+
+hl_node *hl_topo_first(hl_topo *t) {
+    return hl_list_empty(&t->nodes) ? NULL : HL_CONTAINER(t->nodes.next, hl_node, link);
+}
+
+hl_node *hl_topo_next(hl_topo *t, hl_node *n) {
+    return n->link.next == &t->nodes ? NULL : HL_CONTAINER(n->link.next, hl_node, link);
+}
+
+void hl_topo_cancel_queues(hl_topo *t) {
+    for (hl_node *n = hl_topo_first(t); n; n = hl_topo_next(t, n)) {
+        hl_conn_cancel_queue(&n->cmd);
+        hl_conn_cancel_queue(&n->sub);
+    }
+}
+
+void hl_topo_teardown(hl_topo *t) {
+    for (hl_node *n = hl_topo_first(t); n; n = hl_topo_next(t, n)) {
+        hl_conn_teardown(&n->cmd); /* in-flight requests end here */
+        hl_conn_teardown(&n->sub);
+    }
+}
+
+void hl_topo_close_begin(hl_topo *t) {
+    t->net.closing = 1;
+    for (hl_node *n = hl_topo_first(t); n; n = hl_topo_next(t, n))
+        if (n->cmd.state != HL_CONN_READY && n->cmd.failures > 0)
+            hl_conn_cancel_queue(&n->cmd); /* the server is away: do not wait for it */
+}
+
+void hl_topo_free(hl_topo *t) {
+    while (!hl_list_empty(&t->nodes)) {
+        hl_node *n = HL_CONTAINER(t->nodes.next, hl_node, link);
+        hl_list_remove(&n->link);
+        free(n);
+    }
+    hl_url_free(&t->net.url);
+}

@@ -1,0 +1,68 @@
+/* The topology layer: nodes, and which node serves a lock's keys.
+ *
+ * A node is one Redis server as hilock uses it: a command connection and a
+ * subscriber connection. A topology owns the nodes and routes a key's
+ * cluster slot to one of them. Today there is one kind, standalone (one
+ * node for everything); Redis Cluster (a slot map, MOVED/ASK), Sentinel
+ * (the master that the sentinels name) and Redlock (N masters, a quorum)
+ * are further kinds behind the same three calls. Uses the net layer; never
+ * knows which primitive sent a request. */
+#ifndef HILOCK_TOPO_H
+#define HILOCK_TOPO_H
+
+#include "net/net.h"
+
+typedef struct hl_topo hl_topo;
+
+typedef struct hl_node {
+    hl_topo *topo;
+    hl_link link;       /* in topo->nodes */
+    hl_conn cmd, sub;
+} hl_node;
+
+/* What the subscriber side tells the topology's owner (the waiter engine). */
+typedef struct hl_sub_events {
+    void (*message)(void *arg, const char *ch, size_t len);
+    void (*acked)(void *arg, const char *ch, size_t len, int subscribed);
+    void (*ready)(void *arg, hl_node *node); /* (re)connected: subscribe again */
+    void (*lost)(void *arg, hl_node *node);  /* every subscription on it is gone */
+    void *arg;
+} hl_sub_events;
+
+typedef struct hl_topo_ops {
+    /* The node that serves `slot` (a name's cluster slot). Never NULL. */
+    hl_node *(*route)(hl_topo *t, uint16_t slot);
+} hl_topo_ops;
+
+struct hl_topo {
+    const hl_topo_ops *ops;
+    hl_net net;           /* settings shared by every node's connections */
+    hl_link nodes;
+    hl_sub_events sub;
+};
+
+/* One node for every slot, at t->net.url (t->net set up by hl_net_init and
+ * the caller). Connects at once. Returns 0 or HILOCK_ENOMEM. */
+int hl_topo_standalone(hl_topo *t, const hl_sub_events *sub);
+static inline hl_node *hl_topo_route(hl_topo *t, uint16_t slot) { return t->ops->route(t, slot); }
+/* Iterate over the nodes: for (n = first(t); n; n = next(t, n)). */
+hl_node *hl_topo_first(hl_topo *t);
+hl_node *hl_topo_next(hl_topo *t, hl_node *n);
+
+hl_node *hl_node_new(hl_topo *t);
+void hl_node_submit(hl_node *n, hl_req *r);
+void hl_node_submit_within(hl_node *n, hl_req *r, uint64_t ms);
+void hl_node_subscribe(hl_node *n, const char *ch, size_t len, int on);
+int hl_node_sub_ready(const hl_node *n);
+/* The error of a request to `n` that got no answer (see hl_conn_error). */
+static inline int hl_node_error(const hl_node *n) { return hl_conn_error(&n->cmd); }
+static inline int hl_node_cmd_ready(const hl_node *n) { return n->cmd.state == HL_CONN_READY; }
+
+/* Teardown: end queued requests, close both connections of every node. */
+void hl_topo_cancel_queues(hl_topo *t);
+void hl_topo_teardown(hl_topo *t);
+void hl_topo_free(hl_topo *t);
+/* A graceful close does not wait for a node that is away. */
+void hl_topo_close_begin(hl_topo *t);
+
+#endif
