@@ -3,6 +3,7 @@
  * Keys of lock NAME under prefix P (see hilock.h): P{T} the lock, a hash
  * {token, fence} with the lease as its TTL; P{T}:fence the last fence;
  * P{T}:ch the channel of release messages. */
+#include <stdlib.h>
 #include <string.h>
 #include "prim/prim.h"
 
