@@ -185,7 +185,10 @@ int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hiloc
     hl_sub_events sub = hl_engine_sub_events;
     sub.arg = c;
     rc = client_init(c, &given, ev);
-    if (rc == 0) rc = hl_topo_standalone(&c->topo, &sub);
+    /* A unix socket is one server; a TCP address may be a cluster's seed. */
+    if (rc == 0)
+        rc = c->topo.net.url.path ? hl_topo_standalone(&c->topo, &sub)
+                                  : hl_topo_cluster(&c->topo, &sub);
     if (rc != 0) {
         hl_loop_close(&c->loop);
         hl_topo_free(&c->topo);

@@ -73,7 +73,9 @@ struct hl_name {
 };
 
 static inline const char *hl_name_channel(const hl_name *n) { return n->buf; }
+/* The node that serves n's keys, and the one that carries its channel. */
 hl_node *hl_name_node(const hl_name *n);
+hl_node *hl_name_sub_node(const hl_name *n);
 
 /* The entry of `name` for primitive `p`, made if need be (NULL: no memory). */
 hl_name *hl_name_get(hilock_client *c, const hl_prim *p, const char *name, size_t len);

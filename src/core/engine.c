@@ -22,12 +22,12 @@ static void try_send(hilock_wait *w);
 /* ---- Subscription state -------------------------------------------------- */
 
 static void subscribe(hl_name *n, int on) {
-    hl_node_subscribe(hl_name_node(n), hl_name_channel(n), n->chlen, on);
+    hl_node_subscribe(hl_name_sub_node(n), hl_name_channel(n), n->chlen, on);
 }
 
 static void ensure_subscribed(hl_name *n) {
     hl_timer_stop(&n->c->loop, &n->linger);
-    if (n->sub == HL_SUB_NONE && hl_node_sub_ready(hl_name_node(n))) {
+    if (n->sub == HL_SUB_NONE && hl_node_sub_ready(hl_name_sub_node(n))) {
         n->sub = HL_SUB_PENDING;
         subscribe(n, 1);
     }
@@ -45,7 +45,7 @@ static void name_idle(hl_name *n) {
 static void linger_fired(hl_timer *t) {
     hl_name *n = HL_CONTAINER(t, hl_name, linger);
     if (n->nwaiters > 0) return;
-    if (n->sub == HL_SUB_ACTIVE && hl_node_sub_ready(hl_name_node(n))) {
+    if (n->sub == HL_SUB_ACTIVE && hl_node_sub_ready(hl_name_sub_node(n))) {
         n->sub = HL_SUB_LEAVING;
         subscribe(n, 0);
     } else if (n->sub == HL_SUB_PENDING) {
@@ -97,7 +97,7 @@ static void on_sub_ready(void *arg, hl_node *node) {
     for (hl_name *n = hl_names_first(c); n; n = hl_names_next(c, n))
         /* Names whose try is in flight subscribe if it fails; the ack of the
          * others retries their head. */
-        if (n->nwaiters > 0 && !n->trying && hl_name_node(n) == node) ensure_subscribed(n);
+        if (n->nwaiters > 0 && !n->trying && hl_name_sub_node(n) == node) ensure_subscribed(n);
 }
 
 static void on_sub_lost(void *arg, hl_node *node) {
@@ -105,7 +105,7 @@ static void on_sub_lost(void *arg, hl_node *node) {
     hl_name *n = hl_names_first(c), *next;
     for (; n; n = next) {
         next = hl_names_next(c, n);
-        if (hl_name_node(n) != node) continue;
+        if (hl_name_sub_node(n) != node) continue;
         n->sub = HL_SUB_NONE;
         hl_timer_stop(&c->loop, &n->linger);
         hl_name_maybe_free(n);

@@ -83,6 +83,10 @@ hl_node *hl_name_node(const hl_name *n) {
     return hl_topo_route(&n->c->topo, n->slot);
 }
 
+hl_node *hl_name_sub_node(const hl_name *n) {
+    return hl_topo_sub_route(&n->c->topo, n->slot);
+}
+
 static void name_unlink_free(hl_name *n) {
     hl_names *t = &n->c->names;
     hl_name **pp = &t->buckets[n->hash & (t->nbuckets - 1)];

@@ -11,11 +11,24 @@ static void conn_schedule_retry(hl_conn *k);
 
 static hl_conn *conn_of(const redisAsyncContext *ac) { return (hl_conn *)ac->data; }
 
+/* A plain command: its arguments as they are. */
+static int send_plain(hl_conn *k, hl_req *r) {
+    return redisAsyncCommandArgv(k->ac, hl_req_on_reply, r, r->nargs, r->argv, r->argl);
+}
+
 void hl_conn_send(hl_conn *k, hl_req *r) {
     const hl_script *s = r->script;
     const char *argv[HL_REQ_MAXARGS + 3];
     size_t lens[HL_REQ_MAXARGS + 3];
     char nkeys[8];
+    /* ASKING covers the next command only: again before each send (a
+     * NOSCRIPT -> EVAL retry after an ASK hop needs it too). */
+    if (r->asking) redisAsyncCommand(k->ac, NULL, NULL, "ASKING");
+    if (s == NULL) {
+        if (send_plain(k, r) != REDIS_OK) { hl_list_push(&k->queue, &r->link); return; }
+        r->sent = r->ever_sent = 1;
+        return;
+    }
     argv[0] = r->use_eval ? "EVAL" : "EVALSHA";
     argv[1] = r->use_eval ? s->body : s->sha;
     argv[2] = nkeys;
@@ -256,15 +269,15 @@ static void conn_schedule_retry(hl_conn *k) {
     hl_timer_start(net->loop, &k->retry, d);
 }
 
-static redisAsyncContext *conn_open(const hl_url *u) {
-    return u->path ? redisAsyncConnectUnix(u->path) : redisAsyncConnect(u->host, u->port);
+static redisAsyncContext *conn_open(const hl_addr *a) {
+    return a->path ? redisAsyncConnectUnix(a->path) : redisAsyncConnect(a->host, a->port);
 }
 
 void hl_conn_connect(hl_conn *k) {
     hl_net *net = k->net;
     hl_loop *l = net->loop;
     if (k->ac != NULL || l->freeing) return;
-    redisAsyncContext *ac = conn_open(&net->url);
+    redisAsyncContext *ac = conn_open(k->addr);
     if (ac == NULL || ac->err) {
         hl_set_error(l, "connect: %s", ac ? ac->errstr : "out of memory");
         k->last_err = HILOCK_ECONN;
@@ -295,9 +308,11 @@ void hl_conn_teardown(hl_conn *k) {
     if (!connected || k->ac != NULL) conn_down(k); /* on_disconnect did not run */
 }
 
-void hl_conn_init(hl_conn *k, hl_net *net, int is_sub, const hl_conn_events *ev) {
+void hl_conn_init(hl_conn *k, hl_net *net, const hl_addr *addr, int is_sub,
+                  const hl_conn_events *ev) {
     memset(k, 0, sizeof(*k));
     k->net = net;
+    k->addr = addr;
     k->is_sub = is_sub;
     k->state = HL_CONN_DOWN;
     if (ev) k->ev = *ev;

@@ -13,13 +13,26 @@
 
 /* ---- Addresses ----------------------------------------------------------- */
 
-typedef struct hl_url {
+/* One server's address: TCP host and port, or a unix socket path. */
+typedef struct hl_addr {
     char *host;   /* TCP host, or NULL for a unix socket */
     int port;
     char *path;   /* unix socket path, or NULL */
+} hl_addr;
+
+#define HL_URL_MAX_SEEDS 16
+
+/* redis://[user:pass@]host[:port][,host[:port]...][/db] or
+ * unix:///path[?db=N]. Several hosts are seeds of one Redis Cluster. */
+typedef struct hl_url {
+    char *host;   /* the first address (the only one but for a cluster) */
+    int port;
+    char *path;
     char *user;   /* ACL user, or NULL */
     char *pass;   /* password, or NULL */
     int db;
+    hl_addr more[HL_URL_MAX_SEEDS - 1]; /* further seeds */
+    int nmore;
 } hl_url;
 
 int hl_url_parse(const char *s, hl_url *u);
@@ -33,9 +46,11 @@ typedef struct hl_script {
 
 /* ---- Settings and state shared by a client's connections ---------------- */
 
+typedef struct hl_req hl_req;
+
 typedef struct hl_net {
     hl_loop *loop;
-    hl_url url;                  /* AUTH and SELECT on every connection */
+    hl_url url;                  /* the seeds; AUTH and SELECT on every connection */
     uint32_t connect_timeout_ms, request_timeout_ms, reconnect_max_ms;
     int require_noeviction;      /* refuse a server that may evict keys */
     int closing;                 /* the client is closing: do not wait for a
@@ -46,6 +61,10 @@ typedef struct hl_net {
     size_t nreqs;
     void (*idle)(void *arg);     /* nreqs fell to 0 (for a graceful close) */
     void *idle_arg;
+    /* A cluster node answered MOVED or ASK: the topology says where the
+     * request goes now (hl_req_redirect), or ends it. */
+    void (*redirect)(void *arg, hl_req *r, int ask, unsigned slot, const char *host, int port);
+    void *redirect_arg;
 } hl_net;
 
 void hl_net_init(hl_net *net, hl_loop *loop);
@@ -65,6 +84,7 @@ typedef struct hl_conn_events {
 
 typedef struct hl_conn {
     hl_net *net;
+    const hl_addr *addr;  /* where it connects (its node's) */
     hl_conn_events ev;
     redisAsyncContext *ac;
     int is_sub;
@@ -77,7 +97,8 @@ typedef struct hl_conn {
     hl_link queue;      /* requests waiting for the connection */
 } hl_conn;
 
-void hl_conn_init(hl_conn *k, hl_net *net, int is_sub, const hl_conn_events *ev);
+void hl_conn_init(hl_conn *k, hl_net *net, const hl_addr *addr, int is_sub,
+                  const hl_conn_events *ev);
 void hl_conn_connect(hl_conn *k);
 /* Drop the connection now (never from inside a hiredis callback). */
 void hl_conn_teardown(hl_conn *k);
@@ -92,7 +113,6 @@ void hl_conn_subscribe(hl_conn *k, const char *ch, size_t len, int on);
 
 /* ---- Requests ---------------------------------------------------------- */
 
-typedef struct hl_req hl_req;
 /* The outcome of a request: a reply (never an error reply for NOSCRIPT),
  * or reply == NULL and err < 0. Runs exactly once. */
 typedef void (*hl_req_done)(hl_req *r, redisReply *reply, int err);
@@ -117,6 +137,8 @@ struct hl_req {
     unsigned lost_reply : 1;   /* a send of it may have run, unanswered */
     unsigned fail_fast : 1;    /* a failed connection attempt ends it (try once) */
     unsigned rounds : 2;       /* for its owner's use */
+    unsigned asking : 1;       /* send ASKING first (an ASK redirect) */
+    unsigned redirects : 5;    /* MOVED/ASK hops so far */
     int nkeys, nargs;          /* argv: the keys, then the other arguments */
     const char *argv[HL_REQ_MAXARGS];
     size_t argl[HL_REQ_MAXARGS];
@@ -125,7 +147,8 @@ struct hl_req {
 };
 
 /* A request for `s` with `nkeys` keys, room for `bytes` argument bytes
- * (add 20 per number); the arguments follow with hl_req_arg(). */
+ * (add 20 per number); the arguments follow with hl_req_arg(). With s NULL,
+ * a plain command: the arguments are the command and its arguments. */
 hl_req *hl_req_new(hl_net *net, const hl_script *s, int nkeys, size_t bytes,
                    hl_req_done done, void *owner);
 /* Append one argument: a followed by b (either may be empty). */
@@ -136,6 +159,9 @@ hl_req *hl_req_copy(const hl_req *r, hl_req_done done, void *owner);
 /* Queue or send on `k`; its deadline is request_timeout_ms, or `ms`. */
 void hl_req_submit(hl_conn *k, hl_req *r);
 void hl_req_submit_within(hl_conn *k, hl_req *r, uint64_t ms);
+/* Send `r` to `k` instead (after MOVED or ASK); asking: precede it with
+ * ASKING there. Ends it with HILOCK_EREPLY after too many hops. */
+void hl_req_redirect(hl_req *r, hl_conn *k, int asking);
 /* Client teardown: end whatever is left (requests backing off). */
 void hl_net_cancel_all(hl_net *net);
 /* Map an error reply to a code; keep its text as the last error. */

@@ -119,6 +119,54 @@ int hl_reply_error(hl_loop *l, const redisReply *reply) {
     return HILOCK_EREPLY;
 }
 
+/* LOADING (a server reading its data), TRYAGAIN (a slot migrating with
+ * some of our keys on each side) and CLUSTERDOWN (a failover under way)
+ * pass: try again shortly, within the request's deadline. */
+static int req_retry_later(hl_req *r, const redisReply *reply) {
+    static const struct { const char *word; uint64_t ms; } passing[] = {
+        {"LOADING", 50}, {"TRYAGAIN", 25}, {"CLUSTERDOWN", 100},
+    };
+    for (size_t i = 0; i < sizeof(passing) / sizeof(passing[0]); i++) {
+        size_t n = strlen(passing[i].word);
+        if (strncmp(reply->str, passing[i].word, n) != 0) continue;
+        if (hl_now_ms() + passing[i].ms >= r->deadline.when) return 0;
+        hl_set_error(r->net->loop, "%s", reply->str);
+        hl_timer_start(r->net->loop, &r->backoff, passing[i].ms);
+        return 1;
+    }
+    return 0;
+}
+
+/* "MOVED <slot> <host>:<port>" or "ASK ...": the topology decides. */
+static int req_redirected(hl_req *r, const redisReply *reply) {
+    int ask = strncmp(reply->str, "ASK ", 4) == 0;
+    if (!ask && strncmp(reply->str, "MOVED ", 6) != 0) return 0;
+    if (r->net->redirect == NULL) return 0;
+    unsigned slot;
+    int port;
+    char host[256];
+    if (sscanf(reply->str + (ask ? 4 : 6), "%u %255[^ ]", &slot, host) != 2) return 0;
+    char *colon = strrchr(host, ':');
+    if (colon == NULL || slot > 16383) return 0;
+    *colon = '\0';
+    port = atoi(colon + 1);
+    hl_set_error(r->net->loop, "%s", reply->str);
+    r->net->redirect(r->net->redirect_arg, r, ask, slot, host, port);
+    return 1;
+}
+
+void hl_req_redirect(hl_req *r, hl_conn *k, int asking) {
+    if (r->redirects == 16) { /* a loop between nodes that disagree */
+        hl_set_error(r->net->loop, "more than 16 cluster redirects");
+        hl_req_finish(r, NULL, HILOCK_EREPLY);
+        return;
+    }
+    r->redirects++;
+    r->asking = asking;
+    r->conn = k;
+    hl_req_again(r);
+}
+
 /* A reply, or NULL when the connection went away with the request in it. */
 void hl_req_on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
     hl_req *r = privdata;
@@ -132,12 +180,8 @@ void hl_req_on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
         hl_list_push(&k->queue, &r->link);
         return;
     }
-    if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "LOADING", 7) == 0 &&
-        hl_now_ms() + 50 < r->deadline.when) {
-        hl_set_error(r->net->loop, "%s", reply->str);
-        hl_timer_start(r->net->loop, &r->backoff, 50);
-        return;
-    }
+    if (reply->type == REDIS_REPLY_ERROR && req_retry_later(r, reply)) return;
+    if (reply->type == REDIS_REPLY_ERROR && req_redirected(r, reply)) return;
     if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0 && !r->use_eval) {
         r->use_eval = 1; /* e.g. after a server restart or SCRIPT FLUSH */
         hl_conn_send(k, r);

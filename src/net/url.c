@@ -1,4 +1,5 @@
-/* Redis URLs: redis://[[user]:pass@]host[:port][/db] and unix:///path[?db=N]. */
+/* Redis URLs: redis://[[user]:pass@]host[:port][,host[:port]...][/db] and
+ * unix:///path[?db=N]. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -46,7 +47,53 @@ static int parse_int(const char *s, size_t n, long min, long max, int *out) {
 
 void hl_url_free(hl_url *u) {
     free(u->host); free(u->path); free(u->user); free(u->pass);
+    for (int i = 0; i < u->nmore; i++) free(u->more[i].host);
     memset(u, 0, sizeof(*u));
+}
+
+/* host[:port] or [v6][:port] in [p, end): a new host string and the port
+ * (6379 when absent); NULL on a malformed address. */
+static char *parse_hostport(const char *p, const char *end, int *port) {
+    const char *hend;
+    char *host;
+    *port = 6379;
+    if (*p == '[') {
+        const char *rb = memchr(p, ']', (size_t)(end - p));
+        if (rb == NULL || rb == p + 1) return NULL;
+        host = strndup(p + 1, (size_t)(rb - p - 1));
+        hend = rb + 1;
+        if (hend < end && *hend != ':') { free(host); return NULL; }
+    } else {
+        hend = memchr(p, ':', (size_t)(end - p));
+        if (hend == NULL) hend = end;
+        if (hend == p) return NULL;
+        host = strndup(p, (size_t)(hend - p));
+    }
+    if (host == NULL) return NULL;
+    for (const char *h = host; *h; h++)
+        if (isspace((unsigned char)*h) || *h == '/' || *h == '@' || *h == ',') { free(host); return NULL; }
+    if (hend < end && parse_int(hend + 1, (size_t)(end - hend - 1), 1, 65535, port) < 0) {
+        free(host);
+        return NULL;
+    }
+    return host;
+}
+
+/* The comma-separated seeds in [p, end). */
+static int parse_seeds(hl_url *u, const char *p, const char *end) {
+    for (int i = 0; p < end; i++) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *e = comma ? comma : end;
+        if (i >= HL_URL_MAX_SEEDS) return -1;
+        hl_addr *a = i == 0 ? NULL : &u->more[i - 1];
+        char *host = parse_hostport(p, e, i == 0 ? &u->port : &a->port);
+        if (host == NULL) return -1;
+        if (i == 0) u->host = host;
+        else { a->host = host; u->nmore = i; }
+        if (comma && comma + 1 == end) return -1; /* a trailing comma */
+        p = comma ? comma + 1 : end;
+    }
+    return u->host ? 0 : -1;
 }
 
 static int fail(hl_url *u) { hl_url_free(u); return HILOCK_EURL; }
@@ -86,26 +133,7 @@ int hl_url_parse(const char *s, hl_url *u) {
         }
         p = at + 1;
     }
-    const char *hend;
-    if (*p == '[') {
-        const char *rb = memchr(p, ']', (size_t)(auth_end - p));
-        if (rb == NULL || rb == p + 1) return fail(u);
-        u->host = strndup(p + 1, (size_t)(rb - p - 1));
-        hend = rb + 1;
-        if (hend < auth_end && *hend != ':') return fail(u);
-    } else {
-        hend = memchr(p, ':', (size_t)(auth_end - p));
-        if (hend == NULL) hend = auth_end;
-        if (hend == p) return fail(u);
-        u->host = strndup(p, (size_t)(hend - p));
-    }
-    if (u->host == NULL) return fail(u);
-    for (const char *h = u->host; *h; h++)
-        if (isspace((unsigned char)*h) || *h == '/' || *h == '@') return fail(u);
-    if (hend < auth_end) { /* ":port" */
-        if (parse_int(hend + 1, (size_t)(auth_end - hend - 1), 1, 65535, &u->port) < 0)
-            return fail(u);
-    }
+    if (parse_seeds(u, p, auth_end) != 0) return fail(u);
     if (slash && slash + 1 < end) {
         if (parse_int(slash + 1, (size_t)(end - slash - 1), 0, 1 << 20, &u->db) < 0)
             return fail(u);

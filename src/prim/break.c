@@ -4,7 +4,7 @@
 #include <string.h>
 #include "prim/prim.h"
 
-static const hl_cmd break_cmd = {&hl_script_mutex_break, 2, {"", ":ch"}};
+static const hl_cmd break_cmd = {&hl_script_mutex_break, 1, {""}};
 
 typedef struct hl_breakop {
     hl_defer defer;
@@ -40,7 +40,11 @@ int hilock_break(hilock_client *c, const char *name, hilock_break_cb cb, void *d
     if (len == 0 || len > HILOCK_NAME_MAX) return HILOCK_EINVAL;
     hl_breakop *op = calloc(1, sizeof(*op));
     hl_name *n = op ? hl_name_get(c, &hl_mutex, name, len) : NULL;
-    hl_req *r = n ? hl_name_req(n, &break_cmd, 0, on_broken, op) : NULL;
+    hl_req *r = n ? hl_name_req(n, &break_cmd, n->chlen + 8, on_broken, op) : NULL;
+    if (r != NULL) {
+        hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
+        hl_req_arg(r, "PUBLISH", 7, "", 0);
+    }
     if (r == NULL) {
         free(op);
         if (n) hl_name_maybe_free(n);

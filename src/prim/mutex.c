@@ -7,18 +7,19 @@
 #include <string.h>
 #include "prim/prim.h"
 
-static const hl_cmd acquire_cmd = {&hl_script_mutex_acquire, 2, {"", ":fence"}};
-static const hl_cmd release_cmd = {&hl_script_mutex_release, 2, {"", ":ch"}};
+static const hl_cmd acquire_cmd = {&hl_script_mutex_acquire, 1, {""}};
+static const hl_cmd release_cmd = {&hl_script_mutex_release, 1, {""}};
 static const hl_cmd renew_cmd = {&hl_script_mutex_renew, 1, {""}};
 
-/* acquire(lock, fence; token, lease_ms, fence_ttl_s) */
+/* acquire(lock; token, lease_ms, fence_ttl_s, fence key) */
 static hl_req *mutex_try_req(hl_name *n, const char *token, uint32_t lease_ms,
                              hl_req_done done, void *owner) {
-    hl_req *r = hl_name_req(n, &acquire_cmd, HL_TOKEN_LEN + 2 * 20, done, owner);
+    hl_req *r = hl_name_req(n, &acquire_cmd, HL_TOKEN_LEN + 2 * 20 + n->keylen + 6, done, owner);
     if (r == NULL) return NULL;
     hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
     hl_req_arg_u64(r, lease_ms);
     hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
+    hl_req_arg(r, hl_name_channel(n), n->keylen, ":fence", 6);
     return r;
 }
 
@@ -44,10 +45,13 @@ static int mutex_shares(const hilock_wait *w, const hilock_wait *o) {
     return w->terms.owner != NULL && o->terms.owner == w->terms.owner;
 }
 
-/* release(lock, channel; token) */
+/* release(lock; token, channel, PUBLISH) */
 static hl_req *mutex_release_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
-    hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN, done, owner);
-    if (r) hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN + n->chlen + 8, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
+    hl_req_arg(r, "PUBLISH", 7, "", 0);
     return r;
 }
 

@@ -22,16 +22,30 @@ static void sub_lost(void *arg) {
     n->topo->sub.lost(n->topo->sub.arg, n);
 }
 
-hl_node *hl_node_new(hl_topo *t) {
+hl_node *hl_node_new(hl_topo *t, const hl_addr *addr) {
     static const hl_conn_events cmd_ev = {NULL, NULL, NULL, NULL};
     hl_node *n = calloc(1, sizeof(*n));
     if (n == NULL) return NULL;
+    n->addr.port = addr->port;
+    n->addr.host = addr->host ? strdup(addr->host) : NULL;
+    n->addr.path = addr->path ? strdup(addr->path) : NULL;
+    if ((addr->host && !n->addr.host) || (addr->path && !n->addr.path)) {
+        free(n->addr.host);
+        free(n);
+        return NULL;
+    }
     hl_conn_events sub_ev = {sub_ready, sub_lost, sub_push, n};
     n->topo = t;
-    hl_conn_init(&n->cmd, &t->net, 0, &cmd_ev);
-    hl_conn_init(&n->sub, &t->net, 1, &sub_ev);
+    hl_conn_init(&n->cmd, &t->net, &n->addr, 0, &cmd_ev);
+    hl_conn_init(&n->sub, &t->net, &n->addr, 1, &sub_ev);
     hl_list_push(&t->nodes, &n->link);
     return n;
+}
+
+hl_node *hl_topo_find(hl_topo *t, const char *host, int port) {
+    for (hl_node *n = hl_topo_first(t); n; n = hl_topo_next(t, n))
+        if (n->addr.host && n->addr.port == port && strcmp(n->addr.host, host) == 0) return n;
+    return NULL;
 }
 
 void hl_node_submit(hl_node *n, hl_req *r) { hl_req_submit(&n->cmd, r); }
@@ -74,7 +88,11 @@ void hl_topo_free(hl_topo *t) {
     while (!hl_list_empty(&t->nodes)) {
         hl_node *n = HL_CONTAINER(t->nodes.next, hl_node, link);
         hl_list_remove(&n->link);
+        free(n->addr.host);
+        free(n->addr.path);
         free(n);
     }
+    free(t->map);
+    t->map = NULL;
     hl_url_free(&t->net.url);
 }

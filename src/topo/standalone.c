@@ -3,17 +3,18 @@
 
 static hl_node *standalone_route(hl_topo *t, uint16_t slot) {
     (void)slot;
-    return HL_CONTAINER(t->nodes.next, hl_node, link);
+    return t->seed;
 }
 
-static const hl_topo_ops standalone_ops = {standalone_route};
+static const hl_topo_ops standalone_ops = {standalone_route, standalone_route};
 
 int hl_topo_standalone(hl_topo *t, const hl_sub_events *sub) {
+    const hl_url *u = &t->net.url;
+    hl_addr a = {u->host, u->port, u->path};
     t->ops = &standalone_ops;
     t->sub = *sub;
-    hl_node *n = hl_node_new(t);
-    if (n == NULL) return HILOCK_ENOMEM;
-    hl_conn_connect(&n->cmd);
-    hl_conn_connect(&n->sub);
+    if ((t->seed = hl_node_new(t, &a)) == NULL) return HILOCK_ENOMEM;
+    hl_conn_connect(&t->seed->cmd);
+    hl_conn_connect(&t->seed->sub);
     return 0;
 }

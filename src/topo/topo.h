@@ -17,6 +17,8 @@ typedef struct hl_topo hl_topo;
 typedef struct hl_node {
     hl_topo *topo;
     hl_link link;       /* in topo->nodes */
+    hl_addr addr;       /* owned */
+    int index;          /* 1 + its place in the slot map's node table */
     hl_conn cmd, sub;
 } hl_node;
 
@@ -32,24 +34,39 @@ typedef struct hl_sub_events {
 typedef struct hl_topo_ops {
     /* The node that serves `slot` (a name's cluster slot). Never NULL. */
     hl_node *(*route)(hl_topo *t, uint16_t slot);
+    /* The node whose subscriber connection carries the channel of `slot`. */
+    hl_node *(*sub_route)(hl_topo *t, uint16_t slot);
 } hl_topo_ops;
+
+typedef struct hl_slotmap hl_slotmap;
 
 struct hl_topo {
     const hl_topo_ops *ops;
     hl_net net;           /* settings shared by every node's connections */
     hl_link nodes;
+    hl_node *seed;        /* the first node of the URL */
     hl_sub_events sub;
+    hl_slotmap *map;      /* cluster.c: which master owns each slot */
 };
 
 /* One node for every slot, at t->net.url (t->net set up by hl_net_init and
  * the caller). Connects at once. Returns 0 or HILOCK_ENOMEM. */
 int hl_topo_standalone(hl_topo *t, const hl_sub_events *sub);
+/* A Redis Cluster, or a single server found not to be one: the URL's hosts
+ * are seeds; the slot map comes from CLUSTER SLOTS and MOVED replies. */
+int hl_topo_cluster(hl_topo *t, const hl_sub_events *sub);
 static inline hl_node *hl_topo_route(hl_topo *t, uint16_t slot) { return t->ops->route(t, slot); }
+static inline hl_node *hl_topo_sub_route(hl_topo *t, uint16_t slot) {
+    return t->ops->sub_route(t, slot);
+}
 /* Iterate over the nodes: for (n = first(t); n; n = next(t, n)). */
 hl_node *hl_topo_first(hl_topo *t);
 hl_node *hl_topo_next(hl_topo *t, hl_node *n);
 
-hl_node *hl_node_new(hl_topo *t);
+/* A node at `addr` (copied), not connected yet; NULL: no memory. */
+hl_node *hl_node_new(hl_topo *t, const hl_addr *addr);
+/* The node at host:port, or NULL. */
+hl_node *hl_topo_find(hl_topo *t, const char *host, int port);
 void hl_node_submit(hl_node *n, hl_req *r);
 void hl_node_submit_within(hl_node *n, hl_req *r, uint64_t ms);
 void hl_node_subscribe(hl_node *n, const char *ch, size_t len, int on);

@@ -447,3 +447,82 @@ int test_wait(pid_t pid, int ms) {
     }
     return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
 }
+
+/* ---- Redis Cluster --------------------------------------------------------- */
+
+static int cluster_ok(const test_redis *r) {
+    redisContext *k = test_redis_connect(r);
+    redisReply *rep = k ? redisCommand(k, "CLUSTER INFO") : NULL;
+    int ok = rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, "cluster_state:ok") != NULL;
+    if (rep) freeReplyObject(rep);
+    if (k) redisFree(k);
+    return ok;
+}
+
+static int cluster_node_start(test_redis *r) {
+    for (int attempt = 0; attempt < 5; attempt++) {
+        int port = test_free_port(); /* keeps port + 10000 free for the bus */
+        char bus[16];
+        snprintf(bus, sizeof(bus), "%d", port + 10000);
+        if (test_redis_start(r, port, "--cluster-enabled", "yes", "--cluster-port", bus,
+                             "--cluster-config-file", "nodes.conf", "--cluster-node-timeout",
+                             "2000", "--enable-debug-command", "yes", NULL) == 0)
+            return 0;
+    }
+    return -1;
+}
+
+int test_cluster_start(test_cluster *cl) {
+    char addr[TEST_CLUSTER_NODES][32];
+    char *argv[8 + TEST_CLUSTER_NODES] = {"redis-cli", "--cluster", "create"};
+    int a = 3;
+    memset(cl, 0, sizeof(*cl));
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
+        if (cluster_node_start(&cl->node[i]) != 0) { test_cluster_stop(cl); return -1; }
+        snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", cl->node[i].port);
+        argv[a++] = addr[i];
+    }
+    argv[a++] = "--cluster-replicas";
+    argv[a++] = "1";
+    argv[a++] = "--cluster-yes";
+    argv[a] = NULL;
+    char out[160];
+    snprintf(out, sizeof(out), "%s/cluster-create.log", cl->node[0].dir);
+    if (test_wait(test_spawn(argv, NULL, out, NULL), 30000) != 0) {
+        fprintf(stderr, "harness: redis-cli --cluster create failed (see %s)\n", out);
+        test_cluster_stop(cl);
+        return -1;
+    }
+    long long deadline = test_now_ms() + 20000;
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+        while (!cluster_ok(&cl->node[i])) {
+            if (test_now_ms() > deadline) { test_cluster_stop(cl); return -1; }
+            test_msleep(50);
+        }
+    snprintf(cl->url, sizeof(cl->url), "%s", cl->node[0].url);
+    return 0;
+}
+
+void test_cluster_stop(test_cluster *cl) {
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) test_redis_stop(&cl->node[i]);
+}
+
+test_redis *test_cluster_master_of(test_cluster *cl, unsigned slot) {
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
+        redisContext *k = cl->node[i].pid > 0 ? test_redis_connect(&cl->node[i]) : NULL;
+        redisReply *rep = k ? redisCommand(k, "CLUSTER SLOTS") : NULL;
+        int port = -1;
+        for (size_t j = 0; rep && rep->type == REDIS_REPLY_ARRAY && j < rep->elements; j++) {
+            redisReply *e = rep->element[j];
+            if ((unsigned)e->element[0]->integer <= slot && slot <= (unsigned)e->element[1]->integer)
+                port = (int)e->element[2]->element[1]->integer;
+        }
+        if (rep) freeReplyObject(rep);
+        if (k) redisFree(k);
+        if (port < 0) continue;
+        for (int m = 0; m < TEST_CLUSTER_NODES; m++)
+            if (cl->node[m].port == port) return &cl->node[m];
+        return NULL;
+    }
+    return NULL;
+}

@@ -39,6 +39,21 @@ pid_t test_redis_debug_sleep(const test_redis *r, const char *secs);
  * *port. */
 int test_listen_silent(int *port);
 
+/* A Redis Cluster of 3 masters and 3 replicas on loopback. */
+#define TEST_CLUSTER_NODES 6
+typedef struct test_cluster {
+    test_redis node[TEST_CLUSTER_NODES];
+    char url[64];      /* "redis://127.0.0.1:PORT" of the first node */
+} test_cluster;
+
+/* Start the six servers (cluster mode, DEBUG enabled), join them with
+ * `redis-cli --cluster create --cluster-replicas 1`, and wait until every
+ * node says cluster_state:ok. Returns 0, or -1 (and stops what started). */
+int test_cluster_start(test_cluster *cl);
+void test_cluster_stop(test_cluster *cl);
+/* The node that is master of `slot` now (by CLUSTER SLOTS), or NULL. */
+test_redis *test_cluster_master_of(test_cluster *cl, unsigned slot);
+
 /* SIGKILL the server if it is running and wait for it; remove its dir. */
 void test_redis_stop(test_redis *r);
 

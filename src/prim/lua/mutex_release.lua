@@ -1,10 +1,12 @@
--- release: KEYS[1] lock, KEYS[2] channel; ARGV[1] token
+-- release: KEYS[1] lock; ARGV[1] token, ARGV[2] channel, ARGV[3] PUBLISH or SPUBLISH
 -- Delete the lock only if it is still ours, and tell the waiters on the
 -- channel. Returns 1 if it was ours, 0 if not (expired, taken over, or
--- already released by an earlier try of this same release).
+-- already released by an earlier try of this same release). The channel is
+-- an argument, not a key: in a cluster, a key that never exists would make
+-- the script answer TRYAGAIN for as long as its slot migrates.
 if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[2], 'r')
+  redis.call(ARGV[3], ARGV[2], 'r')
   return 1
 end
 return 0

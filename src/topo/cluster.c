@@ -1,0 +1,142 @@
+/* The cluster topology: a Redis Cluster, or a single server found not to
+ * be one.
+ *
+ * The URL's hosts are seeds. Until the slot map is known every request goes
+ * to the first seed; when the seed's command connection is up, CLUSTER SLOTS
+ * fills the map (a server without cluster support says so, and stays a
+ * single server). A MOVED reply patches its slot at once, sends the request
+ * on, and asks for a fresh map (one at a time, at most every 100 ms); an ASK
+ * reply sends the request on with ASKING and leaves the map alone. Nodes are
+ * made, and connect, as the map names them.
+ *
+ * Pub/sub is classic: a PUBLISH reaches every node of a cluster, so every
+ * channel is subscribed on the first seed, whatever its slot. */
+#include <stdlib.h>
+#include <string.h>
+#include "topo/topo.h"
+
+#define MAX_NODES 255
+#define REFRESH_MIN_MS 100
+
+struct hl_slotmap {
+    uint8_t owner[16384];       /* 1 + index in node[], 0: not known */
+    hl_node *node[MAX_NODES];
+    int nnodes;
+    int standalone;             /* the seed said it is no cluster */
+    int refreshing;             /* a CLUSTER SLOTS is under way */
+    uint64_t refreshed_at;
+};
+
+static void refresh(hl_topo *t);
+
+static hl_node *cluster_route(hl_topo *t, uint16_t slot) {
+    hl_slotmap *m = t->map;
+    int i = m->owner[slot & 16383];
+    return i ? m->node[i - 1] : t->seed;
+}
+
+static hl_node *cluster_sub_route(hl_topo *t, uint16_t slot) {
+    (void)slot;
+    return t->seed;
+}
+
+static const hl_topo_ops cluster_ops = {cluster_route, cluster_sub_route};
+
+/* The node at host:port, made (and its command connection started) if it
+ * is new; NULL when there is no room or memory. */
+static hl_node *node_at(hl_topo *t, const char *host, int port) {
+    hl_slotmap *m = t->map;
+    hl_node *n = hl_topo_find(t, host, port);
+    if (n == NULL) {
+        hl_addr a = {(char *)host, port, NULL};
+        if ((n = hl_node_new(t, &a)) == NULL) return NULL;
+        hl_conn_connect(&n->cmd);
+    }
+    if (n->index == 0 && m->nnodes < MAX_NODES) {
+        m->node[m->nnodes++] = n;
+        n->index = m->nnodes;
+    }
+    return n->index ? n : NULL;
+}
+
+/* ---- The slot map: CLUSTER SLOTS ----------------------------------------- */
+
+/* One range: [start, end, [host, port, id], replicas...]. */
+static void map_range(hl_topo *t, const redisReply *e) {
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3) return;
+    const redisReply *lo = e->element[0], *hi = e->element[1], *master = e->element[2];
+    if (lo->type != REDIS_REPLY_INTEGER || hi->type != REDIS_REPLY_INTEGER ||
+        master->type != REDIS_REPLY_ARRAY || master->elements < 2 ||
+        master->element[0]->type != REDIS_REPLY_STRING ||
+        master->element[1]->type != REDIS_REPLY_INTEGER)
+        return;
+    const char *host = master->element[0]->str;
+    if (*host == '\0') host = t->seed->addr.host; /* "": the node we asked */
+    hl_node *n = node_at(t, host, (int)master->element[1]->integer);
+    if (n == NULL) return;
+    for (long long s = lo->integer; s <= hi->integer && s < 16384; s++)
+        if (s >= 0) t->map->owner[s] = (uint8_t)n->index;
+}
+
+static void on_slots(hl_req *r, redisReply *reply, int err) {
+    hl_topo *t = r->owner;
+    hl_slotmap *m = t->map;
+    m->refreshing = 0;
+    m->refreshed_at = hl_now_ms();
+    if (err != 0 || t->net.loop->freeing) return;
+    if (reply->type == REDIS_REPLY_ERROR) {
+        /* "ERR This instance has cluster support disabled" */
+        if (strstr(reply->str, "cluster support disabled")) m->standalone = 1;
+        return;
+    }
+    if (reply->type != REDIS_REPLY_ARRAY) return;
+    for (size_t i = 0; i < reply->elements; i++) map_range(t, reply->element[i]);
+}
+
+static void refresh(hl_topo *t) {
+    hl_slotmap *m = t->map;
+    if (m->standalone || m->refreshing || t->net.loop->freeing) return;
+    if (hl_now_ms() < m->refreshed_at + REFRESH_MIN_MS) return;
+    hl_req *r = hl_req_new(&t->net, NULL, 0, 32, on_slots, t);
+    if (r == NULL) return;
+    hl_req_arg(r, "CLUSTER", 7, "", 0);
+    hl_req_arg(r, "SLOTS", 5, "", 0);
+    m->refreshing = 1;
+    hl_req_submit(&t->seed->cmd, r);
+}
+
+static void seed_ready(void *arg) {
+    refresh(arg);
+}
+
+/* ---- Redirects ------------------------------------------------------------ */
+
+static void on_redirect(void *arg, hl_req *r, int ask, unsigned slot, const char *host, int port) {
+    hl_topo *t = arg;
+    hl_node *n = node_at(t, host, port);
+    if (n == NULL) {
+        hl_req_redirect(r, &t->seed->cmd, 0); /* no room: let the seed redirect */
+        return;
+    }
+    if (!ask) {
+        t->map->owner[slot] = (uint8_t)n->index;
+        refresh(t);
+    }
+    hl_req_redirect(r, &n->cmd, ask);
+}
+
+int hl_topo_cluster(hl_topo *t, const hl_sub_events *sub) {
+    const hl_url *u = &t->net.url;
+    hl_addr a = {u->host, u->port, u->path};
+    t->ops = &cluster_ops;
+    t->sub = *sub;
+    if ((t->map = calloc(1, sizeof(*t->map))) == NULL) return HILOCK_ENOMEM;
+    if ((t->seed = hl_node_new(t, &a)) == NULL) return HILOCK_ENOMEM;
+    t->seed->cmd.ev.ready = seed_ready;
+    t->seed->cmd.ev.arg = t;
+    t->net.redirect = on_redirect;
+    t->net.redirect_arg = t;
+    hl_conn_connect(&t->seed->cmd);
+    hl_conn_connect(&t->seed->sub);
+    return 0;
+}

@@ -1,0 +1,272 @@
+/* hilock on a real Redis Cluster (3 masters + 3 replicas on loopback): keys
+ * land on the master of their slot, names spread over every master, any
+ * node (a replica too) serves as the seed, mutual exclusion holds with
+ * waiters woken by the release, and a held lock's slot migrates under its
+ * holder and its waiters (ASK, then MOVED). */
+#include <sys/wait.h>
+#include <unistd.h>
+#include "support/lockenv.h"
+
+static test_cluster cl;
+static struct event_base *base;
+static hilock_loop loop;
+
+static void setup(void) {
+    cr_assert_eq(test_cluster_start(&cl), 0, "the cluster did not start");
+    base = event_base_new();
+    hilock_libevent_init(&loop, base);
+}
+
+static void teardown(void) {
+    test_cluster_stop(&cl);
+    if (base) event_base_free(base);
+    base = NULL;
+}
+
+TestSuite(cluster, .init = setup, .fini = teardown, .timeout = 120);
+
+static hilock_client *cluster_client(const char *url) {
+    hilock_config cfg;
+    hilock_client *c = NULL;
+    hilock_config_init(&cfg);
+    cfg.url = url;
+    cfg.request_timeout_ms = 2000;
+    cfg.linger_ms = 100;
+    cr_assert_eq(hilock_client_new(&c, &cfg, &loop), 0);
+    return c;
+}
+
+static unsigned slot_of(const char *name) {
+    char key[256];
+    hilock_key("hilock:", name, key, sizeof(key));
+    return hilock_key_slot(key, strlen(key));
+}
+
+static long long exists_on(test_redis *r, const char *name) {
+    char key[256];
+    hilock_key("hilock:", name, key, sizeof(key));
+    return test_redis_int(r, "EXISTS %s", key);
+}
+
+static got take(hilock_client *c, const char *name) {
+    got g = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(c, name, NULL, got_cb, &g, NULL), 0);
+    test_loop_until(base, &g.calls, 10000);
+    cr_assert_eq(g.calls, 1, "no callback for %s", name);
+    return g;
+}
+
+static int give_back(hilock_hold *h) {
+    rel r = {0, 0};
+    cr_assert_eq(hilock_release(h, rel_cb, &r), 0);
+    test_loop_until(base, &r.calls, 10000);
+    cr_assert_eq(r.calls, 1);
+    return r.status;
+}
+
+/* Every key on the master of its slot, and all three masters used. */
+Test(cluster, keys_land_on_the_master_of_their_slot) {
+    hilock_client *c = cluster_client(cl.url);
+    test_redis *masters[3] = {NULL, NULL, NULL};
+    int nmasters = 0;
+    for (int i = 0; i < 48; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "spread-%d", i);
+        got g = take(c, name);
+        cr_assert_eq(g.status, 0, "%s: %s (%s)", name, hilock_strerror(g.status), hilock_client_errstr(c));
+        test_redis *m = test_cluster_master_of(&cl, slot_of(name));
+        cr_assert_not_null(m);
+        cr_expect_eq(exists_on(m, name), 1, "%s is not on the master of slot %u", name, slot_of(name));
+        int seen = 0;
+        for (int k = 0; k < nmasters; k++) seen |= masters[k] == m;
+        if (!seen && nmasters < 3) masters[nmasters++] = m;
+        cr_assert_eq(give_back(g.hold), 0);
+        cr_expect_eq(exists_on(m, name), 0);
+    }
+    cr_expect_eq(nmasters, 3, "names used %d masters of 3", nmasters);
+    hilock_client_free(c);
+}
+
+/* Any node is a seed, a replica too: MOVED finds the master. */
+Test(cluster, a_replica_as_the_seed) {
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
+        hilock_client *c = cluster_client(cl.node[i].url);
+        got g = take(c, "seeded");
+        cr_expect_eq(g.status, 0, "seed %d: %s (%s)", i, hilock_strerror(g.status), hilock_client_errstr(c));
+        if (g.status == 0) cr_expect_eq(give_back(g.hold), 0);
+        hilock_client_free(c);
+    }
+}
+
+/* Mutual exclusion across two clients on 8 names over the three masters,
+ * with waiters woken by the release (classic pub/sub crosses nodes). */
+typedef struct shared {
+    int inside[8], overlaps, granted, errors, done;
+    unsigned long long last[8];
+    int regressions;
+} shared;
+
+typedef struct turn {
+    shared *s;
+    int idx;
+} turn;
+
+static void released(int status, void *data) {
+    turn *t = data;
+    if (status != 0) t->s->errors++;
+    t->s->done++;
+}
+
+static void granted(hilock_hold *h, int status, void *data) {
+    turn *t = data;
+    shared *s = t->s;
+    if (status != 0) { s->errors++; s->done++; return; }
+    s->granted++;
+    if (s->inside[t->idx]++) s->overlaps++;
+    if (hilock_hold_fence(h) <= s->last[t->idx]) s->regressions++;
+    s->last[t->idx] = hilock_hold_fence(h);
+    s->inside[t->idx]--;
+    hilock_release(h, released, t);
+}
+
+Test(cluster, exclusion_over_three_masters) {
+    hilock_client *a = cluster_client(cl.url), *b = cluster_client(cl.node[3].url);
+    static turn turns[400];
+    shared s;
+    memset(&s, 0, sizeof(s));
+    for (int i = 0; i < 400; i++) {
+        char name[32];
+        turns[i].s = &s;
+        turns[i].idx = i % 8;
+        snprintf(name, sizeof(name), "ex-%d", i % 8);
+        cr_assert_eq(hilock_acquire(i % 2 ? a : b, name, NULL, granted, &turns[i], NULL), 0);
+    }
+    long long t0 = test_now_ms();
+    while (s.done < 400 && test_now_ms() - t0 < 60000) test_loop_for(base, 20);
+    cr_expect_eq(s.done, 400, "%d of 400 ended", s.done);
+    cr_expect_eq(s.errors, 0);
+    cr_expect_eq(s.granted, 400);
+    cr_expect_eq(s.overlaps, 0);
+    cr_expect_eq(s.regressions, 0, "fences out of order");
+    cr_log_info("cluster exclusion: 400 grants in %lld ms", test_now_ms() - t0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* ---- Migration of a held lock's slot -------------------------------------- */
+
+static char *node_id(test_redis *r, char *out, size_t n) {
+    redisContext *k = test_redis_connect(r);
+    redisReply *rep = k ? redisCommand(k, "CLUSTER MYID") : NULL;
+    snprintf(out, n, "%s", rep && rep->type == REDIS_REPLY_STRING ? rep->str : "");
+    if (rep) freeReplyObject(rep);
+    if (k) redisFree(k);
+    return out;
+}
+
+static int run_on(test_redis *r, const char *fmt, const char *a, const char *b) {
+    redisContext *k = test_redis_connect(r);
+    redisReply *rep = k ? redisCommand(k, fmt, a, b) : NULL;
+    int ok = rep && rep->type != REDIS_REPLY_ERROR;
+    if (rep && !ok) fprintf(stderr, "%s: %s\n", fmt, rep->str);
+    if (rep) freeReplyObject(rep);
+    if (k) redisFree(k);
+    return ok;
+}
+
+static test_redis *another_master(test_redis *not) {
+    for (unsigned slot = 0; slot < 16384; slot += 1000) {
+        test_redis *m = test_cluster_master_of(&cl, slot);
+        if (m && m != not) return m;
+    }
+    return NULL;
+}
+
+Test(cluster, held_lock_migrates_under_its_holder_and_waiter) {
+    const char *name = "migrant";
+    char slot[8], lock[64], fence[80], src_id[64], dst_id[64], dst_port[16];
+    snprintf(slot, sizeof(slot), "%u", slot_of(name));
+    hilock_key("hilock:", name, lock, sizeof(lock));
+    snprintf(fence, sizeof(fence), "%s:fence", lock);
+    test_redis *src = test_cluster_master_of(&cl, slot_of(name)), *dst = another_master(src);
+    cr_assert(src && dst);
+    node_id(src, src_id, sizeof(src_id));
+    node_id(dst, dst_id, sizeof(dst_id));
+    snprintf(dst_port, sizeof(dst_port), "%d", dst->port);
+
+    hilock_client *a = cluster_client(cl.url), *b = cluster_client(cl.url);
+    hilock_acquire_opts o;
+    hilock_acquire_opts_init(&o);
+    o.lease_ms = 1500; /* renewed every 500 ms: renewals cross the migration */
+    lostrec lost = {0, 0, 0};
+    o.lost_cb = lost_cb;
+    o.lost_data = &lost;
+    got ga = {0, 0, NULL, 0}, gb = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(a, name, &o, got_cb, &ga, NULL), 0);
+    cr_assert(test_loop_until(base, &ga.calls, 10000));
+    cr_assert_eq(ga.status, 0, "%s", hilock_strerror(ga.status));
+    cr_assert_eq(hilock_acquire(b, name, NULL, got_cb, &gb, NULL), 0);
+    test_loop_for(base, 200);
+    cr_assert_eq(gb.calls, 0, "granted while held");
+
+    /* Step by step: IMPORTING, MIGRATING, then the keys move. */
+    cr_assert(run_on(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id));
+    cr_assert(run_on(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id));
+    test_loop_for(base, 300);
+    redisContext *k = test_redis_connect(src);
+    redisReply *rep = redisCommand(k, "MIGRATE 127.0.0.1 %s %s 0 5000 KEYS %s %s", dst_port, "", lock, fence);
+    cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "MIGRATE: %s", rep && rep->str ? rep->str : "?");
+    freeReplyObject(rep);
+    redisFree(k);
+    k = test_redis_connect(dst); /* ASKING: the slot is still importing there */
+    freeReplyObject(redisCommand(k, "ASKING"));
+    rep = redisCommand(k, "EXISTS %s", lock);
+    cr_expect(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1, "the lock did not move");
+    freeReplyObject(rep);
+    redisFree(k);
+    /* Renewals now go through ASK (and NOSCRIPT -> EVAL on dst). */
+    test_loop_for(base, 1700);
+    cr_expect_eq(lost.calls, 0, "the holder lost the lock during the migration");
+    cr_expect_eq(gb.calls, 0, "granted while held");
+
+    /* The release finds the lock through ASK and wakes the waiter at once. */
+    long long t0 = test_now_ms();
+    cr_expect_eq(give_back(ga.hold), 0);
+    cr_assert(test_loop_until(base, &gb.calls, 5000), "the waiter was not woken");
+    cr_expect_eq(gb.status, 0, "%s (%s)", hilock_strerror(gb.status), hilock_client_errstr(b));
+    cr_expect_lt(gb.at_ms - t0, 1000, "woken %lld ms after the release", gb.at_ms - t0);
+
+    /* The slot is dst's for good: MOVED from now on. */
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
+        redisContext *m = test_redis_connect(&cl.node[i]); /* masters only take SETSLOT */
+        redisReply *set = m ? redisCommand(m, "CLUSTER SETSLOT %s NODE %s", slot, dst_id) : NULL;
+        if (set) freeReplyObject(set);
+        if (m) redisFree(m);
+    }
+    test_loop_for(base, 300);
+    if (gb.status == 0) cr_expect_eq(give_back(gb.hold), 0);
+    got g3 = take(a, name);
+    cr_expect_eq(g3.status, 0, "%s (%s)", hilock_strerror(g3.status), hilock_client_errstr(a));
+    cr_expect_eq(exists_on(dst, name), 1);
+    if (g3.status == 0) cr_expect_eq(give_back(g3.hold), 0);
+    cr_expect_eq(exists_on(dst, name), 0, "a lock left behind");
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* The CLI against any node of the cluster. */
+Test(cluster, cli) {
+    char self[512], cli[600];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    cr_assert_gt(n, 0);
+    self[n] = '\0';
+    *strrchr(self, '/') = '\0';
+    snprintf(cli, sizeof(cli), "%s/hilock", self);
+    char *argv[] = {cli, "-u", cl.node[4].url, "cli-lock", "--", "sh", "-c",
+                    "test -n \"$HILOCK_FENCE\"", NULL};
+    char out[256];
+    snprintf(out, sizeof(out), "%s/cli.out", cl.node[0].dir);
+    int rc = test_wait(test_spawn(argv, NULL, out, NULL), 20000);
+    char log[2048];
+    cr_expect_eq(rc, 0, "hilock exited %d: %s", rc, test_slurp(out, log, sizeof(log)));
+}
