@@ -148,8 +148,11 @@ typedef void (*hilock_log_cb)(int level, const char *msg, void *data);
  * with the init macro first. */
 typedef struct hilock_config {
     size_t size;                 /* set by hilock_config_init(); do not touch */
-    /* "redis://[user:pass@]host[:port][/db]" (host may be [ipv6]) or
-     * "unix:///path/to/socket[?db=N]". NULL means redis://127.0.0.1:6379. */
+    /* "redis://[user:pass@]host[:port][,host[:port]...][/db]" (host may be
+     * [ipv6]; several hosts are seeds of a Redis Cluster, and any node of a
+     * cluster will do) or "unix:///path/to/socket[?db=N]". NULL means
+     * redis://127.0.0.1:6379. A TCP server is asked CLUSTER SLOTS once:
+     * without cluster support it is used as one server. */
     const char *url;
     /* Prefix of every key and channel. Must not contain '{' or '}'. NULL
      * means "hilock:". */
