@@ -64,7 +64,9 @@ void hl_token_new(hilock_client *c, char *out) {
  * fields we do not know must be zero (their default), or the caller wants
  * something this library cannot do. */
 int hl_struct_import(void *to, size_t size, const void *from, size_t from_size) {
-    if (from_size < sizeof(size_t)) return HILOCK_EINVAL; /* not initialised */
+    /* Not initialised, or not the size of any struct (they all end on a
+     * pointer's alignment). */
+    if (from_size < sizeof(size_t) || from_size % sizeof(void *) != 0) return HILOCK_EINVAL;
     for (size_t i = size; i < from_size; i++)
         if (((const unsigned char *)from)[i] != 0) return HILOCK_EINVAL;
     memcpy((char *)to + sizeof(size_t), (const char *)from + sizeof(size_t),
@@ -126,6 +128,23 @@ static int loop_valid(const hilock_loop *l) {
 
 /* ---- Life cycle ------------------------------------------------------------- */
 
+/* A callback of hilock_client_close(). */
+typedef struct hl_closer {
+    hl_link link;
+    hilock_close_cb cb;
+    void *data;
+} hl_closer;
+
+/* Run (once) and free every close callback; none in a forked child. */
+static void closers_run(hilock_client *c) {
+    while (!hl_list_empty(&c->closers)) {
+        hl_closer *k = HL_CONTAINER(c->closers.next, hl_closer, link);
+        hl_list_remove(&k->link);
+        if (!c->loop.forked) k->cb(k->data);
+        free(k);
+    }
+}
+
 static void client_destroy(hl_loop *l);
 static void close_run(hl_defer *d, int cancel);
 
@@ -157,6 +176,7 @@ static int client_init(hilock_client *c, const hilock_config *cfg, const hilock_
     c->prefix_len = strlen(cfg->prefix);
     hl_list_init(&c->holds);
     hl_list_init(&c->owners);
+    hl_list_init(&c->closers);
     hl_list_init(&c->topo.nodes);
     c->close_defer.run = close_run;
     hl_list_init(&c->close_defer.link);
@@ -211,12 +231,7 @@ void hilock_client_free(hilock_client *c) {
     hl_topo_cancel_queues(&c->topo);
     hl_topo_teardown(&c->topo); /* in-flight requests end here */
     hl_net_cancel_all(&c->topo.net);
-    if (c->close_cb != NULL && !c->loop.forked) {
-        /* Freed while a close was under way: its callback still runs once. */
-        hilock_close_cb cb = c->close_cb;
-        c->close_cb = NULL;
-        cb(c->close_data);
-    }
+    closers_run(c); /* freed while a close was under way: they still run once */
     if (!c->loop.dispatching) client_destroy(&c->loop);
 }
 
@@ -236,9 +251,7 @@ static void client_destroy(hl_loop *l) {
 /* The close is complete: tell the user, then free. */
 static void close_run(hl_defer *d, int cancel) {
     hilock_client *c = HL_CONTAINER(d, hilock_client, close_defer);
-    hilock_close_cb cb = c->close_cb;
-    c->close_cb = NULL;
-    if (cb && !c->loop.forked) cb(c->close_data);
+    closers_run(c);
     if (!cancel) hilock_client_free(c);
 }
 
@@ -249,10 +262,15 @@ void hl_close_progress(void *client) {
 }
 
 void hilock_client_close(hilock_client *c, hilock_close_cb cb, void *data) {
-    if (c == NULL || hl_client_refuses(c)) return;
+    if (c == NULL || c->loop.freeing || c->loop.forked) return;
+    hl_closer *k = cb ? malloc(sizeof(*k)) : NULL;
+    if (k != NULL) {
+        k->cb = cb;
+        k->data = data;
+        hl_list_push(&c->closers, &k->link);
+    }
+    if (c->closing) return; /* under way: this cb runs with the first's */
     c->closing = 1;
-    c->close_cb = cb;
-    c->close_data = data;
     hl_waits_cancel_all(c);
     hl_holds_release_all(c);
     hl_topo_close_begin(&c->topo);

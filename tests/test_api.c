@@ -35,15 +35,29 @@ Test(api, structs_are_safe_to_grow) {
     cr_expect_eq(hilock_client_new(&c, &big.cfg, &e.loop), HILOCK_EINVAL, "an unknown field set");
     cr_expect_null(c);
 
+    /* An older caller whose struct ended before log_cb: what lies beyond
+     * (here require_noeviction, against a server that may evict) is not
+     * read; the default (warn only) applies. */
+    redisContext *k = test_redis_connect(&e.r);
+    freeReplyObject(redisCommand(k, "CONFIG SET maxmemory-policy allkeys-lru"));
     hilock_config old;
-    hilock_config_init_size(&old, offsetof(hilock_config, fence_ttl_s));
+    hilock_config_init_size(&old, offsetof(hilock_config, log_cb));
     old.url = e.r.url;
-    old.fence_ttl_s = 5; /* beyond the old caller's struct: must be ignored */
+    old.require_noeviction = 1; /* beyond the old caller's struct */
     cr_assert_eq(hilock_client_new(&c, &old, &e.loop), 0);
     got g = acquire_now(&e, c, "grow", NULL);
-    cr_assert_eq(g.status, 0);
-    cr_expect_gt(test_redis_int(&e.r, "TTL hilock:{grow}:fence"), 3600, "the default TTL applies");
+    cr_assert_eq(g.status, 0, "a field beyond the caller's size was read: %s", hilock_strerror(g.status));
     cr_expect_eq(release_now(&e, g.hold), 0);
+    freeReplyObject(redisCommand(k, "CONFIG SET maxmemory-policy noeviction"));
+    redisFree(k);
+
+    /* A size that splits a field is no struct's size. */
+    hilock_config odd;
+    hilock_config_init_size(&odd, sizeof(odd));
+    odd.url = e.r.url;
+    odd.size = 12;
+    hilock_client *oc = NULL;
+    cr_expect_eq(hilock_client_new(&oc, &odd, &e.loop), HILOCK_EINVAL, "size 12 accepted");
 
     hilock_config zero;
     memset(&zero, 0, sizeof(zero));

@@ -778,6 +778,14 @@ Test(cli, evicting_server_warns_on_stderr, .timeout = 30) {
     cr_expect_str_eq(out, "", "a noeviction server warns: %s", out);
 }
 
+/* `hilock unlock` without a NAME says so, not "missing --". */
+Test(cli, unlock_without_a_name, .timeout = 30) {
+    char out[2048];
+    cr_assert_eq(RUN("-u", srv.url, "unlock"), 64);
+    test_slurp(tmp("out"), out, sizeof(out));
+    cr_expect_not_null(strstr(out, "missing NAME after unlock"), "said: %s", out);
+}
+
 /* ---- Usage --------------------------------------------------------------- */
 
 Test(cli, usage_errors_exit_64, .timeout = 60) {

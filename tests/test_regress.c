@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "support/lockenv.h"
+#include "prim/prim.h" /* hl_script_mutex_release */
 
 static lockenv e;
 
@@ -373,4 +374,148 @@ Test(regress, stall_reports_one_code) {
     cr_expect_eq(g.status, 0);
     if (g.status == 0) cr_expect_eq(release_now(&e, g.hold), 0);
     hilock_client_free(c);
+}
+
+/* ---- From the adversarial review of 0.2.0 -------------------------------- */
+
+/* Two acquires of one owner share a grant (count 2). The head's callback
+ * works past the 30 ms lease and releases its level; the other's grant is
+ * then stale: it is tried again, and nothing touches the freed hold. */
+typedef struct pair {
+    hilock_hold *h[2];
+    int calls[2], status[2], order[2], n;
+    int release_all;   /* the head releases every level it sees */
+    rel r;
+    int second_count, second_key_fence_ok;
+} pair;
+
+static void pair_first(hilock_hold *h, int status, void *data) {
+    pair *p = data;
+    p->calls[0]++; p->status[0] = status; p->h[0] = h; p->order[p->n++] = 0;
+    if (status != 0) return;
+    if (p->release_all) {
+        unsigned n = hilock_hold_count(h);
+        for (unsigned i = 0; i < n; i++) hilock_release(h, i + 1 == n ? rel_cb : NULL, &p->r);
+        return;
+    }
+    usleep(60 * 1000);
+    cr_expect_eq(hilock_release(h, rel_cb, &p->r), 0);
+}
+
+static void pair_second(hilock_hold *h, int status, void *data) {
+    pair *p = data;
+    p->calls[1]++; p->status[1] = status; p->h[1] = h; p->order[p->n++] = 1;
+    if (status == 0) {
+        p->second_count = (int)hilock_hold_count(h);
+        p->second_key_fence_ok = fence_in_redis("shared") == (long long)hilock_hold_fence(h);
+    }
+}
+
+static void run_pair(pair *p, uint32_t lease, int no_renew) {
+    hilock_client *c = ready_client();
+    hilock_owner *o = hilock_owner_new(c);
+    hilock_acquire_opts opts = opts_wait(HILOCK_WAIT_FOREVER);
+    opts.owner = o;
+    opts.lease_ms = lease;
+    opts.no_renew = no_renew;
+    cr_assert_eq(hilock_acquire(c, "shared", &opts, pair_first, p, NULL), 0);
+    cr_assert_eq(hilock_acquire(c, "shared", &opts, pair_second, p, NULL), 0);
+    long long t0 = test_now_ms();
+    while ((p->calls[1] == 0 || p->r.calls == 0) && test_now_ms() - t0 < 5000) test_loop_for(e.base, 10);
+    cr_expect_eq(p->calls[0], 1);
+    cr_expect_eq(p->calls[1], 1);
+    cr_expect_eq(p->order[0], 0, "the head's callback must run first");
+    cr_expect_eq(p->r.calls, 1);
+    cr_expect_eq(p->status[1], 0, "the second got %s", hilock_strerror(p->status[1]));
+    cr_expect_geq(p->second_count, 1, "delivered a hold with no level left");
+    cr_expect(p->second_key_fence_ok, "delivered as held, but Redis has another fence");
+    if (p->status[1] == 0) cr_expect_eq(release_now(&e, p->h[1]), 0);
+    test_loop_for(e.base, 50);
+    cr_expect_eq(lock_exists(&e.r, "shared"), 0, "a lock left behind");
+    hilock_owner_free(o);
+    hilock_client_free(c);
+}
+
+Test(regress, shared_grant_stale_after_a_level_released) {
+    pair p;
+    memset(&p, 0, sizeof(p));
+    run_pair(&p, 30, 1);
+}
+
+Test(regress, shared_grant_whose_levels_were_all_released) {
+    pair p;
+    memset(&p, 0, sizeof(p));
+    p.release_all = 1;
+    run_pair(&p, 5000, 0);
+}
+
+/* An extension whose reply comes after the hold's release: the extension
+ * is re-sent as EVAL (NOSCRIPT) behind a release whose script is cached. */
+Test(regress, extend_answered_after_the_release) {
+    hilock_client *c = ready_client();
+    got g = acquire_now(&e, c, "ext-rel", NULL);
+    cr_assert_eq(g.status, 0);
+    redisContext *k = test_redis_connect(&e.r);
+    freeReplyObject(redisCommand(k, "SCRIPT FLUSH"));
+    freeReplyObject(redisCommand(k, "SCRIPT LOAD %s", hl_script_mutex_release.body));
+    redisFree(k);
+    rel x = {0, 0}, r = {0, 0};
+    cr_assert_eq(hilock_hold_extend(g.hold, 5000, rel_cb, &x), 0);
+    cr_assert_eq(hilock_release(g.hold, rel_cb, &r), 0);
+    long long t0 = test_now_ms();
+    while ((x.calls == 0 || r.calls == 0) && test_now_ms() - t0 < 3000) test_loop_for(e.base, 10);
+    cr_expect_eq(r.calls, 1);
+    cr_expect_eq(r.status, 0);
+    cr_expect_eq(x.calls, 1);
+    cr_expect(x.status == 0 || x.status == HILOCK_ELOST, "extend got %s", hilock_strerror(x.status));
+    cr_expect_eq(lock_exists(&e.r, "ext-rel"), 0);
+    hilock_client_free(c);
+}
+
+/* An extension to 30 s answered before a renewal with the old 300 ms lease
+ * that was sent after it (both held up by a stalled server): the renewal's
+ * lease is the one Redis keeps, so the client must renew again in time, and
+ * nobody else may get the lock. */
+Test(regress, extend_then_a_renewal_with_the_old_lease) {
+    hilock_client *c = ready_client(), *other = ready_client();
+    hilock_acquire_opts o = opts_wait(HILOCK_WAIT_FOREVER);
+    o.lease_ms = 300;
+    got g = acquire_now(&e, c, "ext-wd", &o);
+    cr_assert_eq(g.status, 0);
+    test_loop_for(e.base, 20);
+    pid_t sleeper = test_redis_debug_sleep(&e.r, "0.25");
+    test_msleep(20); /* the server is asleep: what we send now waits */
+    rel x = {0, 0};
+    cr_assert_eq(hilock_hold_extend(g.hold, 30000, rel_cb, &x), 0);
+    cr_assert(test_loop_until(e.base, &x.calls, 3000)); /* the watchdog renews meanwhile */
+    cr_expect_eq(x.status, 0);
+    int st;
+    waitpid(sleeper, &st, 0);
+    test_loop_for(e.base, 1200);
+    cr_expect_eq(hilock_hold_lost(g.hold), 0);
+    cr_expect_gt(test_redis_int(&e.r, "PTTL hilock:{ext-wd}"), 20000, "the 30 s lease did not hold");
+    hilock_acquire_opts once = opts_wait(0);
+    got g2 = acquire_now(&e, other, "ext-wd", &once);
+    cr_expect_eq(g2.status, HILOCK_EBUSY, "a second holder: %s", hilock_strerror(g2.status));
+    if (g2.status == 0) release_now(&e, g2.hold);
+    cr_expect_eq(release_now(&e, g.hold), 0);
+    hilock_client_free(c);
+    hilock_client_free(other);
+}
+
+/* A second hilock_client_close() gets its callback too, once. */
+Test(regress, second_close_gets_its_callback) {
+    hilock_client *c = ready_client();
+    got g = acquire_now(&e, c, "close2", NULL);
+    cr_assert_eq(g.status, 0);
+    int first = 0, second = 0;
+    hilock_client_close(c, count_closed, &first);
+    hilock_client_close(c, count_closed, &second);
+    long long t0 = test_now_ms();
+    while ((first == 0 || second == 0) && test_now_ms() - t0 < 3000) test_loop_for(e.base, 10);
+    cr_expect_eq(first, 1);
+    cr_expect_eq(second, 1);
+    test_loop_for(e.base, 50);
+    cr_expect_eq(first + second, 2);
+    cr_expect_eq(lock_exists(&e.r, "close2"), 0);
 }

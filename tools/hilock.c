@@ -525,6 +525,7 @@ static int parse_operands(cli *c, args *a, int n, char **v) {
         return check_name(c->name);
     }
     if (n < 1) return usage_error("missing NAME");
+    if (n == 1 && strcmp(v[0], "unlock") == 0) return usage_error("missing NAME after unlock");
     c->name = v[0];
     if ((rc = check_name(c->name)) >= 0) return rc;
     if (n < 2 || strcmp(v[1], "--") != 0) return usage_error("missing -- between NAME and COMMAND");

@@ -177,6 +177,8 @@ typedef struct hilock_config {
      * policy cannot be read: requests fail with HILOCK_EEVICTION. Evicting a
      * held lock lets a second client take it. Default 0 (warn only). */
     int require_noeviction;
+    int reserved_;               /* 0: fills what would be tail padding, so that a
+                                    field added later always changes the size */
 } hilock_config;
 
 /* Fill `cfg` with the defaults above (a macro: it records sizeof(*cfg)). */
@@ -203,7 +205,10 @@ typedef void (*hilock_close_cb)(void *data);
 /* Close a client gracefully: pending waits end with HILOCK_ECANCELED, every
  * hold is released in Redis (its release callback, if one is pending, runs),
  * then both connections close, `cb` runs (may be NULL), and the client is
- * freed. New requests fail with HILOCK_ECLOSED meanwhile. */
+ * freed. New requests fail with HILOCK_ECLOSED meanwhile. A second close
+ * while the first is under way just adds its `cb`, which runs then too. On
+ * a client that hilock_client_free() is already freeing (from a callback
+ * it runs) or in a forked child it does nothing, and `cb` does not run. */
 HILOCK_API void hilock_client_close(hilock_client *c, hilock_close_cb cb, void *data);
 
 /* The text of the last error reply or connection error seen, or "". */
@@ -318,12 +323,15 @@ HILOCK_API unsigned hilock_hold_count(const hilock_hold *h);
 
 /* status 0: released (or one reentrancy level dropped). HILOCK_ELOST: the
  * key was no longer ours (expired or taken over), so nothing was deleted.
+ * HILOCK_ECANCELED: the client was freed before the answer was delivered.
  * Or a connection/reply error: the key then expires after its lease. */
 typedef void (*hilock_release_cb)(int status, void *data);
 
 /* Release one level of `h`. The last level deletes the key (only if it is
  * still ours) and wakes a waiter; `h` is invalid after `cb` has run (cb may
- * be NULL). Returns 0, or HILOCK_EINVAL for a hold already being released. */
+ * be NULL). Returns 0, or at once HILOCK_EINVAL for a hold already being
+ * released, HILOCK_ENOMEM, HILOCK_ECLOSED (the client is being freed) or
+ * HILOCK_EFORK (in a forked child). */
 HILOCK_API int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data);
 
 /* Extend the hold's lease by hand: the key's TTL becomes lease_ms from now,
@@ -339,7 +347,8 @@ HILOCK_API int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_rele
 /* ---- Breaking a lock (operators) --------------------------------------- */
 
 /* status 0: done; `fence` is the fence of the lock that was removed, or 0
- * if nobody held it. Otherwise a connection or reply error. */
+ * if nobody held it. Otherwise a connection or reply error, or
+ * HILOCK_ECANCELED if the client was freed first. */
 typedef void (*hilock_break_cb)(int status, uint64_t fence, void *data);
 
 /* Remove the lock `name` whoever holds it, and wake its waiters: an

@@ -26,8 +26,7 @@ struct hilock_client {
     char *prefix;
     size_t prefix_len;
     int closing;                 /* hilock_client_close has started */
-    hilock_close_cb close_cb;
-    void *close_data;
+    hl_link closers;             /* the callbacks of hilock_client_close() */
     hl_defer close_defer;
     hl_link holds;               /* every live hold */
     hl_link owners;
@@ -183,10 +182,13 @@ struct hilock_hold {
     hl_name *name;
     hl_terms terms;
     uint64_t fence;
-    uint64_t confirmed;    /* when the key was last known ours (send time) */
+    uint64_t confirmed;    /* send time of the last acquire/renewal Redis confirmed */
+    uint32_t confirmed_lease; /* the lease that one set (Redis counts from it) */
+    uint32_t renew_lease;  /* the lease of the renewal in flight */
     uint64_t waited_ms;    /* from hilock_acquire() to the grant */
     hl_timer watchdog;
     hl_req *renew;         /* renewal in flight */
+    hl_link extends;       /* hilock_hold_extend() requests in flight */
     unsigned count;
     int lost_why;
     unsigned lost : 1;
@@ -206,7 +208,7 @@ void hl_hold_free(hilock_hold *h);
 /* The instant after which the key may be another client's: the send time of
  * the last acquire or renewal that Redis confirmed, plus the lease. */
 static inline uint64_t hl_hold_expiry(const hilock_hold *h) {
-    return h->confirmed + h->terms.lease_ms;
+    return h->confirmed + h->confirmed_lease;
 }
 /* Whether a callback may still be told the lock is held at `now`. */
 static inline int hl_hold_live(const hilock_hold *h, uint64_t now) {

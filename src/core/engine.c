@@ -171,12 +171,15 @@ static void wait_enqueue(hilock_wait *w, int at_head, uint64_t now) {
         hl_timer_start(&w->c->loop, &w->timer, w->deadline_at > now ? w->deadline_at - now : 0);
 }
 
-/* A grant went stale before its callback could run. If the wait still has
+/* A grant went stale before its callback could run (its lease ran out, or
+ * a sharer of the hold released every level of it). If the wait still has
  * time, it goes back to the head of its name with a new token and tries
- * again (returns 1); otherwise it ends with its own timeout (returns 0). The
- * stale hold is lost for anyone who shares it, and released if nobody does. */
+ * again (returns 1); otherwise it ends with its own timeout (returns 0). A
+ * stale hold is lost for anyone who shares it, and released if nobody does;
+ * one being released already is its releaser's. */
 static int wait_retry(hilock_wait *w, uint64_t now) {
     hilock_hold *h = w->hold;
+    int releasing = h->releasing;
     int again = !w->try_once && (w->deadline_at == 0 || now < w->deadline_at);
     w->hold = NULL;
     if (again) {
@@ -187,8 +190,10 @@ static int wait_retry(hilock_wait *w, uint64_t now) {
     } else {
         w->status = HILOCK_ETIMEDOUT;
     }
-    hl_hold_mark_lost(h, HILOCK_ELOST);
-    hl_hold_drop(h); /* last: it may free the name when w is done */
+    if (!releasing) {
+        hl_hold_mark_lost(h, HILOCK_ELOST);
+        hl_hold_drop(h); /* last: it may free the name when w is done */
+    }
     return again;
 }
 
@@ -204,7 +209,8 @@ static void wait_run(hl_defer *d, int cancel) {
         /* A grant is success only while its lease runs: a callback ahead of
          * it in this turn, or a stalled loop, may have used the time up. */
         uint64_t now = hl_now_ms();
-        if (!hl_hold_live(w->hold, now) && wait_retry(w, now)) return;
+        hilock_hold *h = w->hold;
+        if ((h->releasing || !hl_hold_live(h, now)) && wait_retry(w, now)) return;
     }
     /* cb_done is set after the call: a client_free from inside the callback
      * must not free `w` under our feet (on_try_done frees only done waits). */
@@ -232,16 +238,16 @@ static void grant(hilock_wait *w, uint64_t fence, uint64_t sent_at) {
         hl_wait_finish(w, HILOCK_ENOMEM, NULL);
         return;
     }
+    hl_wait_finish(w, 0, h); /* the head's callback first */
     hl_link *l = n->waiters.next;
     while (l != &n->waiters) {
         hilock_wait *o = HL_CONTAINER(l, hilock_wait, link);
         l = l->next;
-        if (o != w && n->prim->shares(w, o)) {
+        if (n->prim->shares(w, o)) {
             h->count++;
             hl_wait_finish(o, 0, h);
         }
     }
-    hl_wait_finish(w, 0, h);
 }
 
 /* Every waiter of the name shares the fate of a try that got no answer:

@@ -9,6 +9,18 @@
 #include <string.h>
 #include "core/core.h"
 
+/* A hilock_hold_extend() in flight (see "Extending by hand" below). */
+typedef struct hl_extendop {
+    hl_defer defer;
+    hl_link link;        /* in hold->extends while its request is out */
+    hilock_client *c;
+    hilock_hold *hold;   /* NULL once the hold is gone */
+    hilock_release_cb cb;
+    void *data;
+    uint32_t lease_ms;
+    int status;
+} hl_extendop;
+
 /* ---- Fire-and-forget release (cancel races, unknown outcomes, close) --- */
 
 static void on_token_released(hl_req *r, redisReply *reply, int err) {
@@ -62,9 +74,19 @@ static void lost_run(hl_defer *d, int cancel) {
 
 static void watchdog_arm(hilock_hold *h) {
     uint64_t now = hl_now_ms(), expiry = hl_hold_expiry(h);
-    uint64_t next = h->terms.no_renew ? expiry : now + h->terms.lease_ms / 3;
+    uint32_t lease = h->confirmed_lease < h->terms.lease_ms ? h->confirmed_lease : h->terms.lease_ms;
+    uint64_t next = h->terms.no_renew ? expiry : now + lease / 3;
     if (next > expiry) next = expiry;
     hl_timer_start(&h->c->loop, &h->watchdog, next > now ? next - now : 0);
+}
+
+/* Redis confirmed a renewal (or extension) sent at `sent` with `lease`.
+ * Requests on one connection run in the order they were sent, so the one
+ * sent last decides the key's TTL: keep its send time with its own lease. */
+static void hold_confirmed(hilock_hold *h, uint64_t sent, uint32_t lease) {
+    if (sent < h->confirmed) return;
+    h->confirmed = sent;
+    h->confirmed_lease = lease;
 }
 
 /* The lease ran out by our clock: why we could not renew in time. */
@@ -87,7 +109,7 @@ static void on_renewed(hl_req *r, redisReply *reply, int err) {
     }
     if (err == 0 && reply->type == REDIS_REPLY_INTEGER) {
         if (reply->integer == 1) {
-            if (r->submitted_at > h->confirmed) h->confirmed = r->submitted_at;
+            hold_confirmed(h, r->submitted_at, h->renew_lease);
         } else {
             hl_hold_mark_lost(h, HILOCK_ELOST); /* expired or taken over */
             return;
@@ -106,7 +128,8 @@ static void watchdog_fired(hl_timer *t) {
         return;
     }
     if (h->renew == NULL) {
-        h->renew = n->prim->renew_req(n, h->token, h->terms.lease_ms, on_renewed, h);
+        h->renew_lease = h->terms.lease_ms;
+        h->renew = n->prim->renew_req(n, h->token, h->renew_lease, on_renewed, h);
         if (h->renew) hl_name_submit(n, h->renew);
     }
     watchdog_arm(h);
@@ -127,6 +150,8 @@ hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence,
     memcpy(h->token, token, HL_TOKEN_LEN + 1);
     h->fence = fence;
     h->confirmed = sent_at;
+    h->confirmed_lease = w->terms.lease_ms;
+    hl_list_init(&h->extends);
     h->waited_ms = hl_now_ms() - w->started_at;
     h->count = 1;
     h->terms = w->terms;
@@ -153,6 +178,11 @@ void hl_hold_free(hilock_hold *h) {
         h->renew->owner = NULL;
         h->renew->done = on_token_released;
     }
+    while (!hl_list_empty(&h->extends)) { /* nor theirs */
+        hl_extendop *op = HL_CONTAINER(h->extends.next, hl_extendop, link);
+        hl_list_remove(&op->link);
+        op->hold = NULL;
+    }
     hl_list_remove(&h->link);
     if (hl_linked(&h->olink)) hl_list_remove(&h->olink);
     hl_name *n = h->name;
@@ -164,7 +194,9 @@ void hl_hold_free(hilock_hold *h) {
 
 typedef struct hl_relop {
     hl_defer defer;
-    hilock_hold *hold;   /* freed after the callback when last is set */
+    hilock_client *c;
+    hilock_hold *hold;   /* freed after the callback when last is set; may be
+                            gone before it runs when last is not */
     hilock_release_cb cb;
     void *data;
     int status;
@@ -173,7 +205,7 @@ typedef struct hl_relop {
 
 static void relop_run(hl_defer *d, int cancel) {
     hl_relop *op = HL_CONTAINER(d, hl_relop, defer);
-    if (op->cb && !op->hold->c->loop.forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, op->data);
+    if (op->cb && !op->c->loop.forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, op->data);
     if (op->last && !cancel) hl_hold_free(op->hold);
     free(op);
 }
@@ -214,6 +246,7 @@ int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
     hl_relop *op = calloc(1, sizeof(*op));
     if (op == NULL) return HILOCK_ENOMEM;
     op->defer.run = relop_run;
+    op->c = h->c;
     op->hold = h;
     op->cb = cb;
     op->data = data;
@@ -241,34 +274,34 @@ unsigned hilock_hold_count(const hilock_hold *h) { return h ? h->count : 0; }
 
 /* ---- Extending by hand ------------------------------------------------- */
 
-typedef struct hl_extendop {
-    hl_defer defer;
-    hilock_hold *hold;
-    hilock_release_cb cb;
-    void *data;
-    uint32_t lease_ms;
-    int status;
-} hl_extendop;
 
 static void extendop_run(hl_defer *d, int cancel) {
     hl_extendop *op = HL_CONTAINER(d, hl_extendop, defer);
-    if (op->cb && !op->hold->c->loop.forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, op->data);
+    if (op->cb && !op->c->loop.forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, op->data);
     free(op);
+}
+
+/* The reply may come after the hold's release did (a NOSCRIPT -> EVAL
+ * re-send overtakes nothing, but lands behind it): then only tell the user. */
+static int extend_apply(hl_extendop *op, hl_req *r, const redisReply *reply, int err) {
+    hilock_hold *h = op->hold;
+    if (err == 0 && reply->type == REDIS_REPLY_ERROR) err = hl_reply_error(r->net->loop, reply);
+    else if (err == 0 && reply->type != REDIS_REPLY_INTEGER) err = HILOCK_EPROTO;
+    if (h == NULL) return err == 0 && reply->integer != 1 ? HILOCK_ELOST : err;
+    if (err == 0 && (reply->integer != 1 || !hl_hold_live(h, hl_now_ms()))) err = HILOCK_ELOST;
+    if (err == HILOCK_ELOST) hl_hold_mark_lost(h, HILOCK_ELOST);
+    if (err == 0 && !h->releasing) {
+        h->terms.lease_ms = op->lease_ms; /* renewals use it from now on */
+        hold_confirmed(h, r->submitted_at, op->lease_ms);
+        watchdog_arm(h);
+    }
+    return err;
 }
 
 static void on_extended(hl_req *r, redisReply *reply, int err) {
     hl_extendop *op = r->owner;
-    hilock_hold *h = op->hold;
-    if (err == 0 && reply->type == REDIS_REPLY_ERROR) err = hl_reply_error(r->net->loop, reply);
-    else if (err == 0 && reply->type != REDIS_REPLY_INTEGER) err = HILOCK_EPROTO;
-    else if (err == 0 && (reply->integer != 1 || !hl_hold_live(h, hl_now_ms()))) err = HILOCK_ELOST;
-    if (err == HILOCK_ELOST) hl_hold_mark_lost(h, HILOCK_ELOST);
-    if (err == 0 && !h->releasing) {
-        /* Redis counts the new lease from when it ran, no earlier than sent. */
-        h->terms.lease_ms = op->lease_ms;
-        if (r->submitted_at > h->confirmed) h->confirmed = r->submitted_at;
-        watchdog_arm(h);
-    }
+    err = extend_apply(op, r, reply, err);
+    if (hl_linked(&op->link)) hl_list_remove(&op->link);
     op->status = err;
     if (r->net->loop->freeing) extendop_run(&op->defer, 1);
     else hl_defer_push(r->net->loop, &op->defer);
@@ -284,7 +317,9 @@ int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb, 
     hl_req *r = h->name->prim->renew_req(h->name, h->token, lease_ms, on_extended, op);
     if (r == NULL) { free(op); return HILOCK_ENOMEM; }
     op->defer.run = extendop_run;
+    op->c = h->c;
     op->hold = h;
+    hl_list_push(&h->extends, &op->link);
     op->cb = cb;
     op->data = data;
     op->lease_ms = lease_ms;
