@@ -30,7 +30,9 @@ static hilock_client *cluster_client(const char *url) {
     hilock_client *c = NULL;
     hilock_config_init(&cfg);
     cfg.url = url;
-    cfg.request_timeout_ms = 2000;
+    /* Longer than a failover (about 3 s at node timeout 2000), as a cluster
+     * deployment should set it: requests wait for the new master. */
+    cfg.request_timeout_ms = 6000;
     cfg.linger_ms = 100;
     cr_assert_eq(hilock_client_new(&c, &cfg, &loop), 0);
     return c;
@@ -104,29 +106,54 @@ typedef struct shared {
     int inside[8], overlaps, granted, errors, done;
     unsigned long long last[8];
     int regressions;
+    int hold_ms;       /* keep each grant this long (contention) */
+    int first_error;
+    char first_errstr[256];
+    hilock_client *ca;
 } shared;
 
 typedef struct turn {
     shared *s;
     int idx;
+    hilock_hold *h;
 } turn;
 
 static void released(int status, void *data) {
     turn *t = data;
-    if (status != 0) t->s->errors++;
-    t->s->done++;
+    shared *s = t->s;
+    if (status != 0 && s->errors++ == 0 && s->ca) {
+        s->first_error = status;
+        snprintf(s->first_errstr, sizeof(s->first_errstr), "release: %s", hilock_client_errstr(s->ca));
+    }
+    s->done++;
+}
+
+static void release_turn(evutil_socket_t fd, short what, void *data) {
+    turn *t = data;
+    (void)fd; (void)what;
+    t->s->inside[t->idx]--;
+    if (hilock_release(t->h, released, t) != 0) { t->s->errors++; t->s->done++; }
 }
 
 static void granted(hilock_hold *h, int status, void *data) {
     turn *t = data;
     shared *s = t->s;
-    if (status != 0) { s->errors++; s->done++; return; }
+    if (status != 0) {
+        if (s->errors++ == 0 && s->ca) {
+            s->first_error = status;
+            snprintf(s->first_errstr, sizeof(s->first_errstr), "%s", hilock_client_errstr(s->ca));
+        }
+        s->done++;
+        return;
+    }
     s->granted++;
     if (s->inside[t->idx]++) s->overlaps++;
     if (hilock_hold_fence(h) <= s->last[t->idx]) s->regressions++;
     s->last[t->idx] = hilock_hold_fence(h);
-    s->inside[t->idx]--;
-    hilock_release(h, released, t);
+    t->h = h;
+    if (s->hold_ms == 0) { release_turn(-1, 0, t); return; }
+    struct timeval tv = {0, s->hold_ms * 1000};
+    event_base_once(base, -1, EV_TIMEOUT, release_turn, t, &tv);
 }
 
 Test(cluster, exclusion_over_three_masters) {
@@ -270,3 +297,90 @@ Test(cluster, cli) {
     char log[2048];
     cr_expect_eq(rc, 0, "hilock exited %d: %s", rc, test_slurp(out, log, sizeof(log)));
 }
+
+/* ---- Failover ---------------------------------------------------------------- */
+
+/* The replica of `m` (by CLUSTER NODES on m), or NULL. */
+static test_redis *replica_of(test_redis *m) {
+    char id[64];
+    node_id(m, id, sizeof(id));
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
+        if (&cl.node[i] == m || cl.node[i].pid <= 0) continue;
+        redisContext *k = test_redis_connect(&cl.node[i]);
+        redisReply *rep = k ? redisCommand(k, "ROLE") : NULL;
+        int mine = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 3 &&
+                   strcmp(rep->element[0]->str, "slave") == 0 &&
+                   rep->element[2]->integer == m->port;
+        if (rep) freeReplyObject(rep);
+        if (k) redisFree(k);
+        if (mine) return &cl.node[i];
+    }
+    return NULL;
+}
+
+/* Holders and waiters on names of every master while one master is failed
+ * over: the exclusion holds, every waiter ends, and the lock is served by
+ * the promoted replica (MOVED from the old master, NOSCRIPT on the new). */
+static void failover_under_contention(int hard) {
+    hilock_client *a = cluster_client(cl.url), *b = cluster_client(cl.url);
+    static turn turns[600];
+    shared s;
+    memset(&s, 0, sizeof(s));
+    s.hold_ms = 3; /* 600 grants on 8 names: about 250 ms of contention per name */
+    s.ca = a;
+    /* A master that serves some of the names: not the first seed (where
+     * the clients' subscriptions live), or (hard == 2) the first seed. */
+    test_redis *m = NULL, *r = NULL;
+    for (int i = 0; i < 8 && m == NULL; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "ex-%d", i);
+        test_redis *x = test_cluster_master_of(&cl, slot_of(name));
+        if ((hard == 2) == (x == &cl.node[0])) m = x; /* 2: the first seed itself */
+    }
+    if (m) r = replica_of(m);
+    cr_assert(m && r, "no master/replica pair");
+    for (int i = 0; i < 600; i++) {
+        char name[32];
+        turns[i].s = &s;
+        turns[i].idx = i % 8;
+        snprintf(name, sizeof(name), "ex-%d", i % 8);
+        cr_assert_eq(hilock_acquire(i % 2 ? a : b, name, NULL, granted, &turns[i], NULL), 0);
+        if (i == 300) { /* halfway: fail the master over */
+            test_loop_for(base, 5);
+            if (hard) {
+                kill(m->pid, SIGKILL);
+            } else {
+                redisContext *k = test_redis_connect(r);
+                freeReplyObject(redisCommand(k, "CLUSTER FAILOVER"));
+                redisFree(k);
+            }
+        }
+    }
+    long long t0 = test_now_ms();
+    while (s.done < 600 && test_now_ms() - t0 < 60000) test_loop_for(base, 20);
+    cr_log_info("failover (%s): %d granted, %d errors (first: %s, %s), %d overlaps in %lld ms",
+                hard == 2 ? "kill -9 of the first seed" : hard ? "kill -9" : "CLUSTER FAILOVER", s.granted, s.errors,
+                hilock_strerror(s.first_error), s.first_errstr, s.overlaps, test_now_ms() - t0);
+    cr_expect_eq(s.done, 600, "%d of 600 ended", s.done);
+    cr_expect_eq(s.overlaps, 0);
+    cr_expect_eq(s.regressions, 0, "fences out of order");
+    /* Afterwards every name works, on the promoted replica too. */
+    for (int i = 0; i < 8; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "ex-%d", i);
+        got g = take(a, name);
+        cr_expect_eq(g.status, 0, "%s after the failover: %s (%s)", name, hilock_strerror(g.status),
+                     hilock_client_errstr(a));
+        if (g.status == 0) cr_expect_eq(give_back(g.hold), 0);
+    }
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+Test(cluster, graceful_failover_under_contention) { failover_under_contention(0); }
+
+Test(cluster, master_killed_under_contention, .timeout = 120) { failover_under_contention(1); }
+
+/* The first seed is the node that carries the clients' subscriptions and
+ * answers CLUSTER SLOTS: they move to a node that answers. */
+Test(cluster, first_seed_killed_under_contention, .timeout = 120) { failover_under_contention(2); }

@@ -225,6 +225,14 @@ static void on_released(hl_req *r, redisReply *reply, int err) {
     /* A hold already found lost, or past its lease when the release was
      * sent, reports it, even if the key happened to be still in our hands. */
     if (err == 0 && !hl_hold_live(op->hold, r->submitted_at)) err = HILOCK_ELOST;
+    /* No answer (a dead or stalled node, a failover under way): tell the
+     * user, and keep releasing in the background for as long as the lock
+     * could live, so that waiters do not wait out the lease. */
+    if ((err == HILOCK_ECONN || err == HILOCK_EDEADLINE) && !l->freeing) {
+        hilock_hold *h = op->hold;
+        uint64_t now = hl_now_ms(), until = hl_hold_expiry(h);
+        if (until > now) hl_release_token(h->name, h->token, (uint32_t)(until - now));
+    }
     op->status = err;
     if (l->freeing) { relop_run(&op->defer, 1); return; }
     hl_defer_push(l, &op->defer);

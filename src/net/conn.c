@@ -177,6 +177,7 @@ static void on_connect(const redisAsyncContext *ac, int status) {
         k->state = HL_CONN_DOWN;
         k->last_err = HILOCK_ECONN;
         hl_timer_stop(l, &k->connect_to);
+        if (k->ev.lost && !l->freeing && !l->forked) k->ev.lost(k->ev.arg);
         conn_schedule_retry(k);
         return;
     }

@@ -139,6 +139,7 @@ struct hl_req {
     unsigned rounds : 2;       /* for its owner's use */
     unsigned asking : 1;       /* send ASKING first (an ASK redirect) */
     unsigned redirects : 5;    /* MOVED/ASK hops so far */
+    int slot;                  /* the cluster slot of its keys, or -1 */
     int nkeys, nargs;          /* argv: the keys, then the other arguments */
     const char *argv[HL_REQ_MAXARGS];
     size_t argl[HL_REQ_MAXARGS];
@@ -162,6 +163,8 @@ void hl_req_submit_within(hl_conn *k, hl_req *r, uint64_t ms);
 /* Send `r` to `k` instead (after MOVED or ASK); asking: precede it with
  * ASKING there. Ends it with HILOCK_EREPLY after too many hops. */
 void hl_req_redirect(hl_req *r, hl_conn *k, int asking);
+/* Move a queued (unsent) request to `k`: sent at once if k is up. */
+void hl_req_move(hl_req *r, hl_conn *k);
 /* Client teardown: end whatever is left (requests backing off). */
 void hl_net_cancel_all(hl_net *net);
 /* Map an error reply to a code; keep its text as the last error. */

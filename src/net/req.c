@@ -61,6 +61,7 @@ hl_req *hl_req_new(hl_net *net, const hl_script *s, int nkeys, size_t bytes,
     r->cap = bytes;
     r->done = done;
     r->owner = owner;
+    r->slot = -1;
     r->deadline.cb = req_deadline;
     r->backoff.cb = req_resend;
     hl_list_init(&r->link);
@@ -88,6 +89,7 @@ void hl_req_arg_u64(hl_req *r, uint64_t v) {
 hl_req *hl_req_copy(const hl_req *r, hl_req_done done, void *owner) {
     hl_req *c = hl_req_new(r->net, r->script, r->nkeys, r->cap, done, owner);
     if (c == NULL) return NULL;
+    c->slot = r->slot;
     for (int i = 0; i < r->nargs; i++) hl_req_arg(c, r->argv[i], r->argl[i], "", 0);
     return c;
 }
@@ -153,6 +155,12 @@ static int req_redirected(hl_req *r, const redisReply *reply) {
     hl_set_error(r->net->loop, "%s", reply->str);
     r->net->redirect(r->net->redirect_arg, r, ask, slot, host, port);
     return 1;
+}
+
+void hl_req_move(hl_req *r, hl_conn *k) {
+    if (hl_linked(&r->link)) hl_list_remove(&r->link);
+    r->conn = k;
+    hl_req_again(r);
 }
 
 void hl_req_redirect(hl_req *r, hl_conn *k, int asking) {

@@ -37,19 +37,40 @@ static hl_node *cluster_route(hl_topo *t, uint16_t slot) {
 
 static hl_node *cluster_sub_route(hl_topo *t, uint16_t slot) {
     (void)slot;
-    return t->seed;
+    return t->subnode;
 }
 
-static const hl_topo_ops cluster_ops = {cluster_route, cluster_sub_route};
+/* A node whose command connection is up, other than `not`, or NULL. */
+static hl_node *live_node(hl_topo *t, const hl_node *not) {
+    for (hl_node *n = hl_topo_first(t); n; n = hl_topo_next(t, n))
+        if (n != not && hl_node_cmd_ready(n)) return n;
+    return NULL;
+}
+
+/* The subscriber connection dropped: subscribe elsewhere if another node
+ * answers (the engine resubscribes every waiting name when it is up). */
+static void cluster_sub_lost(hl_topo *t, hl_node *n) {
+    if (n != t->subnode || t->map->standalone) return;
+    hl_node *other = live_node(t, n);
+    if (other == NULL) return; /* keep reconnecting to this one */
+    t->subnode = other;
+    hl_conn_connect(&other->sub);
+}
+
+static const hl_topo_ops cluster_ops = {cluster_route, cluster_sub_route, cluster_sub_lost};
 
 /* The node at host:port, made (and its command connection started) if it
  * is new; NULL when there is no room or memory. */
+static void node_lost(void *arg);
+
 static hl_node *node_at(hl_topo *t, const char *host, int port) {
     hl_slotmap *m = t->map;
     hl_node *n = hl_topo_find(t, host, port);
     if (n == NULL) {
         hl_addr a = {(char *)host, port, NULL};
         if ((n = hl_node_new(t, &a)) == NULL) return NULL;
+        n->cmd.ev.lost = node_lost;
+        n->cmd.ev.arg = n;
         hl_conn_connect(&n->cmd);
     }
     if (n->index == 0 && m->nnodes < MAX_NODES) {
@@ -78,6 +99,21 @@ static void map_range(hl_topo *t, const redisReply *e) {
         if (s >= 0) t->map->owner[s] = (uint8_t)n->index;
 }
 
+/* Requests queued for a node that no longer owns their slot go to the
+ * one that does (after a failover, the map names the promoted replica). */
+static void reroute(hl_topo *t) {
+    for (hl_node *n = hl_topo_first(t); n; n = hl_topo_next(t, n)) {
+        hl_link *l = n->cmd.queue.next;
+        while (l != &n->cmd.queue) {
+            hl_req *r = HL_CONTAINER(l, hl_req, link);
+            l = l->next;
+            hl_node *to = r->slot >= 0 ? cluster_route(t, (uint16_t)r->slot) : n;
+            if (to == n) continue;
+            hl_req_move(r, &to->cmd);
+        }
+    }
+}
+
 static void on_slots(hl_req *r, redisReply *reply, int err) {
     hl_topo *t = r->owner;
     hl_slotmap *m = t->map;
@@ -91,6 +127,7 @@ static void on_slots(hl_req *r, redisReply *reply, int err) {
     }
     if (reply->type != REDIS_REPLY_ARRAY) return;
     for (size_t i = 0; i < reply->elements; i++) map_range(t, reply->element[i]);
+    reroute(t);
 }
 
 static void refresh(hl_topo *t) {
@@ -102,11 +139,21 @@ static void refresh(hl_topo *t) {
     hl_req_arg(r, "CLUSTER", 7, "", 0);
     hl_req_arg(r, "SLOTS", 5, "", 0);
     m->refreshing = 1;
-    hl_req_submit(&t->seed->cmd, r);
+    hl_node *ask = hl_node_cmd_ready(t->seed) ? t->seed : live_node(t, NULL);
+    hl_req_submit(&(ask ? ask : t->seed)->cmd, r);
 }
 
 static void seed_ready(void *arg) {
-    refresh(arg);
+    hl_node *seed = arg;
+    refresh(seed->topo);
+}
+
+/* A node went away or cannot be reached: the map may have changed. */
+static void node_lost(void *arg) {
+    hl_node *n = arg;
+    hl_topo *t = n->topo;
+    t->map->refreshed_at = 0; /* a lost node is news: no rate limit */
+    refresh(t);
 }
 
 /* ---- Redirects ------------------------------------------------------------ */
@@ -132,8 +179,10 @@ int hl_topo_cluster(hl_topo *t, const hl_sub_events *sub) {
     t->sub = *sub;
     if ((t->map = calloc(1, sizeof(*t->map))) == NULL) return HILOCK_ENOMEM;
     if ((t->seed = hl_node_new(t, &a)) == NULL) return HILOCK_ENOMEM;
+    t->subnode = t->seed;
     t->seed->cmd.ev.ready = seed_ready;
-    t->seed->cmd.ev.arg = t;
+    t->seed->cmd.ev.lost = node_lost;
+    t->seed->cmd.ev.arg = t->seed;
     t->net.redirect = on_redirect;
     t->net.redirect_arg = t;
     hl_conn_connect(&t->seed->cmd);

@@ -20,6 +20,7 @@ static void sub_ready(void *arg) {
 static void sub_lost(void *arg) {
     hl_node *n = arg;
     n->topo->sub.lost(n->topo->sub.arg, n);
+    if (n->topo->ops->sub_lost) n->topo->ops->sub_lost(n->topo, n);
 }
 
 hl_node *hl_node_new(hl_topo *t, const hl_addr *addr) {

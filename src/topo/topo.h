@@ -36,6 +36,8 @@ typedef struct hl_topo_ops {
     hl_node *(*route)(hl_topo *t, uint16_t slot);
     /* The node whose subscriber connection carries the channel of `slot`. */
     hl_node *(*sub_route)(hl_topo *t, uint16_t slot);
+    /* Optional: n's subscriber connection dropped (after the owner heard). */
+    void (*sub_lost)(hl_topo *t, hl_node *n);
 } hl_topo_ops;
 
 typedef struct hl_slotmap hl_slotmap;
@@ -45,6 +47,7 @@ struct hl_topo {
     hl_net net;           /* settings shared by every node's connections */
     hl_link nodes;
     hl_node *seed;        /* the first node of the URL */
+    hl_node *subnode;     /* cluster.c: where classic subscriptions live */
     hl_sub_events sub;
     hl_slotmap *map;      /* cluster.c: which master owns each slot */
 };

@@ -466,7 +466,12 @@ static int cluster_node_start(test_redis *r) {
         snprintf(bus, sizeof(bus), "%d", port + 10000);
         if (test_redis_start(r, port, "--cluster-enabled", "yes", "--cluster-port", bus,
                              "--cluster-config-file", "nodes.conf", "--cluster-node-timeout",
-                             "2000", "--enable-debug-command", "yes", NULL) == 0)
+                             "2000", "--enable-debug-command", "yes",
+                             /* A replica may take over however long it has been
+                              * idle (the default refuses after 10 node timeouts
+                              * without news from its master). */
+                             "--cluster-replica-validity-factor", "0",
+                             "--repl-ping-replica-period", "1", NULL) == 0)
             return 0;
     }
     return -1;

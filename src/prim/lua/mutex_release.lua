@@ -1,12 +1,20 @@
 -- release: KEYS[1] lock; ARGV[1] token, ARGV[2] channel, ARGV[3] PUBLISH or SPUBLISH
 -- Delete the lock only if it is still ours, and tell the waiters on the
 -- channel. Returns 1 if it was ours, 0 if not (expired, taken over, or
--- already released by an earlier try of this same release). The channel is
--- an argument, not a key: in a cluster, a key that never exists would make
--- the script answer TRYAGAIN for as long as its slot migrates.
-if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
+-- already released by an earlier try of this same release).
+-- A lock that is not there at all is free: say so too. Its waiters may be
+-- sleeping until a PTTL that no longer holds (the key expired early, or a
+-- failover promoted a replica that never had it).
+-- The channel is an argument, not a key: in a cluster, a key that never
+-- exists would make the script answer TRYAGAIN for as long as its slot
+-- migrates.
+local token = redis.call('HGET', KEYS[1], 'token')
+if token == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call(ARGV[3], ARGV[2], 'r')
   return 1
+end
+if token == false then
+  redis.call(ARGV[3], ARGV[2], 'r')
 end
 return 0
