@@ -323,6 +323,16 @@ static test_redis *replica_of(test_redis *m) {
  * the promoted replica (MOVED from the old master, NOSCRIPT on the new). */
 static void failover_under_contention(int hard) {
     hilock_client *a = cluster_client(cl.url), *b = cluster_client(cl.url);
+    /* Both know the slot map before the fault: with one seed, a client whose
+     * seed dies before it heard the map knows no other node. */
+    for (int i = 0; i < 8; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "ex-%d", i);
+        got ga = take(a, name);
+        if (ga.status == 0) give_back(ga.hold);
+        got gb = take(b, name);
+        if (gb.status == 0) give_back(gb.hold);
+    }
     static turn turns[600];
     shared s;
     memset(&s, 0, sizeof(s));
@@ -384,3 +394,25 @@ Test(cluster, master_killed_under_contention, .timeout = 120) { failover_under_c
 /* The first seed is the node that carries the clients' subscriptions and
  * answers CLUSTER SLOTS: they move to a node that answers. */
 Test(cluster, first_seed_killed_under_contention, .timeout = 120) { failover_under_contention(2); }
+
+/* A first host that does not answer: the next one of the URL serves as the
+ * seed (the map, the subscriptions), and waiters are woken as usual. */
+Test(cluster, next_seed_when_the_first_is_down) {
+    char url[160];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d,127.0.0.1:%d", test_free_port(), cl.node[2].port);
+    hilock_client *a = cluster_client(url), *b = cluster_client(url);
+    got ga = take(a, "next-seed");
+    cr_assert_eq(ga.status, 0, "%s (%s)", hilock_strerror(ga.status), hilock_client_errstr(a));
+    got gb = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(b, "next-seed", NULL, got_cb, &gb, NULL), 0);
+    test_loop_for(base, 300);
+    cr_assert_eq(gb.calls, 0);
+    long long t0 = test_now_ms();
+    cr_expect_eq(give_back(ga.hold), 0);
+    cr_assert(test_loop_until(base, &gb.calls, 5000));
+    cr_expect_eq(gb.status, 0);
+    cr_expect_lt(gb.at_ms - t0, 1000, "woken %lld ms after the release", gb.at_ms - t0);
+    if (gb.status == 0) cr_expect_eq(give_back(gb.hold), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}

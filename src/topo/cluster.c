@@ -9,6 +9,9 @@
  * reply sends the request on with ASKING and leaves the map alone. Nodes are
  * made, and connect, as the map names them.
  *
+ * While no map is known, a seed that cannot be reached hands over to the
+ * URL's next host.
+ *
  * Pub/sub is classic: a PUBLISH reaches every node of a cluster, so every
  * channel is subscribed on the first seed, whatever its slot. */
 #include <stdlib.h>
@@ -23,6 +26,8 @@ struct hl_slotmap {
     hl_node *node[MAX_NODES];
     int nnodes;
     int standalone;             /* the seed said it is no cluster */
+    int known;                  /* a CLUSTER SLOTS answered */
+    int seed_index;             /* which of the URL's hosts is the seed */
     int refreshing;             /* a CLUSTER SLOTS is under way */
     uint64_t refreshed_at;
 };
@@ -127,6 +132,7 @@ static void on_slots(hl_req *r, redisReply *reply, int err) {
     }
     if (reply->type != REDIS_REPLY_ARRAY) return;
     for (size_t i = 0; i < reply->elements; i++) map_range(t, reply->element[i]);
+    m->known = 1;
     reroute(t);
 }
 
@@ -148,10 +154,32 @@ static void seed_ready(void *arg) {
     refresh(seed->topo);
 }
 
+/* The seed cannot be reached and no map is known yet: try the URL's next
+ * host (round the list), and send it what waited for the seed. */
+static void next_seed(hl_topo *t) {
+    const hl_url *u = &t->net.url;
+    hl_slotmap *m = t->map;
+    if (u->nmore == 0 || m->known || m->standalone) return;
+    m->seed_index = (m->seed_index + 1) % (u->nmore + 1);
+    const hl_addr *a = m->seed_index == 0 ? NULL : &u->more[m->seed_index - 1];
+    hl_node *n = node_at(t, a ? a->host : u->host, a ? a->port : u->port);
+    if (n == NULL || n == t->seed) return;
+    n->cmd.ev.ready = seed_ready;
+    if (t->subnode == t->seed && !hl_node_sub_ready(t->seed)) {
+        t->subnode = n;
+        hl_conn_connect(&n->sub);
+    }
+    hl_node *old = t->seed;
+    t->seed = n;
+    while (!hl_list_empty(&old->cmd.queue)) /* the map request too */
+        hl_req_move(HL_CONTAINER(old->cmd.queue.next, hl_req, link), &n->cmd);
+}
+
 /* A node went away or cannot be reached: the map may have changed. */
 static void node_lost(void *arg) {
     hl_node *n = arg;
     hl_topo *t = n->topo;
+    if (n == t->seed) next_seed(t);
     t->map->refreshed_at = 0; /* a lost node is news: no rate limit */
     refresh(t);
 }
