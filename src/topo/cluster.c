@@ -32,8 +32,6 @@ struct hl_slotmap {
     uint64_t refreshed_at;
 };
 
-static void refresh(hl_topo *t);
-
 static hl_node *cluster_route(hl_topo *t, uint16_t slot) {
     hl_slotmap *m = t->map;
     int i = m->owner[slot & 16383];
@@ -64,16 +62,18 @@ static void cluster_sub_lost(hl_topo *t, hl_node *n) {
 
 static const hl_topo_ops cluster_ops = {cluster_route, cluster_sub_route, cluster_sub_lost};
 
-/* The node at host:port, made (and its command connection started) if it
- * is new; NULL when there is no room or memory. */
+static void node_ready(void *arg);
 static void node_lost(void *arg);
 
+/* The node at host:port, made (and its command connection started) if it
+ * is new; NULL when there is no room or memory. */
 static hl_node *node_at(hl_topo *t, const char *host, int port) {
     hl_slotmap *m = t->map;
     hl_node *n = hl_topo_find(t, host, port);
     if (n == NULL) {
         hl_addr a = {(char *)host, port, NULL};
         if ((n = hl_node_new(t, &a)) == NULL) return NULL;
+        n->cmd.ev.ready = node_ready;
         n->cmd.ev.lost = node_lost;
         n->cmd.ev.arg = n;
         hl_conn_connect(&n->cmd);
@@ -149,9 +149,10 @@ static void refresh(hl_topo *t) {
     hl_req_submit(&(ask ? ask : t->seed)->cmd, r);
 }
 
-static void seed_ready(void *arg) {
-    hl_node *seed = arg;
-    refresh(seed->topo);
+/* The seed's command connection is up (again): ask it for the map. */
+static void node_ready(void *arg) {
+    hl_node *n = arg;
+    if (n == n->topo->seed) refresh(n->topo);
 }
 
 /* The seed cannot be reached and no map is known yet: try the URL's next
@@ -164,7 +165,6 @@ static void next_seed(hl_topo *t) {
     const hl_addr *a = m->seed_index == 0 ? NULL : &u->more[m->seed_index - 1];
     hl_node *n = node_at(t, a ? a->host : u->host, a ? a->port : u->port);
     if (n == NULL || n == t->seed) return;
-    n->cmd.ev.ready = seed_ready;
     if (t->subnode == t->seed && !hl_node_sub_ready(t->seed)) {
         t->subnode = n;
         hl_conn_connect(&n->sub);
@@ -202,18 +202,13 @@ static void on_redirect(void *arg, hl_req *r, int ask, unsigned slot, const char
 
 int hl_topo_cluster(hl_topo *t, const hl_sub_events *sub) {
     const hl_url *u = &t->net.url;
-    hl_addr a = {u->host, u->port, u->path};
     t->ops = &cluster_ops;
     t->sub = *sub;
-    if ((t->map = calloc(1, sizeof(*t->map))) == NULL) return HILOCK_ENOMEM;
-    if ((t->seed = hl_node_new(t, &a)) == NULL) return HILOCK_ENOMEM;
-    t->subnode = t->seed;
-    t->seed->cmd.ev.ready = seed_ready;
-    t->seed->cmd.ev.lost = node_lost;
-    t->seed->cmd.ev.arg = t->seed;
     t->net.redirect = on_redirect;
     t->net.redirect_arg = t;
-    hl_conn_connect(&t->seed->cmd);
+    if ((t->map = calloc(1, sizeof(*t->map))) == NULL) return HILOCK_ENOMEM;
+    if ((t->seed = node_at(t, u->host, u->port)) == NULL) return HILOCK_ENOMEM;
+    t->subnode = t->seed;
     hl_conn_connect(&t->seed->sub);
     return 0;
 }
