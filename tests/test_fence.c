@@ -32,18 +32,12 @@ static long long server_us(const test_redis *r) {
 static hilock_client *client_cfg(const char *url, uint32_t fence_ttl_s, hilock_log_cb log,
                                  void *log_data, int require) {
     hilock_config cfg;
-    hilock_client *c = NULL;
-    hilock_config_init(&cfg);
-    cfg.url = url;
-    cfg.request_timeout_ms = 1000;
-    cfg.connect_timeout_ms = 1000;
-    cfg.linger_ms = 100;
+    lockenv_config(&cfg, url);
     cfg.fence_ttl_s = fence_ttl_s;
     cfg.log_cb = log;
     cfg.log_data = log_data;
     cfg.require_noeviction = require;
-    cr_assert_eq(hilock_client_new(&c, &cfg, &e.loop), 0);
-    return c;
+    return lockenv_client_cfg(&e, &cfg);
 }
 
 /* Acquire and release `name` once; its fence. */

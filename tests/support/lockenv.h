@@ -39,17 +39,27 @@ static inline void lockenv_stop(lockenv *e) {
     e->base = NULL;
 }
 
+/* A config with short timings suited to tests. */
+static inline void lockenv_config(hilock_config *cfg, const char *url) {
+    hilock_config_init(cfg);
+    cfg->url = url;
+    cfg->request_timeout_ms = 1000;
+    cfg->connect_timeout_ms = 1000;
+    cfg->linger_ms = 100;
+}
+
+static inline hilock_client *lockenv_client_cfg(lockenv *e, const hilock_config *cfg) {
+    hilock_client *c = NULL;
+    cr_assert_eq(hilock_client_new(&c, cfg, &e->loop), 0);
+    return c;
+}
+
 /* A client with short timings suited to tests. */
 static inline hilock_client *lockenv_client_url(lockenv *e, const char *url, uint32_t linger_ms) {
     hilock_config cfg;
-    hilock_client *c = NULL;
-    hilock_config_init(&cfg);
-    cfg.url = url;
-    cfg.request_timeout_ms = 1000;
-    cfg.connect_timeout_ms = 1000;
-    cfg.linger_ms = linger_ms ? linger_ms : 100;
-    cr_assert_eq(hilock_client_new(&c, &cfg, &e->loop), 0);
-    return c;
+    lockenv_config(&cfg, url);
+    if (linger_ms) cfg.linger_ms = linger_ms;
+    return lockenv_client_cfg(e, &cfg);
 }
 
 static inline hilock_client *lockenv_client(lockenv *e) {
