@@ -29,6 +29,7 @@ const char *hilock_strerror(int err) {
     case HILOCK_ELOADING:   return "Redis is loading its data set";
     case HILOCK_ESCRIPT:    return "a lock script failed in Redis";
     case HILOCK_EFORK:      return "the client belongs to the process that made it (fork)";
+    case HILOCK_EREPLICAS:  return "fewer replicas than wait_replicas confirmed the write in time";
     case HILOCK_EEVICTION:  return "Redis may evict locks (maxmemory-policy is not noeviction)";
     default:                return "unknown error";
     }
@@ -94,6 +95,7 @@ void hilock_config_init_size(hilock_config *cfg, size_t size) {
     d.linger_ms = 1000;
     d.reconnect_max_ms = 1000;
     d.fence_ttl_s = 7 * 24 * 3600;
+    d.wait_timeout_ms = 100;
     hl_struct_export(cfg, size, &d, sizeof(d));
 }
 
@@ -118,12 +120,15 @@ static int config_take(hilock_config *out, const hilock_config *cfg) {
     out->linger_ms = or_default(out->linger_ms, d.linger_ms);
     out->reconnect_max_ms = or_default(out->reconnect_max_ms, d.reconnect_max_ms);
     out->fence_ttl_s = or_default(out->fence_ttl_s, d.fence_ttl_s);
+    out->wait_timeout_ms = or_default(out->wait_timeout_ms, d.wait_timeout_ms);
+    if (out->pubsub < HILOCK_PUBSUB_AUTO || out->pubsub > HILOCK_PUBSUB_CLASSIC) return HILOCK_EINVAL;
+    if (out->wait_replicas > 64) return HILOCK_EINVAL;
     return 0;
 }
 
 static int loop_valid(const hilock_loop *l) {
     return l != NULL && l->attach && l->timer_new && l->timer_start && l->timer_stop &&
-           l->timer_free;
+           l->timer_free && l->io_new && l->io_watch && l->io_free;
 }
 
 /* ---- Life cycle ------------------------------------------------------------- */

@@ -45,9 +45,9 @@ extern "C" {
  * versioning for the API. HILOCK_SOVERSION is the N of libhilock.so.N: it
  * counts ABI breaks and is bumped on every one (see CHANGELOG.md). */
 #define HILOCK_VERSION_MAJOR 0
-#define HILOCK_VERSION_MINOR 2
+#define HILOCK_VERSION_MINOR 3
 #define HILOCK_VERSION_PATCH 0
-#define HILOCK_SOVERSION     1
+#define HILOCK_SOVERSION     2
 #define HILOCK_VERSION_STR_(x) #x
 #define HILOCK_VERSION_STR(a, b, c) HILOCK_VERSION_STR_(a) "." HILOCK_VERSION_STR_(b) "." HILOCK_VERSION_STR_(c)
 /* "MAJOR.MINOR.PATCH" of the header; hilock_version() is the library's. */
@@ -85,6 +85,8 @@ extern "C" {
                                  noeviction) and require_noeviction is set */
 #define HILOCK_EFORK     -20  /* the client was made in another process: make one per
                                  process, after fork() */
+#define HILOCK_EREPLICAS -21  /* fewer replicas than wait_replicas confirmed the lock
+                                 within wait_timeout_ms (see hilock_config) */
 
 /* A constant, human-readable message for an error code; never NULL. */
 HILOCK_API const char *hilock_strerror(int err);
@@ -100,6 +102,8 @@ struct redisAsyncContext;
 /* One timer of the event loop. hilock arms at most one at a time per client
  * (it keeps its own timer heap), so adapters need not be fast at scale. */
 typedef struct hilock_loop_timer hilock_loop_timer;
+/* One watched socket of the event loop. */
+typedef struct hilock_loop_io hilock_loop_io;
 
 /* What hilock needs from an event loop. Fill one with an adapter from
  * <hilock/adapters/> (e.g. hilock_libevent_init()) or write your own: each member is
@@ -117,7 +121,21 @@ typedef struct hilock_loop {
     void (*timer_stop)(hilock_loop_timer *t);
     /* Disarm and free a timer. */
     void (*timer_free)(hilock_loop_timer *t);
+    /* Watch socket `fd` (hilock's subscriber connections, which read
+     * replies hiredis's async API cannot dispatch, e.g. SSUBSCRIBE's):
+     * cb(arg, events) runs with HILOCK_IO_READ and/or HILOCK_IO_WRITE set
+     * while the socket is ready for the events last asked with io_watch.
+     * NULL on failure. */
+    hilock_loop_io *(*io_new)(void *data, int fd, void (*cb)(void *arg, int events), void *arg);
+    /* Watch for `events` from now on (HILOCK_IO_READ | HILOCK_IO_WRITE;
+     * 0: none). */
+    void (*io_watch)(hilock_loop_io *io, int events);
+    /* Stop watching and free; hilock closes the socket afterwards. */
+    void (*io_free)(hilock_loop_io *io);
 } hilock_loop;
+
+#define HILOCK_IO_READ  1
+#define HILOCK_IO_WRITE 2
 
 /* ---- Client ------------------------------------------------------------- */
 
@@ -177,9 +195,30 @@ typedef struct hilock_config {
      * policy cannot be read: requests fail with HILOCK_EEVICTION. Evicting a
      * held lock lets a second client take it. Default 0 (warn only). */
     int require_noeviction;
-    int reserved_;               /* 0: fills what would be tail padding, so that a
-                                    field added later always changes the size */
+    /* How waiters hear releases: HILOCK_PUBSUB_AUTO (the default) uses
+     * sharded pub/sub (SSUBSCRIBE/SPUBLISH on the master of the lock's slot)
+     * on a Redis Cluster of version 7 or later, and classic pub/sub
+     * (SUBSCRIBE/PUBLISH) otherwise. Classic PUBLISH in a cluster is sent to
+     * every node over the cluster bus; sharded is not. Every client of one
+     * set of locks must use the same mode (AUTO chooses the same for all):
+     * a waiter that listens in the other mode wakes only at its fallback
+     * timer. */
+    int pubsub;
+    /* After an acquire and after each renewal, WAIT until this many replicas
+     * have the write, for at most wait_timeout_ms (default 100). An acquire
+     * that fewer replicas confirm is released and ends with
+     * HILOCK_EREPLICAS; a renewal that fewer confirm counts as not done (it
+     * is tried again, and the hold is lost if its lease runs out first).
+     * Narrows, does not close, the window in which a failover to a replica
+     * that lacks the lock lets a second client take it. Default 0 (no WAIT). */
+    uint32_t wait_replicas;
+    uint32_t wait_timeout_ms;
 } hilock_config;
+
+/* hilock_config.pubsub */
+#define HILOCK_PUBSUB_AUTO    0
+#define HILOCK_PUBSUB_SHARDED 1
+#define HILOCK_PUBSUB_CLASSIC 2
 
 /* Fill `cfg` with the defaults above (a macro: it records sizeof(*cfg)). */
 #define hilock_config_init(cfg) hilock_config_init_size((cfg), sizeof(*(cfg)))

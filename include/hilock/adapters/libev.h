@@ -89,6 +89,54 @@ static void hilock_libev_timer_free_(hilock_loop_timer *lt) {
     free(lt);
 }
 
+/* One watched socket: one ev_io, re-set when the events change. */
+typedef struct hilock_libev_io_ {
+    ev_io w;
+    struct ev_loop *loop;
+    int events;                 /* HILOCK_IO_* being watched */
+    void (*cb)(void *arg, int events);
+    void *arg;
+} hilock_libev_io_;
+
+static void hilock_libev_io_fire_(EV_P_ ev_io *w, int revents) {
+    hilock_libev_io_ *io = (hilock_libev_io_ *)w->data;
+#if EV_MULTIPLICITY
+    (void)loop;
+#endif
+    io->cb(io->arg, ((revents & EV_READ) ? HILOCK_IO_READ : 0) |
+                    ((revents & EV_WRITE) ? HILOCK_IO_WRITE : 0));
+}
+
+static hilock_loop_io *hilock_libev_io_new_(void *data, int fd, void (*cb)(void *, int), void *arg) {
+    hilock_libev_io_ *io = (hilock_libev_io_ *)malloc(sizeof(*io));
+    if (io == NULL) return NULL;
+    io->loop = (struct ev_loop *)data;
+    io->events = 0;
+    io->cb = cb;
+    io->arg = arg;
+    ev_io_init(&io->w, hilock_libev_io_fire_, fd, 0);
+    io->w.data = io;
+    return (hilock_loop_io *)(void *)io;
+}
+
+static void hilock_libev_io_watch_(hilock_loop_io *lio, int events) {
+    hilock_libev_io_ *io = (hilock_libev_io_ *)(void *)lio;
+#if EV_MULTIPLICITY
+    struct ev_loop *loop = io->loop;
+#endif
+    if (events == io->events) return;
+    io->events = events;
+    ev_io_stop(EV_A_ &io->w);
+    ev_io_set(&io->w, io->w.fd, ((events & HILOCK_IO_READ) ? EV_READ : 0) |
+                                ((events & HILOCK_IO_WRITE) ? EV_WRITE : 0));
+    if (events) ev_io_start(EV_A_ &io->w);
+}
+
+static void hilock_libev_io_free_(hilock_loop_io *lio) {
+    hilock_libev_io_watch_(lio, 0);
+    free(lio);
+}
+
 /* Fill `hl` so that hilock runs on the libev loop `loop`. */
 static inline void hilock_libev_init(hilock_loop *hl, struct ev_loop *loop) {
 #if !EV_MULTIPLICITY
@@ -101,6 +149,9 @@ static inline void hilock_libev_init(hilock_loop *hl, struct ev_loop *loop) {
     hl->timer_start = hilock_libev_timer_start_;
     hl->timer_stop = hilock_libev_timer_stop_;
     hl->timer_free = hilock_libev_timer_free_;
+    hl->io_new = hilock_libev_io_new_;
+    hl->io_watch = hilock_libev_io_watch_;
+    hl->io_free = hilock_libev_io_free_;
 }
 
 #endif /* HILOCK_ADAPTERS_LIBEV_H */

@@ -58,6 +58,55 @@ static void hilock_libevent_timer_free_(hilock_loop_timer *t) {
     free(t);
 }
 
+/* One watched socket: a persistent event per direction. Its own tag, so
+ * this header can share a file with the other adapters. */
+typedef struct hilock_libevent_io_ {
+    struct event *rd, *wr;
+    int events;                 /* HILOCK_IO_* being watched */
+    void (*cb)(void *arg, int events);
+    void *arg;
+} hilock_libevent_io_;
+
+static void hilock_libevent_io_fire_(evutil_socket_t fd, short what, void *arg) {
+    hilock_libevent_io_ *io = (hilock_libevent_io_ *)arg;
+    (void)fd;
+    io->cb(io->arg, ((what & EV_READ) ? HILOCK_IO_READ : 0) | ((what & EV_WRITE) ? HILOCK_IO_WRITE : 0));
+}
+
+static hilock_loop_io *hilock_libevent_io_new_(void *data, int fd, void (*cb)(void *, int), void *arg) {
+    struct event_base *base = (struct event_base *)data;
+    hilock_libevent_io_ *io = (hilock_libevent_io_ *)calloc(1, sizeof(*io));
+    if (io == NULL) return NULL;
+    io->cb = cb;
+    io->arg = arg;
+    io->rd = event_new(base, fd, EV_READ | EV_PERSIST, hilock_libevent_io_fire_, io);
+    io->wr = event_new(base, fd, EV_WRITE | EV_PERSIST, hilock_libevent_io_fire_, io);
+    if (io->rd == NULL || io->wr == NULL) {
+        if (io->rd) event_free(io->rd);
+        if (io->wr) event_free(io->wr);
+        free(io);
+        return NULL;
+    }
+    return (hilock_loop_io *)(void *)io;
+}
+
+static void hilock_libevent_io_watch_(hilock_loop_io *lio, int events) {
+    hilock_libevent_io_ *io = (hilock_libevent_io_ *)(void *)lio;
+    int on = events & ~io->events, off = io->events & ~events;
+    if (on & HILOCK_IO_READ) event_add(io->rd, NULL);
+    if (on & HILOCK_IO_WRITE) event_add(io->wr, NULL);
+    if (off & HILOCK_IO_READ) event_del(io->rd);
+    if (off & HILOCK_IO_WRITE) event_del(io->wr);
+    io->events = events;
+}
+
+static void hilock_libevent_io_free_(hilock_loop_io *lio) {
+    hilock_libevent_io_ *io = (hilock_libevent_io_ *)(void *)lio;
+    event_free(io->rd);
+    event_free(io->wr);
+    free(io);
+}
+
 /* Fill `loop` so that hilock runs on `base`. */
 static inline void hilock_libevent_init(hilock_loop *loop, struct event_base *base) {
     loop->data = base;
@@ -66,6 +115,9 @@ static inline void hilock_libevent_init(hilock_loop *loop, struct event_base *ba
     loop->timer_start = hilock_libevent_timer_start_;
     loop->timer_stop = hilock_libevent_timer_stop_;
     loop->timer_free = hilock_libevent_timer_free_;
+    loop->io_new = hilock_libevent_io_new_;
+    loop->io_watch = hilock_libevent_io_watch_;
+    loop->io_free = hilock_libevent_io_free_;
 }
 
 #endif /* HILOCK_ADAPTERS_LIBEVENT_H */

@@ -110,6 +110,57 @@ static int hilock_libuv_attach_(void *data, struct redisAsyncContext *ac) {
     return 0;
 }
 
+/* ---- hilock's own sockets ----------------------------------------------- */
+
+typedef struct hilock_libuv_io_ {
+    uv_poll_t poll;             /* poll.data points back here */
+    int events;                 /* HILOCK_IO_* being watched */
+    void (*cb)(void *arg, int events);
+    void *arg;
+} hilock_libuv_io_;
+
+static void hilock_libuv_io_fire_(uv_poll_t *h, int status, int events) {
+    hilock_libuv_io_ *io = (hilock_libuv_io_ *)h->data;
+    /* On an error libuv has stopped the handle: report what was watched,
+     * so that hilock's read or write finds the error itself. */
+    int ev = status < 0 ? io->events : ((events & UV_READABLE) ? HILOCK_IO_READ : 0) |
+                                       ((events & UV_WRITABLE) ? HILOCK_IO_WRITE : 0);
+    if (status < 0) io->events = 0;
+    io->cb(io->arg, ev);
+}
+
+static hilock_loop_io *hilock_libuv_io_new_(void *data, int fd, void (*cb)(void *, int), void *arg) {
+    hilock_libuv_io_ *io = (hilock_libuv_io_ *)malloc(sizeof(*io));
+    if (io == NULL) return NULL;
+    memset(io, 0, sizeof(*io));
+    if (uv_poll_init((uv_loop_t *)data, &io->poll, fd) != 0) {
+        free(io);
+        return NULL;
+    }
+    io->poll.data = io;
+    io->cb = cb;
+    io->arg = arg;
+    return (hilock_loop_io *)(void *)io;
+}
+
+static void hilock_libuv_io_watch_(hilock_loop_io *lio, int events) {
+    hilock_libuv_io_ *io = (hilock_libuv_io_ *)(void *)lio;
+    if (events == io->events) return;
+    io->events = events;
+    if (events)
+        uv_poll_start(&io->poll, ((events & HILOCK_IO_READ) ? UV_READABLE : 0) |
+                                 ((events & HILOCK_IO_WRITE) ? UV_WRITABLE : 0),
+                      hilock_libuv_io_fire_);
+    else
+        uv_poll_stop(&io->poll);
+}
+
+/* Stops watching at once; the memory goes in the close callback. */
+static void hilock_libuv_io_free_(hilock_loop_io *lio) {
+    hilock_libuv_io_ *io = (hilock_libuv_io_ *)(void *)lio;
+    uv_close((uv_handle_t *)&io->poll, hilock_libuv_closed_);
+}
+
 /* ---- hilock's timer ----------------------------------------------------- */
 
 /* Its own tag (not struct hilock_loop_timer), so that this header can share
@@ -165,6 +216,9 @@ static inline void hilock_libuv_init(hilock_loop *hl, uv_loop_t *loop) {
     hl->timer_start = hilock_libuv_timer_start_;
     hl->timer_stop = hilock_libuv_timer_stop_;
     hl->timer_free = hilock_libuv_timer_free_;
+    hl->io_new = hilock_libuv_io_new_;
+    hl->io_watch = hilock_libuv_io_watch_;
+    hl->io_free = hilock_libuv_io_free_;
 }
 
 #endif /* HILOCK_ADAPTERS_LIBUV_H */
