@@ -112,15 +112,15 @@ static int hilock_libuv_attach_(void *data, struct redisAsyncContext *ac) {
 
 /* ---- hilock's own sockets ----------------------------------------------- */
 
-typedef struct hilock_libuv_io_ {
+typedef struct hilock_libuv_sock_ {
     uv_poll_t poll;             /* poll.data points back here */
     int events;                 /* HILOCK_IO_* being watched */
     void (*cb)(void *arg, int events);
     void *arg;
-} hilock_libuv_io_;
+} hilock_libuv_sock_;
 
 static void hilock_libuv_io_fire_(uv_poll_t *h, int status, int events) {
-    hilock_libuv_io_ *io = (hilock_libuv_io_ *)h->data;
+    hilock_libuv_sock_ *io = (hilock_libuv_sock_ *)h->data;
     /* On an error libuv has stopped the handle: report what was watched,
      * so that hilock's read or write finds the error itself. */
     int ev = status < 0 ? io->events : ((events & UV_READABLE) ? HILOCK_IO_READ : 0) |
@@ -130,7 +130,7 @@ static void hilock_libuv_io_fire_(uv_poll_t *h, int status, int events) {
 }
 
 static hilock_loop_io *hilock_libuv_io_new_(void *data, int fd, void (*cb)(void *, int), void *arg) {
-    hilock_libuv_io_ *io = (hilock_libuv_io_ *)malloc(sizeof(*io));
+    hilock_libuv_sock_ *io = (hilock_libuv_sock_ *)malloc(sizeof(*io));
     if (io == NULL) return NULL;
     memset(io, 0, sizeof(*io));
     if (uv_poll_init((uv_loop_t *)data, &io->poll, fd) != 0) {
@@ -144,7 +144,7 @@ static hilock_loop_io *hilock_libuv_io_new_(void *data, int fd, void (*cb)(void 
 }
 
 static void hilock_libuv_io_watch_(hilock_loop_io *lio, int events) {
-    hilock_libuv_io_ *io = (hilock_libuv_io_ *)(void *)lio;
+    hilock_libuv_sock_ *io = (hilock_libuv_sock_ *)(void *)lio;
     if (events == io->events) return;
     io->events = events;
     if (events)
@@ -157,7 +157,7 @@ static void hilock_libuv_io_watch_(hilock_loop_io *lio, int events) {
 
 /* Stops watching at once; the memory goes in the close callback. */
 static void hilock_libuv_io_free_(hilock_loop_io *lio) {
-    hilock_libuv_io_ *io = (hilock_libuv_io_ *)(void *)lio;
+    hilock_libuv_sock_ *io = (hilock_libuv_sock_ *)(void *)lio;
     uv_close((uv_handle_t *)&io->poll, hilock_libuv_closed_);
 }
 
