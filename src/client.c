@@ -160,6 +160,10 @@ static void net_setup(hilock_client *c, const hilock_config *cfg) {
     net->request_timeout_ms = cfg->request_timeout_ms;
     net->reconnect_max_ms = cfg->reconnect_max_ms;
     net->require_noeviction = cfg->require_noeviction;
+    net->pubsub = cfg->pubsub;
+    net->sharded = cfg->pubsub == HILOCK_PUBSUB_SHARDED;
+    net->sharded_known = cfg->pubsub != HILOCK_PUBSUB_AUTO;
+    net->wait_timeout_ms = cfg->wait_timeout_ms;
     net->rng = c->token_salt | 1; /* backoff jitter; xorshift needs non-zero */
     net->idle = hl_close_progress;
     net->idle_arg = c;

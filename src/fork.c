@@ -22,10 +22,11 @@ static void fork_parent(void) { pthread_mutex_unlock(&clients_lock); }
 
 /* Only async-signal-safe calls here: socket, dup2, close. */
 static void disown(hl_conn *k) {
-    if (k->ac == NULL || k->ac->c.fd < 0) return;
+    int fd = hl_conn_fd(k);
+    if (fd < 0) return;
     int s = socket(AF_UNIX, SOCK_STREAM, 0);
     if (s < 0) return;
-    dup2(s, k->ac->c.fd);
+    dup2(s, fd);
     close(s);
 }
 

@@ -59,6 +59,7 @@ struct hl_name {
     size_t nwaiters;
     size_t refs;         /* holds and other users of its keys */
     int sub;             /* HL_SUB_* */
+    hl_node *sub_node;   /* where its subscription was last sent */
     unsigned trying : 1; /* the head's try is in flight */
     unsigned woken : 1;  /* a wakeup came while trying */
     unsigned known_held : 1; /* the last try was answered: the lock is taken */

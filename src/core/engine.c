@@ -22,14 +22,19 @@ static void try_send(hilock_wait *w);
 /* ---- Subscription state -------------------------------------------------- */
 
 static void subscribe(hl_name *n, int on) {
-    hl_node_subscribe(hl_name_sub_node(n), hl_name_channel(n), n->chlen, on);
+    if (on) n->sub_node = hl_name_sub_node(n);
+    hl_node_subscribe(n->sub_node, hl_name_channel(n), n->chlen, on);
 }
 
 static void ensure_subscribed(hl_name *n) {
     hl_timer_stop(&n->c->loop, &n->linger);
-    if (n->sub == HL_SUB_NONE && hl_node_sub_ready(hl_name_sub_node(n))) {
+    if (n->sub != HL_SUB_NONE) return;
+    hl_node *node = hl_name_sub_node(n);
+    if (hl_node_sub_ready(node)) {
         n->sub = HL_SUB_PENDING;
         subscribe(n, 1);
+    } else {
+        hl_node_sub_want(node); /* on_sub_ready subscribes it */
     }
 }
 
@@ -45,7 +50,7 @@ static void name_idle(hl_name *n) {
 static void linger_fired(hl_timer *t) {
     hl_name *n = HL_CONTAINER(t, hl_name, linger);
     if (n->nwaiters > 0) return;
-    if (n->sub == HL_SUB_ACTIVE && hl_node_sub_ready(hl_name_sub_node(n))) {
+    if (n->sub == HL_SUB_ACTIVE && hl_node_sub_ready(n->sub_node)) {
         n->sub = HL_SUB_LEAVING;
         subscribe(n, 0);
     } else if (n->sub == HL_SUB_PENDING) {
@@ -62,12 +67,31 @@ void hl_engine_name_init(hl_name *n) {
     n->linger.cb = linger_fired;
 }
 
+/* The server ended a subscription we did not end: its slot moved to
+ * another master (sharded pub/sub). Subscribe where the map says, and let
+ * the head try at once: a release may have gone by meanwhile. */
+static void sub_ended(hl_name *n) {
+    n->sub = HL_SUB_NONE;
+    hl_topo_moved(&n->c->topo, n->slot, NULL, 0);
+    if (n->nwaiters > 0) {
+        ensure_subscribed(n);
+        hl_engine_kick(n);
+    } else {
+        hl_timer_stop(&n->c->loop, &n->linger);
+        hl_name_maybe_free(n);
+    }
+}
+
 static void sub_acked(hl_name *n, int subscribed) {
     if (subscribed) {
         if (n->sub != HL_SUB_PENDING) return;
         n->sub = HL_SUB_ACTIVE;
         if (n->nwaiters > 0) hl_engine_kick(n); /* close the release-before-subscribe gap */
         else name_idle(n);
+        return;
+    }
+    if (n->sub == HL_SUB_PENDING || n->sub == HL_SUB_ACTIVE) {
+        sub_ended(n);
         return;
     }
     if (n->sub != HL_SUB_LEAVING) return;
@@ -87,9 +111,9 @@ static void on_message(void *arg, const char *ch, size_t len) {
     if (n) hl_engine_kick(n);
 }
 
-static void on_acked(void *arg, const char *ch, size_t len, int subscribed) {
+static void on_acked(void *arg, hl_node *node, const char *ch, size_t len, int subscribed) {
     hl_name *n = hl_name_by_channel(arg, ch, len);
-    if (n) sub_acked(n, subscribed);
+    if (n && n->sub != HL_SUB_NONE && n->sub_node == node) sub_acked(n, subscribed);
 }
 
 static void on_sub_ready(void *arg, hl_node *node) {
@@ -105,14 +129,32 @@ static void on_sub_lost(void *arg, hl_node *node) {
     hl_name *n = hl_names_first(c), *next;
     for (; n; n = next) {
         next = hl_names_next(c, n);
-        if (hl_name_sub_node(n) != node) continue;
+        if (n->sub_node != node) continue;
         n->sub = HL_SUB_NONE;
+        n->sub_node = NULL;
         hl_timer_stop(&c->loop, &n->linger);
         hl_name_maybe_free(n);
     }
 }
 
-const hl_sub_events hl_engine_sub_events = {on_message, on_acked, on_sub_ready, on_sub_lost, NULL};
+static void on_resubscribe(void *arg, hl_node *node, int slot) {
+    hilock_client *c = arg;
+    hl_name *n = hl_names_first(c), *next;
+    for (; n; n = next) {
+        next = hl_names_next(c, n);
+        if (slot >= 0 && n->slot != slot) continue;
+        if (node != NULL && n->sub == HL_SUB_PENDING && n->sub_node == node) {
+            n->sub = HL_SUB_NONE; /* refused there */
+            n->sub_node = NULL;
+        }
+        if (n->sub != HL_SUB_NONE || n->trying) continue;
+        if (n->nwaiters > 0) ensure_subscribed(n);
+        else hl_name_maybe_free(n);
+    }
+}
+
+const hl_sub_events hl_engine_sub_events = {on_message, on_acked, on_sub_ready, on_sub_lost,
+                                            on_resubscribe, NULL};
 
 /* ---- Waiters ------------------------------------------------------------- */
 
@@ -310,6 +352,13 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
         if (r->ever_sent) hl_release_token(n, w->token, w->terms.lease_ms);
         n->known_held = 0;
         fail_all(n, err); /* w first, if it still waits: it is the head */
+    } else if (t.granted && r->acked < (int)r->wait_replicas) {
+        /* Only the master has it: a failover now would hand it to another. */
+        hl_set_error(&c->loop, "WAIT: %d of %u replicas confirmed the lock within %u ms", r->acked,
+                     (unsigned)r->wait_replicas, c->cfg.wait_timeout_ms);
+        hl_release_token(n, w->token, 0);
+        if (w->state == HL_WAIT_QUEUED) hl_wait_finish(w, HILOCK_EREPLICAS, NULL);
+        try_later(n, 0);
     } else {
         try_answered(w, &t, r->submitted_at);
     }
@@ -329,6 +378,7 @@ static void try_send(hilock_wait *w) {
     n->woken = 0;
     n->refs++; /* until on_try_done has finished with n */
     r->fail_fast = w->try_once;
+    r->wait_replicas = n->c->cfg.wait_replicas & 127;
     w->req = r;
     hl_name_submit(n, r);
 }

@@ -108,7 +108,11 @@ static void on_renewed(hl_req *r, redisReply *reply, int err) {
         return;
     }
     if (err == 0 && reply->type == REDIS_REPLY_INTEGER) {
-        if (reply->integer == 1) {
+        if (reply->integer == 1 && r->acked < (int)r->wait_replicas) {
+            /* Only the master has the new lease: not renewed yet. */
+            hl_set_error(&h->c->loop, "WAIT: %d of %u replicas confirmed the renewal", r->acked,
+                         (unsigned)r->wait_replicas);
+        } else if (reply->integer == 1) {
             hold_confirmed(h, r->submitted_at, h->renew_lease);
         } else {
             hl_hold_mark_lost(h, HILOCK_ELOST); /* expired or taken over */
@@ -130,6 +134,7 @@ static void watchdog_fired(hl_timer *t) {
     if (h->renew == NULL) {
         h->renew_lease = h->terms.lease_ms;
         h->renew = n->prim->renew_req(n, h->token, h->renew_lease, on_renewed, h);
+        if (h->renew) h->renew->wait_replicas = h->c->cfg.wait_replicas & 127;
         if (h->renew) hl_name_submit(n, h->renew);
     }
     watchdog_arm(h);
@@ -297,6 +302,7 @@ static int extend_apply(hl_extendop *op, hl_req *r, const redisReply *reply, int
     else if (err == 0 && reply->type != REDIS_REPLY_INTEGER) err = HILOCK_EPROTO;
     if (h == NULL) return err == 0 && reply->integer != 1 ? HILOCK_ELOST : err;
     if (err == 0 && (reply->integer != 1 || !hl_hold_live(h, hl_now_ms()))) err = HILOCK_ELOST;
+    if (err == 0 && r->acked < (int)r->wait_replicas) err = HILOCK_EREPLICAS; /* the old lease stands */
     if (err == HILOCK_ELOST) hl_hold_mark_lost(h, HILOCK_ELOST);
     if (err == 0 && !h->releasing) {
         h->terms.lease_ms = op->lease_ms; /* renewals use it from now on */
@@ -324,6 +330,7 @@ int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb, 
     if (op == NULL) return HILOCK_ENOMEM;
     hl_req *r = h->name->prim->renew_req(h->name, h->token, lease_ms, on_extended, op);
     if (r == NULL) { free(op); return HILOCK_ENOMEM; }
+    r->wait_replicas = h->c->cfg.wait_replicas & 127;
     op->defer.run = extendop_run;
     op->c = h->c;
     op->hold = h;

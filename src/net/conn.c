@@ -1,45 +1,51 @@
-/* One hiredis connection: connect, the handshake (AUTH, SELECT, and the
- * eviction check), reconnect with exponential backoff and jitter, and for
- * subscriber connections the (un)subscriptions and their pushes. */
+/* One connection's life cycle: connect, the handshake (AUTH, SELECT, and
+ * the eviction check), reconnect with exponential backoff and jitter. A
+ * command connection is hiredis's async API; a subscriber connection is
+ * read by sub.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "net/net.h"
 #include "net/conn_private.h"
 
-static void conn_schedule_retry(hl_conn *k);
 
 static hl_conn *conn_of(const redisAsyncContext *ac) { return (hl_conn *)ac->data; }
 
-/* A plain command: its arguments as they are. */
-static int send_plain(hl_conn *k, hl_req *r) {
-    return redisAsyncCommandArgv(k->ac, hl_req_on_reply, r, r->nargs, r->argv, r->argl);
-}
-
+/* ASKING covers the next command only: again before each send (a
+ * NOSCRIPT -> EVAL retry after an ASK hop needs it too). A request that
+ * waits for replicas is followed by WAIT on the same connection, which
+ * covers its write; its own reply is kept until WAIT's comes. */
 void hl_conn_send(hl_conn *k, hl_req *r) {
     const hl_script *s = r->script;
-    const char *argv[HL_REQ_MAXARGS + 3];
-    size_t lens[HL_REQ_MAXARGS + 3];
+    const char *argv[HL_REQ_MAXARGS + 4];
+    size_t lens[HL_REQ_MAXARGS + 4];
     char nkeys[8];
-    /* ASKING covers the next command only: again before each send (a
-     * NOSCRIPT -> EVAL retry after an ASK hop needs it too). */
-    if (r->asking) redisAsyncCommand(k->ac, NULL, NULL, "ASKING");
-    if (s == NULL) {
-        if (send_plain(k, r) != REDIS_OK) { hl_list_push(&k->queue, &r->link); return; }
-        r->sent = r->ever_sent = 1;
-        return;
+    int argc = 0;
+    if (s != NULL) {
+        argv[0] = r->use_eval ? "EVAL" : "EVALSHA";
+        argv[1] = r->use_eval ? s->body : s->sha;
+        argv[2] = nkeys;
+        snprintf(nkeys, sizeof(nkeys), "%d", r->nkeys);
+        argc = 3;
     }
-    argv[0] = r->use_eval ? "EVAL" : "EVALSHA";
-    argv[1] = r->use_eval ? s->body : s->sha;
-    argv[2] = nkeys;
-    lens[2] = (size_t)snprintf(nkeys, sizeof(nkeys), "%d", r->nkeys);
-    for (int i = 0; i < 2; i++) lens[i] = strlen(argv[i]);
-    memcpy(argv + 3, r->argv, (size_t)r->nargs * sizeof(argv[0]));
-    memcpy(lens + 3, r->argl, (size_t)r->nargs * sizeof(lens[0]));
-    if (redisAsyncCommandArgv(k->ac, hl_req_on_reply, r, r->nargs + 3, argv, lens) != REDIS_OK) {
+    memcpy(argv + argc, r->argv, (size_t)r->nargs * sizeof(argv[0]));
+    memcpy(lens + argc, r->argl, (size_t)r->nargs * sizeof(lens[0]));
+    for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
+    argc += r->nargs;
+    if (r->publishes) {
+        argv[argc] = k->net->sharded ? "SPUBLISH" : "PUBLISH";
+        lens[argc] = strlen(argv[argc]);
+        argc++;
+    }
+    if (r->asking) redisAsyncCommand(k->ac, NULL, NULL, "ASKING");
+    redisCallbackFn *fn = r->wait_replicas ? hl_req_on_stash : hl_req_on_reply;
+    if (redisAsyncCommandArgv(k->ac, fn, r, argc, argv, lens) != REDIS_OK) {
         hl_list_push(&k->queue, &r->link); /* disconnecting: next connection */
         return;
     }
+    if (r->wait_replicas)
+        redisAsyncCommand(k->ac, hl_req_on_wait, r, "WAIT %u %u", (unsigned)r->wait_replicas,
+                          (unsigned)k->net->wait_timeout_ms);
     r->sent = 1;
     r->ever_sent = 1;
 }
@@ -53,7 +59,7 @@ int hl_conn_error(const hl_conn *k) {
 
 /* ---- Life cycle --------------------------------------------------------- */
 
-static void conn_ready(hl_conn *k) {
+void hl_conn_ready(hl_conn *k) {
     k->state = HL_CONN_READY;
     k->failures = 0;
     k->last_err = 0;
@@ -91,7 +97,7 @@ static void on_handshake(redisAsyncContext *ac, void *reply_, void *privdata) {
         handshake_failed(k, ac, err);
         return;
     }
-    if (--k->handshake_left == 0) conn_ready(k);
+    if (--k->handshake_left == 0) hl_conn_ready(k);
 }
 
 /* The maxmemory-policy line of an INFO reply, or "" if there is none. */
@@ -105,6 +111,23 @@ static void info_policy(const redisReply *reply, char *out, size_t n) {
         memcpy(out, p, len);
     }
     out[len] = '\0';
+}
+
+/* The number after `field` in an INFO reply, or -1. */
+static long info_number(const redisReply *reply, const char *field) {
+    const char *p = reply->type == REDIS_REPLY_STRING ? strstr(reply->str, field) : NULL;
+    return p ? strtol(p + strlen(field), NULL, 10) : -1;
+}
+
+/* HILOCK_PUBSUB_AUTO: sharded pub/sub on a Redis Cluster of version 7 or
+ * later, decided by the first server that answers (every client of a
+ * cluster decides the same). */
+static void pubsub_decide(hl_net *net, const redisReply *info) {
+    if (net->sharded_known) return;
+    net->sharded_known = 1;
+    if (net->pubsub == HILOCK_PUBSUB_AUTO)
+        net->sharded = info_number(info, "cluster_enabled:") == 1 &&
+                       info_number(info, "redis_version:") >= 7;
 }
 
 /* Warn, once per policy seen, that the server may evict locks. */
@@ -125,7 +148,8 @@ static void warn_eviction(hl_net *net, const char *policy, const char *why) {
 /* Eviction breaks a lock: an evicted lock key lets a second client take it,
  * an evicted fence key makes fences lean on the clock alone. Any policy but
  * noeviction may evict our keys (they all have a TTL, so volatile-* too).
- * CONFIG may be renamed or forbidden, so the policy is read from INFO. */
+ * CONFIG may be renamed or forbidden, so the policy is read from INFO (the
+ * default sections: memory, and server and cluster for the pub/sub mode). */
 static void on_info(redisAsyncContext *ac, void *reply_, void *privdata) {
     redisReply *reply = reply_;
     hl_conn *k = conn_of(ac);
@@ -133,6 +157,7 @@ static void on_info(redisAsyncContext *ac, void *reply_, void *privdata) {
     char policy[64];
     (void)privdata;
     if (reply == NULL || net->loop->freeing || (ac->c.flags & REDIS_DISCONNECTING)) return;
+    pubsub_decide(net, reply);
     info_policy(reply, policy, sizeof(policy));
     if (strcmp(policy, "noeviction") != 0) {
         warn_eviction(net, policy, reply->type == REDIS_REPLY_ERROR ? reply->str : "no such field");
@@ -143,7 +168,7 @@ static void on_info(redisAsyncContext *ac, void *reply_, void *privdata) {
             return;
         }
     }
-    if (--k->handshake_left == 0) conn_ready(k);
+    if (--k->handshake_left == 0) hl_conn_ready(k);
 }
 
 static void send_handshake(hl_conn *k) {
@@ -157,14 +182,12 @@ static void send_handshake(hl_conn *k) {
             redisAsyncCommand(ac, on_handshake, &k->handshake_left, "AUTH %s", u->pass);
         k->handshake_left++;
     }
-    if (u->db != 0 && !k->is_sub) { /* pub/sub ignores the db */
+    if (u->db != 0) {
         redisAsyncCommand(ac, on_handshake, NULL, "SELECT %d", u->db);
         k->handshake_left++;
     }
-    if (!k->is_sub) {
-        redisAsyncCommand(ac, on_info, NULL, "INFO memory");
-        k->handshake_left++;
-    }
+    redisAsyncCommand(ac, on_info, NULL, "INFO");
+    k->handshake_left++;
 }
 
 static void on_connect(const redisAsyncContext *ac, int status) {
@@ -178,23 +201,23 @@ static void on_connect(const redisAsyncContext *ac, int status) {
         k->last_err = HILOCK_ECONN;
         hl_timer_stop(l, &k->connect_to);
         if (k->ev.lost && !l->freeing && !l->forked) k->ev.lost(k->ev.arg);
-        conn_schedule_retry(k);
+        hl_conn_retry_later(k);
         return;
     }
     k->state = HL_CONN_HANDSHAKE;
     send_handshake(k);
-    if (k->handshake_left == 0) conn_ready(k);
+    if (k->handshake_left == 0) hl_conn_ready(k);
 }
 
 /* The connection is gone (hiredis's disconnect callback, or our teardown
  * when hiredis did not call it). */
-static void conn_down(hl_conn *k) {
+void hl_conn_down(hl_conn *k) {
     k->ac = NULL;
     k->state = HL_CONN_DOWN;
     hl_timer_stop(k->net->loop, &k->connect_to);
     if (k->net->loop->freeing || k->net->loop->forked) return;
     if (k->ev.lost) k->ev.lost(k->ev.arg);
-    conn_schedule_retry(k);
+    hl_conn_retry_later(k);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status) {
@@ -206,25 +229,12 @@ static void on_disconnect(const redisAsyncContext *ac, int status) {
     } else if (k->last_err == 0) {
         k->last_err = HILOCK_ECONN;
     }
-    conn_down(k);
+    hl_conn_down(k);
 }
 
-static void on_push(redisAsyncContext *ac, void *reply_, void *privdata) {
-    redisReply *reply = reply_;
-    hl_conn *k = conn_of(ac);
-    (void)privdata;
-    /* One callback serves every channel: hiredis 0.14.1 may hand us a reply
-     * meant for another channel's callback, so route by the reply itself. */
-    if (reply == NULL || k->net->loop->freeing || k->ev.push == NULL) return;
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 3) return;
-    redisReply *kind = reply->element[0], *ch = reply->element[1];
-    if (kind->type != REDIS_REPLY_STRING || ch->type != REDIS_REPLY_STRING) return;
-    k->ev.push(k->ev.arg, kind->str, ch->str, ch->len);
-}
-
-void hl_conn_subscribe(hl_conn *k, const char *ch, size_t len, int on) {
-    if (k->state != HL_CONN_READY) return; /* the owner resubscribes on ready */
-    redisAsyncCommand(k->ac, on_push, NULL, on ? "SUBSCRIBE %b" : "UNSUBSCRIBE %b", ch, len);
+int hl_conn_fd(const hl_conn *k) {
+    if (k->ac != NULL) return k->ac->c.fd;
+    return k->rc != NULL ? k->rc->fd : -1;
 }
 
 static void connect_timeout(hl_timer *t) {
@@ -251,7 +261,7 @@ static void conn_fail_fast(hl_conn *k, int err) {
 
 /* Exponential backoff with jitter, so that many clients do not reconnect
  * in lockstep after a server restart. */
-static void conn_schedule_retry(hl_conn *k) {
+void hl_conn_retry_later(hl_conn *k) {
     hl_net *net = k->net;
     if (net->loop->freeing || net->loop->forked) return;
     int err = k->last_err ? k->last_err : HILOCK_ECONN;
@@ -277,13 +287,18 @@ static redisAsyncContext *conn_open(const hl_addr *a) {
 void hl_conn_connect(hl_conn *k) {
     hl_net *net = k->net;
     hl_loop *l = net->loop;
-    if (k->ac != NULL || l->freeing) return;
+    if (k->ac != NULL || k->rc != NULL || l->freeing) return;
+    hl_timer_stop(l, &k->retry);
+    if (k->is_sub) {
+        hl_sub_connect(k);
+        return;
+    }
     redisAsyncContext *ac = conn_open(k->addr);
     if (ac == NULL || ac->err) {
         hl_set_error(l, "connect: %s", ac ? ac->errstr : "out of memory");
         k->last_err = HILOCK_ECONN;
         if (ac) redisAsyncFree(ac);
-        conn_schedule_retry(k);
+        hl_conn_retry_later(k);
         return;
     }
     ac->data = k;
@@ -291,7 +306,7 @@ void hl_conn_connect(hl_conn *k) {
         hl_set_error(l, "event loop adapter refused the connection");
         k->last_err = HILOCK_ELOOP;
         redisAsyncFree(ac);
-        conn_schedule_retry(k);
+        hl_conn_retry_later(k);
         return;
     }
     redisAsyncSetConnectCallback(ac, on_connect);
@@ -303,10 +318,15 @@ void hl_conn_connect(hl_conn *k) {
 
 void hl_conn_teardown(hl_conn *k) {
     redisAsyncContext *ac = k->ac;
+    if (k->rc != NULL) {
+        hl_sub_close(k);
+        hl_conn_down(k);
+        return;
+    }
     if (ac == NULL) return;
     int connected = k->state != HL_CONN_CONNECTING;
     redisAsyncFree(ac); /* runs the reply callbacks and, if connected, on_disconnect */
-    if (!connected || k->ac != NULL) conn_down(k); /* on_disconnect did not run */
+    if (!connected || k->ac != NULL) hl_conn_down(k); /* on_disconnect did not run */
 }
 
 void hl_conn_init(hl_conn *k, hl_net *net, const hl_addr *addr, int is_sub,

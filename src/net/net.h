@@ -53,6 +53,11 @@ typedef struct hl_net {
     hl_url url;                  /* the seeds; AUTH and SELECT on every connection */
     uint32_t connect_timeout_ms, request_timeout_ms, reconnect_max_ms;
     int require_noeviction;      /* refuse a server that may evict keys */
+    int pubsub;                  /* HILOCK_PUBSUB_*, from the config */
+    int sharded;                 /* SSUBSCRIBE/SPUBLISH (decided at the first INFO
+                                    for HILOCK_PUBSUB_AUTO) */
+    int sharded_known;           /* `sharded` is decided */
+    uint32_t wait_timeout_ms;    /* of a request's WAIT (hl_req.wait_replicas) */
     int closing;                 /* the client is closing: do not wait for a
                                     server that is away */
     uint64_t rng;                /* backoff jitter (xorshift) */
@@ -74,7 +79,9 @@ void hl_net_init(hl_net *net, hl_loop *loop);
 enum { HL_CONN_DOWN, HL_CONN_CONNECTING, HL_CONN_HANDSHAKE, HL_CONN_READY };
 
 /* What a connection tells its owner. `push` is for subscriber
- * connections: kind is "message", "subscribe" or "unsubscribe". */
+ * connections: kind is the first element of the pushed array ("message",
+ * "smessage", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe")
+ * and ch its channel; for an error reply kind is "error" and ch its text. */
 typedef struct hl_conn_events {
     void (*ready)(void *arg);
     void (*lost)(void *arg);
@@ -86,7 +93,11 @@ typedef struct hl_conn {
     hl_net *net;
     const hl_addr *addr;  /* where it connects (its node's) */
     hl_conn_events ev;
-    redisAsyncContext *ac;
+    redisAsyncContext *ac;   /* command connections: hiredis's async API */
+    redisContext *rc;        /* subscriber connections: read by sub.c */
+    hilock_loop_io *io;      /* rc's socket, watched by the event loop */
+    unsigned gen;            /* bumped when rc goes */
+    int wpending;            /* rc has output not written yet */
     int is_sub;
     int state;
     int failures;       /* consecutive failed attempts, for the backoff */
@@ -107,9 +118,12 @@ void hl_conn_cancel_queue(hl_conn *k);
 /* The error of a request on `k` that got no answer: the connection's, or
  * HILOCK_EDEADLINE when it is up but Redis did not answer. */
 int hl_conn_error(const hl_conn *k);
-/* Subscriber connections: (un)subscribe a channel (nothing when down: the
- * owner subscribes again on `ready`). */
+/* Subscriber connections: (un)subscribe a channel, classic or sharded as
+ * net->sharded says (nothing when down: the owner subscribes again on
+ * `ready`). */
 void hl_conn_subscribe(hl_conn *k, const char *ch, size_t len, int on);
+/* The connection's socket, or -1. */
+int hl_conn_fd(const hl_conn *k);
 
 /* ---- Requests ---------------------------------------------------------- */
 
@@ -139,6 +153,11 @@ struct hl_req {
     unsigned rounds : 2;       /* for its owner's use */
     unsigned asking : 1;       /* send ASKING first (an ASK redirect) */
     unsigned redirects : 5;    /* MOVED/ASK hops so far */
+    unsigned publishes : 1;    /* its last argument is the publish command,
+                                  PUBLISH or SPUBLISH, added at each send */
+    unsigned wait_replicas : 7;/* then WAIT for this many replicas */
+    int acked;                 /* replicas that WAIT said have its write */
+    redisReply *held;          /* its reply, kept until WAIT's comes */
     int slot;                  /* the cluster slot of its keys, or -1 */
     int nkeys, nargs;          /* argv: the keys, then the other arguments */
     const char *argv[HL_REQ_MAXARGS];
@@ -167,6 +186,8 @@ void hl_req_redirect(hl_req *r, hl_conn *k, int asking);
 void hl_req_move(hl_req *r, hl_conn *k);
 /* Client teardown: end whatever is left (requests backing off). */
 void hl_net_cancel_all(hl_net *net);
+/* "MOVED <slot> <host>:<port>" or "ASK ...": 1 and the parts, else 0. */
+int hl_parse_redirect(const char *s, int *ask, unsigned *slot, char *host, size_t hostlen, int *port);
 /* Map an error reply to a code; keep its text as the last error. */
 int hl_reply_error(hl_loop *l, const redisReply *reply);
 

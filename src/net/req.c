@@ -16,6 +16,7 @@ static void req_free(hl_req *r) {
     hl_timer_stop(net->loop, &r->deadline);
     hl_timer_stop(net->loop, &r->backoff);
     hl_list_remove(&r->all);
+    if (r->held) freeReplyObject(r->held);
     free(r);
     if (--net->nreqs == 0 && net->idle && !net->loop->freeing) net->idle(net->idle_arg);
 }
@@ -139,19 +140,26 @@ static int req_retry_later(hl_req *r, const redisReply *reply) {
     return 0;
 }
 
+int hl_parse_redirect(const char *s, int *ask, unsigned *slot, char *host, size_t hostlen, int *port) {
+    char fmt[32];
+    *ask = strncmp(s, "ASK ", 4) == 0;
+    if (!*ask && strncmp(s, "MOVED ", 6) != 0) return 0;
+    snprintf(fmt, sizeof(fmt), "%%u %%%zu[^ ]", hostlen - 1);
+    if (sscanf(s + (*ask ? 4 : 6), fmt, slot, host) != 2) return 0;
+    char *colon = strrchr(host, ':');
+    if (colon == NULL || *slot > 16383) return 0;
+    *colon = '\0';
+    *port = atoi(colon + 1);
+    return 1;
+}
+
 /* "MOVED <slot> <host>:<port>" or "ASK ...": the topology decides. */
 static int req_redirected(hl_req *r, const redisReply *reply) {
-    int ask = strncmp(reply->str, "ASK ", 4) == 0;
-    if (!ask && strncmp(reply->str, "MOVED ", 6) != 0) return 0;
-    if (r->net->redirect == NULL) return 0;
     unsigned slot;
-    int port;
+    int ask, port;
     char host[256];
-    if (sscanf(reply->str + (ask ? 4 : 6), "%u %255[^ ]", &slot, host) != 2) return 0;
-    char *colon = strrchr(host, ':');
-    if (colon == NULL || slot > 16383) return 0;
-    *colon = '\0';
-    port = atoi(colon + 1);
+    if (r->net->redirect == NULL) return 0;
+    if (!hl_parse_redirect(reply->str, &ask, &slot, host, sizeof(host), &port)) return 0;
     hl_set_error(r->net->loop, "%s", reply->str);
     r->net->redirect(r->net->redirect_arg, r, ask, slot, host, port);
     return 1;
@@ -196,6 +204,53 @@ void hl_req_on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
         return;
     }
     hl_req_finish(r, reply, 0);
+}
+
+/* A copy of a reply that outlives hiredis's callback (freeReplyObject
+ * frees it); NULL when out of memory. */
+static redisReply *reply_dup(const redisReply *in) {
+    redisReply *r = malloc(sizeof(*r));
+    if (r == NULL) return NULL;
+    memcpy(r, in, sizeof(*r));
+    r->str = NULL;
+    r->element = NULL;
+    r->elements = 0;
+    if (in->str != NULL && (r->str = malloc(in->len + 1)) == NULL) goto oom;
+    if (in->str != NULL) memcpy(r->str, in->str, in->len + 1);
+    if (in->elements > 0) {
+        if ((r->element = calloc(in->elements, sizeof(*r->element))) == NULL) goto oom;
+        for (; r->elements < in->elements; r->elements++)
+            if ((r->element[r->elements] = reply_dup(in->element[r->elements])) == NULL) goto oom;
+    }
+    return r;
+oom:
+    freeReplyObject(r);
+    return NULL;
+}
+
+/* The request's own reply, when a WAIT follows it: kept for hl_req_on_wait
+ * (the request stays sent until then). */
+void hl_req_on_stash(redisAsyncContext *ac, void *reply, void *privdata) {
+    hl_req *r = privdata;
+    (void)ac;
+    if (reply != NULL && !r->finished) r->held = reply_dup(reply);
+}
+
+/* WAIT's reply: how many replicas have the write; then the request's own
+ * reply takes the usual path. Without both replies (a drop, no memory),
+ * the request is sent again: it is idempotent. */
+void hl_req_on_wait(redisAsyncContext *ac, void *reply_, void *privdata) {
+    hl_req *r = privdata;
+    redisReply *reply = reply_, *own = r->held;
+    r->held = NULL;
+    r->acked = reply != NULL && reply->type == REDIS_REPLY_INTEGER ? (int)reply->integer : 0;
+    if (reply != NULL && own == NULL && !r->finished) {
+        r->sent = 0;
+        hl_req_finish(r, NULL, HILOCK_ENOMEM);
+        return;
+    }
+    hl_req_on_reply(ac, reply != NULL ? own : NULL, r);
+    if (own) freeReplyObject(own);
 }
 
 /* Send (again) on the request's connection, or queue it there. */

@@ -43,7 +43,7 @@ int hilock_break(hilock_client *c, const char *name, hilock_break_cb cb, void *d
     hl_req *r = n ? hl_name_req(n, &break_cmd, n->chlen + 8, on_broken, op) : NULL;
     if (r != NULL) {
         hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
-        hl_req_arg(r, "PUBLISH", 7, "", 0);
+        r->publishes = 1; /* PUBLISH or SPUBLISH, as the client's pub/sub mode says */
     }
     if (r == NULL) {
         free(op);

@@ -45,13 +45,13 @@ static int mutex_shares(const hilock_wait *w, const hilock_wait *o) {
     return w->terms.owner != NULL && o->terms.owner == w->terms.owner;
 }
 
-/* release(lock; token, channel, PUBLISH) */
+/* release(lock; token, channel, PUBLISH or SPUBLISH (added by net)) */
 static hl_req *mutex_release_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
     hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN + n->chlen + 8, done, owner);
     if (r == NULL) return NULL;
     hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
     hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
-    hl_req_arg(r, "PUBLISH", 7, "", 0);
+    r->publishes = 1;
     return r;
 }
 

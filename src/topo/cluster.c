@@ -12,8 +12,12 @@
  * While no map is known, a seed that cannot be reached hands over to the
  * URL's next host.
  *
- * Pub/sub is classic: a PUBLISH reaches every node of a cluster, so every
- * channel is subscribed on the first seed, whatever its slot. */
+ * Classic pub/sub: a PUBLISH reaches every node of a cluster, so every
+ * channel is subscribed on one node (the first seed, or another that
+ * answers), whatever its slot. Sharded pub/sub: a channel is subscribed on
+ * the master of its slot, which SPUBLISH reaches; when the slot moves the
+ * server ends the subscription (the engine subscribes again where the map
+ * says), and a MOVED to an SSUBSCRIBE patches the map like a request's. */
 #include <stdlib.h>
 #include <string.h>
 #include "topo/topo.h"
@@ -39,8 +43,7 @@ static hl_node *cluster_route(hl_topo *t, uint16_t slot) {
 }
 
 static hl_node *cluster_sub_route(hl_topo *t, uint16_t slot) {
-    (void)slot;
-    return t->subnode;
+    return t->net.sharded ? cluster_route(t, slot) : t->subnode;
 }
 
 /* A node whose command connection is up, other than `not`, or NULL. */
@@ -53,17 +56,21 @@ static hl_node *live_node(hl_topo *t, const hl_node *not) {
 /* The subscriber connection dropped: subscribe elsewhere if another node
  * answers (the engine resubscribes every waiting name when it is up). */
 static void cluster_sub_lost(hl_topo *t, hl_node *n) {
-    if (n != t->subnode || t->map->standalone) return;
+    if (n != t->subnode || t->map->standalone || t->net.sharded) return;
     hl_node *other = live_node(t, n);
     if (other == NULL) return; /* keep reconnecting to this one */
     t->subnode = other;
     hl_conn_connect(&other->sub);
 }
 
-static const hl_topo_ops cluster_ops = {cluster_route, cluster_sub_route, cluster_sub_lost};
+static void cluster_moved(hl_topo *t, unsigned slot, const char *host, int port);
+
+static const hl_topo_ops cluster_ops = {cluster_route, cluster_sub_route, cluster_sub_lost,
+                                        cluster_moved};
 
 static void node_ready(void *arg);
 static void node_lost(void *arg);
+static void refresh(hl_topo *t);
 
 /* The node at host:port, made (and its command connection started) if it
  * is new; NULL when there is no room or memory. */
@@ -134,6 +141,7 @@ static void on_slots(hl_req *r, redisReply *reply, int err) {
     for (size_t i = 0; i < reply->elements; i++) map_range(t, reply->element[i]);
     m->known = 1;
     reroute(t);
+    if (t->net.sharded) t->sub.resubscribe(t->sub.arg, NULL, -1);
 }
 
 static void refresh(hl_topo *t) {
@@ -186,6 +194,14 @@ static void node_lost(void *arg) {
 
 /* ---- Redirects ------------------------------------------------------------ */
 
+/* MOVED: the slot is served at host:port now; the rest of the map may have
+ * changed too. host NULL: something moved, ask for the map. */
+static void cluster_moved(hl_topo *t, unsigned slot, const char *host, int port) {
+    hl_node *n = host ? node_at(t, host, port) : NULL;
+    if (n != NULL) t->map->owner[slot & 16383] = (uint8_t)n->index;
+    refresh(t);
+}
+
 static void on_redirect(void *arg, hl_req *r, int ask, unsigned slot, const char *host, int port) {
     hl_topo *t = arg;
     hl_node *n = node_at(t, host, port);
@@ -193,10 +209,7 @@ static void on_redirect(void *arg, hl_req *r, int ask, unsigned slot, const char
         hl_req_redirect(r, &t->seed->cmd, 0); /* no room: let the seed redirect */
         return;
     }
-    if (!ask) {
-        t->map->owner[slot] = (uint8_t)n->index;
-        refresh(t);
-    }
+    if (!ask) cluster_moved(t, slot, host, port);
     hl_req_redirect(r, &n->cmd, ask);
 }
 

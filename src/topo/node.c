@@ -4,12 +4,39 @@
 #include <string.h>
 #include "topo/topo.h"
 
+/* An error reply on a subscriber connection: a MOVED to an SSUBSCRIBE
+ * (the map was stale) patches the map and sends the slot's subscriptions
+ * to its owner; anything else is logged (the names it concerns stay
+ * pending, and their fallback timers keep them trying). */
+static void sub_error(hl_node *n, const char *text) {
+    hl_topo *t = n->topo;
+    unsigned slot;
+    int ask, port;
+    char host[256];
+    if (hl_parse_redirect(text, &ask, &slot, host, sizeof(host), &port) && !ask) {
+        hl_topo_moved(t, slot, host, port);
+        t->sub.resubscribe(t->sub.arg, n, (int)slot);
+        return;
+    }
+    hl_set_error(t->net.loop, "subscribe: %s", text);
+    hl_log(t->net.loop, HILOCK_LOG_WARNING, "subscribe refused by %s:%d: %s",
+           n->addr.host ? n->addr.host : n->addr.path, n->addr.port, text);
+}
+
+/* Classic and sharded pushes alike: "message"/"smessage",
+ * "subscribe"/"ssubscribe", "unsubscribe"/"sunsubscribe". */
 static void sub_push(void *arg, const char *kind, const char *ch, size_t len) {
     hl_node *n = arg;
     hl_sub_events *ev = &n->topo->sub;
+    if (strcmp(kind, "error") == 0) {
+        sub_error(n, ch);
+        return;
+    }
+    if (kind[0] == 's' && kind[1] != 'u') kind++; /* smessage, ssubscribe, sunsubscribe */
     if (strcmp(kind, "message") == 0) ev->message(ev->arg, ch, len);
-    else if (strcmp(kind, "subscribe") == 0) ev->acked(ev->arg, ch, len, 1);
-    else if (strcmp(kind, "unsubscribe") == 0) ev->acked(ev->arg, ch, len, 0);
+    else if (strcmp(kind, "subscribe") == 0) ev->acked(ev->arg, n, ch, len, 1);
+    else if (strcmp(kind, "unsubscribe") == 0 || strcmp(kind, "sunsubscribe") == 0)
+        ev->acked(ev->arg, n, ch, len, 0);
 }
 
 static void sub_ready(void *arg) {
@@ -55,6 +82,10 @@ void hl_node_subscribe(hl_node *n, const char *ch, size_t len, int on) {
     hl_conn_subscribe(&n->sub, ch, len, on);
 }
 int hl_node_sub_ready(const hl_node *n) { return n->sub.state == HL_CONN_READY; }
+
+void hl_node_sub_want(hl_node *n) {
+    if (n->sub.state == HL_CONN_DOWN && !hl_timer_armed(&n->sub.retry)) hl_conn_connect(&n->sub);
+}
 
 hl_node *hl_topo_first(hl_topo *t) {
     return hl_list_empty(&t->nodes) ? NULL : HL_CONTAINER(t->nodes.next, hl_node, link);

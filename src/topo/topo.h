@@ -25,9 +25,13 @@ typedef struct hl_node {
 /* What the subscriber side tells the topology's owner (the waiter engine). */
 typedef struct hl_sub_events {
     void (*message)(void *arg, const char *ch, size_t len);
-    void (*acked)(void *arg, const char *ch, size_t len, int subscribed);
+    void (*acked)(void *arg, hl_node *node, const char *ch, size_t len, int subscribed);
     void (*ready)(void *arg, hl_node *node); /* (re)connected: subscribe again */
     void (*lost)(void *arg, hl_node *node);  /* every subscription on it is gone */
+    /* Subscriptions may belong elsewhere now: those of `slot` (-1: any)
+     * that `node` (NULL: none) refused go again, and so do those of names
+     * that wait without one. After a MOVED to SSUBSCRIBE, and a new map. */
+    void (*resubscribe)(void *arg, hl_node *node, int slot);
     void *arg;
 } hl_sub_events;
 
@@ -38,6 +42,9 @@ typedef struct hl_topo_ops {
     hl_node *(*sub_route)(hl_topo *t, uint16_t slot);
     /* Optional: n's subscriber connection dropped (after the owner heard). */
     void (*sub_lost)(hl_topo *t, hl_node *n);
+    /* Optional: `slot` is served at host:port (a MOVED), or (host NULL) may
+     * have moved (a sharded subscription the server ended). */
+    void (*moved)(hl_topo *t, unsigned slot, const char *host, int port);
 } hl_topo_ops;
 
 typedef struct hl_slotmap hl_slotmap;
@@ -74,6 +81,12 @@ void hl_node_submit(hl_node *n, hl_req *r);
 void hl_node_submit_within(hl_node *n, hl_req *r, uint64_t ms);
 void hl_node_subscribe(hl_node *n, const char *ch, size_t len, int on);
 int hl_node_sub_ready(const hl_node *n);
+/* Connect n's subscriber connection if it is down and not backing off
+ * (sharded subscriptions connect to a master when a name needs it). */
+void hl_node_sub_want(hl_node *n);
+static inline void hl_topo_moved(hl_topo *t, unsigned slot, const char *host, int port) {
+    if (t->ops->moved) t->ops->moved(t, slot, host, port);
+}
 /* The error of a request to `n` that got no answer (see hl_conn_error). */
 static inline int hl_node_error(const hl_node *n) { return hl_conn_error(&n->cmd); }
 static inline int hl_node_cmd_ready(const hl_node *n) { return n->cmd.state == HL_CONN_READY; }

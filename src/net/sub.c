@@ -1,0 +1,172 @@
+/* Subscriber connections, read by hilock itself.
+ *
+ * hiredis's async API cannot carry sharded pub/sub: no release knows
+ * SSUBSCRIBE, and 0.14.1 asserts on a reply it did not expect (an
+ * smessage, or the sunsubscribe a server pushes when a slot moves away).
+ * So a subscriber connection is a non-blocking redisContext (the socket,
+ * its output buffer and hiredis's reply reader) whose socket the event loop
+ * watches (hilock_loop.io_*). Every reply after the handshake is routed by
+ * what it says (its kind and channel), never by the order of commands, so
+ * classic and sharded subscriptions, acknowledgements, messages and the
+ * server's own unsubscribes all take one path: ev.push. */
+#include <errno.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/socket.h>
+#include "net/net.h"
+#include "net/conn_private.h"
+
+static void sub_io(void *arg, int events);
+
+static void sub_watch(hl_conn *k) {
+    int ev = HILOCK_IO_READ;
+    if (k->state == HL_CONN_CONNECTING || k->wpending) ev |= HILOCK_IO_WRITE;
+    k->net->loop->ev.io_watch(k->io, ev);
+}
+
+void hl_sub_close(hl_conn *k) {
+    if (k->rc == NULL) return;
+    k->net->loop->ev.io_free(k->io); /* before the socket closes */
+    redisFree(k->rc);
+    k->rc = NULL;
+    k->io = NULL;
+    k->wpending = 0;
+    k->gen++;
+}
+
+/* The connection failed or broke: close it, and tell the owner (who
+ * resubscribes when it is back). Only from the loop's io callback or a
+ * timer, never from inside a call of the owner's. */
+static void sub_drop(hl_conn *k, int err, const char *why) {
+    hl_set_error(k->net->loop, "%s: %s", k->state == HL_CONN_CONNECTING ? "connect" : "connection lost",
+                 why && *why ? why : "closed");
+    k->last_err = err;
+    hl_sub_close(k);
+    hl_conn_down(k);
+}
+
+/* Queue a command; it is written when the socket is writable. */
+static void sub_append(hl_conn *k, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    redisvAppendCommand(k->rc, fmt, ap);
+    va_end(ap);
+    k->wpending = 1;
+    sub_watch(k);
+}
+
+static void sub_connected(hl_conn *k) {
+    const hl_url *u = &k->net->url;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(k->rc->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    if (err != 0) {
+        sub_drop(k, HILOCK_ECONN, strerror(err));
+        return;
+    }
+    k->state = HL_CONN_HANDSHAKE;
+    k->handshake_left = 0;
+    if (u->pass == NULL) {
+        sub_watch(k);
+        hl_conn_ready(k);
+        return;
+    }
+    if (u->user) sub_append(k, "AUTH %s %s", u->user, u->pass);
+    else sub_append(k, "AUTH %s", u->pass);
+    k->handshake_left = 1;
+}
+
+/* One reply: the handshake's, or a push for the owner. */
+static void sub_dispatch(hl_conn *k, const redisReply *r) {
+    if (k->state == HL_CONN_HANDSHAKE) {
+        if (r->type == REDIS_REPLY_ERROR) {
+            hl_reply_error(k->net->loop, r);
+            sub_drop(k, HILOCK_EAUTH, r->str);
+        } else if (--k->handshake_left == 0) {
+            hl_conn_ready(k);
+        }
+        return;
+    }
+    if (k->ev.push == NULL || k->net->loop->freeing) return;
+    if (r->type == REDIS_REPLY_ERROR) {
+        k->ev.push(k->ev.arg, "error", r->str, r->len);
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) return;
+    const redisReply *kind = r->element[0], *ch = r->element[1];
+    if (kind->type != REDIS_REPLY_STRING || ch->type != REDIS_REPLY_STRING) return;
+    k->ev.push(k->ev.arg, kind->str, ch->str, ch->len);
+}
+
+static void sub_read(hl_conn *k) {
+    redisContext *rc = k->rc;
+    unsigned gen = k->gen;
+    if (redisBufferRead(rc) != REDIS_OK) {
+        sub_drop(k, HILOCK_ECONN, rc->errstr);
+        return;
+    }
+    for (;;) {
+        void *reply = NULL;
+        if (redisReaderGetReply(rc->reader, &reply) != REDIS_OK) {
+            sub_drop(k, HILOCK_EPROTO, rc->reader->errstr);
+            return;
+        }
+        if (reply == NULL) return;
+        sub_dispatch(k, reply);
+        freeReplyObject(reply);
+        if (k->gen != gen) return; /* a handler closed it */
+    }
+}
+
+static void sub_io(void *arg, int events) {
+    hl_conn *k = arg;
+    unsigned gen = k->gen;
+    if (k->state == HL_CONN_CONNECTING) {
+        sub_connected(k);
+        if (k->gen != gen || !k->wpending) return;
+        events |= HILOCK_IO_WRITE;
+    }
+    if ((events & HILOCK_IO_WRITE) && k->wpending) {
+        int done = 0;
+        if (redisBufferWrite(k->rc, &done) != REDIS_OK) {
+            sub_drop(k, HILOCK_ECONN, k->rc->errstr);
+            return;
+        }
+        k->wpending = !done;
+        sub_watch(k);
+    }
+    if (events & HILOCK_IO_READ) sub_read(k);
+}
+
+void hl_sub_connect(hl_conn *k) {
+    hl_loop *l = k->net->loop;
+    const hl_addr *a = k->addr;
+    redisContext *rc = a->path ? redisConnectUnixNonBlock(a->path)
+                               : redisConnectNonBlock(a->host, a->port);
+    if (rc == NULL || rc->err) {
+        hl_set_error(l, "connect: %s", rc ? rc->errstr : "out of memory");
+        k->last_err = HILOCK_ECONN;
+        if (rc) redisFree(rc);
+        hl_conn_retry_later(k);
+        return;
+    }
+    k->io = l->ev.io_new(l->ev.data, rc->fd, sub_io, k);
+    if (k->io == NULL) {
+        hl_set_error(l, "event loop adapter refused the connection");
+        k->last_err = HILOCK_ELOOP;
+        redisFree(rc);
+        hl_conn_retry_later(k);
+        return;
+    }
+    k->rc = rc;
+    k->state = HL_CONN_CONNECTING;
+    sub_watch(k);
+    hl_timer_start(l, &k->connect_to, k->net->connect_timeout_ms);
+}
+
+void hl_conn_subscribe(hl_conn *k, const char *ch, size_t len, int on) {
+    static const char *const cmd[2][2] = {{"UNSUBSCRIBE %b", "SUBSCRIBE %b"},
+                                          {"SUNSUBSCRIBE %b", "SSUBSCRIBE %b"}};
+    if (k->state != HL_CONN_READY) return; /* the owner resubscribes on ready */
+    sub_append(k, cmd[k->net->sharded != 0][on != 0], ch, len);
+}
