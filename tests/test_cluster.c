@@ -5,7 +5,7 @@
  * holder and its waiters (ASK, then MOVED). */
 #include <sys/wait.h>
 #include <unistd.h>
-#include "support/lockenv.h"
+#include "support/clusterenv.h"
 
 static test_cluster cl;
 static struct event_base *base;
@@ -28,21 +28,12 @@ TestSuite(cluster, .init = setup, .fini = teardown, .timeout = 120);
 static hilock_client *cluster_client(const char *url) {
     hilock_config cfg;
     hilock_client *c = NULL;
-    hilock_config_init(&cfg);
-    cfg.url = url;
-    /* Longer than a failover (about 3 s at node timeout 2000), as a cluster
-     * deployment should set it: requests wait for the new master. */
-    cfg.request_timeout_ms = 6000;
-    cfg.linger_ms = 100;
+    cluster_config(&cfg, url);
     cr_assert_eq(hilock_client_new(&c, &cfg, &loop), 0);
     return c;
 }
 
-static unsigned slot_of(const char *name) {
-    char key[256];
-    hilock_key("hilock:", name, key, sizeof(key));
-    return hilock_key_slot(key, strlen(key));
-}
+static unsigned slot_of(const char *name) { return cluster_slot_of(name); }
 
 static long long exists_on(test_redis *r, const char *name) {
     char key[256];
@@ -101,72 +92,19 @@ Test(cluster, a_replica_as_the_seed) {
 }
 
 /* Mutual exclusion across two clients on 8 names over the three masters,
- * with waiters woken by the release (classic pub/sub crosses nodes). */
-typedef struct shared {
-    int inside[8], overlaps, granted, errors, done;
-    unsigned long long last[8];
-    int regressions;
-    int hold_ms;       /* keep each grant this long (contention) */
-    int first_error;
-    char first_errstr[256];
-    hilock_client *ca;
-} shared;
-
-typedef struct turn {
-    shared *s;
-    int idx;
-    hilock_hold *h;
-} turn;
-
-static void released(int status, void *data) {
-    turn *t = data;
-    shared *s = t->s;
-    if (status != 0 && s->errors++ == 0 && s->ca) {
-        s->first_error = status;
-        snprintf(s->first_errstr, sizeof(s->first_errstr), "release: %s", hilock_client_errstr(s->ca));
-    }
-    s->done++;
-}
-
-static void release_turn(evutil_socket_t fd, short what, void *data) {
-    turn *t = data;
-    (void)fd; (void)what;
-    t->s->inside[t->idx]--;
-    if (hilock_release(t->h, released, t) != 0) { t->s->errors++; t->s->done++; }
-}
-
-static void granted(hilock_hold *h, int status, void *data) {
-    turn *t = data;
-    shared *s = t->s;
-    if (status != 0) {
-        if (s->errors++ == 0 && s->ca) {
-            s->first_error = status;
-            snprintf(s->first_errstr, sizeof(s->first_errstr), "%s", hilock_client_errstr(s->ca));
-        }
-        s->done++;
-        return;
-    }
-    s->granted++;
-    if (s->inside[t->idx]++) s->overlaps++;
-    if (hilock_hold_fence(h) <= s->last[t->idx]) s->regressions++;
-    s->last[t->idx] = hilock_hold_fence(h);
-    t->h = h;
-    if (s->hold_ms == 0) { release_turn(-1, 0, t); return; }
-    struct timeval tv = {0, s->hold_ms * 1000};
-    event_base_once(base, -1, EV_TIMEOUT, release_turn, t, &tv);
-}
-
+ * with waiters woken by the release. */
 Test(cluster, exclusion_over_three_masters) {
     hilock_client *a = cluster_client(cl.url), *b = cluster_client(cl.node[3].url);
     static turn turns[400];
     shared s;
     memset(&s, 0, sizeof(s));
+    s.base = base;
     for (int i = 0; i < 400; i++) {
         char name[32];
         turns[i].s = &s;
         turns[i].idx = i % 8;
         snprintf(name, sizeof(name), "ex-%d", i % 8);
-        cr_assert_eq(hilock_acquire(i % 2 ? a : b, name, NULL, granted, &turns[i], NULL), 0);
+        cr_assert_eq(hilock_acquire(i % 2 ? a : b, name, NULL, turn_granted, &turns[i], NULL), 0);
     }
     long long t0 = test_now_ms();
     while (s.done < 400 && test_now_ms() - t0 < 60000) test_loop_for(base, 20);
@@ -182,43 +120,16 @@ Test(cluster, exclusion_over_three_masters) {
 
 /* ---- Migration of a held lock's slot -------------------------------------- */
 
-static char *node_id(test_redis *r, char *out, size_t n) {
-    redisContext *k = test_redis_connect(r);
-    redisReply *rep = k ? redisCommand(k, "CLUSTER MYID") : NULL;
-    snprintf(out, n, "%s", rep && rep->type == REDIS_REPLY_STRING ? rep->str : "");
-    if (rep) freeReplyObject(rep);
-    if (k) redisFree(k);
-    return out;
-}
-
-static int run_on(test_redis *r, const char *fmt, const char *a, const char *b) {
-    redisContext *k = test_redis_connect(r);
-    redisReply *rep = k ? redisCommand(k, fmt, a, b) : NULL;
-    int ok = rep && rep->type != REDIS_REPLY_ERROR;
-    if (rep && !ok) fprintf(stderr, "%s: %s\n", fmt, rep->str);
-    if (rep) freeReplyObject(rep);
-    if (k) redisFree(k);
-    return ok;
-}
-
-static test_redis *another_master(test_redis *not) {
-    for (unsigned slot = 0; slot < 16384; slot += 1000) {
-        test_redis *m = test_cluster_master_of(&cl, slot);
-        if (m && m != not) return m;
-    }
-    return NULL;
-}
-
 Test(cluster, held_lock_migrates_under_its_holder_and_waiter) {
     const char *name = "migrant";
     char slot[8], lock[64], fence[80], src_id[64], dst_id[64], dst_port[16];
     snprintf(slot, sizeof(slot), "%u", slot_of(name));
     hilock_key("hilock:", name, lock, sizeof(lock));
     snprintf(fence, sizeof(fence), "%s:fence", lock);
-    test_redis *src = test_cluster_master_of(&cl, slot_of(name)), *dst = another_master(src);
+    test_redis *src = test_cluster_master_of(&cl, slot_of(name)), *dst = cluster_other_master(&cl, src);
     cr_assert(src && dst);
-    node_id(src, src_id, sizeof(src_id));
-    node_id(dst, dst_id, sizeof(dst_id));
+    cluster_node_id(src, src_id, sizeof(src_id));
+    cluster_node_id(dst, dst_id, sizeof(dst_id));
     snprintf(dst_port, sizeof(dst_port), "%d", dst->port);
 
     hilock_client *a = cluster_client(cl.url), *b = cluster_client(cl.url);
@@ -237,8 +148,8 @@ Test(cluster, held_lock_migrates_under_its_holder_and_waiter) {
     cr_assert_eq(gb.calls, 0, "granted while held");
 
     /* Step by step: IMPORTING, MIGRATING, then the keys move. */
-    cr_assert(run_on(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id));
-    cr_assert(run_on(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id));
+    cr_assert(cluster_run_on(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id));
+    cr_assert(cluster_run_on(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id));
     test_loop_for(base, 300);
     redisContext *k = test_redis_connect(src);
     redisReply *rep = redisCommand(k, "MIGRATE 127.0.0.1 %s %s 0 5000 KEYS %s %s", dst_port, "", lock, fence);
@@ -264,12 +175,7 @@ Test(cluster, held_lock_migrates_under_its_holder_and_waiter) {
     cr_expect_lt(gb.at_ms - t0, 1000, "woken %lld ms after the release", gb.at_ms - t0);
 
     /* The slot is dst's for good: MOVED from now on. */
-    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
-        redisContext *m = test_redis_connect(&cl.node[i]); /* masters only take SETSLOT */
-        redisReply *set = m ? redisCommand(m, "CLUSTER SETSLOT %s NODE %s", slot, dst_id) : NULL;
-        if (set) freeReplyObject(set);
-        if (m) redisFree(m);
-    }
+    cluster_slot_to(&cl, slot, dst_id);
     test_loop_for(base, 300);
     if (gb.status == 0) cr_expect_eq(give_back(gb.hold), 0);
     got g3 = take(a, name);
@@ -300,24 +206,6 @@ Test(cluster, cli) {
 
 /* ---- Failover ---------------------------------------------------------------- */
 
-/* The replica of `m` (by CLUSTER NODES on m), or NULL. */
-static test_redis *replica_of(test_redis *m) {
-    char id[64];
-    node_id(m, id, sizeof(id));
-    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
-        if (&cl.node[i] == m || cl.node[i].pid <= 0) continue;
-        redisContext *k = test_redis_connect(&cl.node[i]);
-        redisReply *rep = k ? redisCommand(k, "ROLE") : NULL;
-        int mine = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 3 &&
-                   strcmp(rep->element[0]->str, "slave") == 0 &&
-                   rep->element[2]->integer == m->port;
-        if (rep) freeReplyObject(rep);
-        if (k) redisFree(k);
-        if (mine) return &cl.node[i];
-    }
-    return NULL;
-}
-
 /* Holders and waiters on names of every master while one master is failed
  * over: the exclusion holds, every waiter ends, and the lock is served by
  * the promoted replica (MOVED from the old master, NOSCRIPT on the new). */
@@ -336,6 +224,7 @@ static void failover_under_contention(int hard) {
     static turn turns[600];
     shared s;
     memset(&s, 0, sizeof(s));
+    s.base = base;
     s.hold_ms = 3; /* 600 grants on 8 names: about 250 ms of contention per name */
     s.ca = a;
     /* A master that serves some of the names: not the first seed (where
@@ -347,14 +236,14 @@ static void failover_under_contention(int hard) {
         test_redis *x = test_cluster_master_of(&cl, slot_of(name));
         if ((hard == 2) == (x == &cl.node[0])) m = x; /* 2: the first seed itself */
     }
-    if (m) r = replica_of(m);
+    if (m) r = cluster_replica_of(&cl, m);
     cr_assert(m && r, "no master/replica pair");
     for (int i = 0; i < 600; i++) {
         char name[32];
         turns[i].s = &s;
         turns[i].idx = i % 8;
         snprintf(name, sizeof(name), "ex-%d", i % 8);
-        cr_assert_eq(hilock_acquire(i % 2 ? a : b, name, NULL, granted, &turns[i], NULL), 0);
+        cr_assert_eq(hilock_acquire(i % 2 ? a : b, name, NULL, turn_granted, &turns[i], NULL), 0);
         if (i == 300) { /* halfway: fail the master over */
             test_loop_for(base, 5);
             if (hard) {

@@ -139,3 +139,26 @@ Test(url, reparse_after_free) {
     cr_assert_eq(hl_url_parse("redis://:x@h:1/x", &u), HILOCK_EURL);
     hl_url_free(&u);
 }
+
+/* MOVED and ASK error texts, as Redis Cluster writes them. */
+Test(url, cluster_redirects) {
+    unsigned slot;
+    int ask, port;
+    char host[64];
+    cr_assert(hl_parse_redirect("MOVED 3999 127.0.0.1:6381", &ask, &slot, host, sizeof(host), &port));
+    cr_expect(!ask);
+    cr_expect_eq(slot, 3999);
+    cr_expect_str_eq(host, "127.0.0.1");
+    cr_expect_eq(port, 6381);
+    cr_assert(hl_parse_redirect("ASK 0 ::1:7000", &ask, &slot, host, sizeof(host), &port));
+    cr_expect(ask);
+    cr_expect_str_eq(host, "::1"); /* IPv6: the port follows the last colon */
+    cr_expect_eq(port, 7000);
+    cr_expect(!hl_parse_redirect("MOVED 16384 127.0.0.1:1", &ask, &slot, host, sizeof(host), &port));
+    cr_expect(!hl_parse_redirect("MOVED 1 nocolon", &ask, &slot, host, sizeof(host), &port));
+    cr_expect(!hl_parse_redirect("ERR MOVED 1 a:1", &ask, &slot, host, sizeof(host), &port));
+    cr_expect(!hl_parse_redirect("MOVED x a:1", &ask, &slot, host, sizeof(host), &port));
+    /* A host longer than the buffer is cut, never overrun. */
+    char small[8];
+    cr_expect(!hl_parse_redirect("MOVED 1 averyveryverylonghostname:1", &ask, &slot, small, sizeof(small), &port));
+}

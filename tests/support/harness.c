@@ -450,11 +450,17 @@ int test_wait(pid_t pid, int ms) {
 
 /* ---- Redis Cluster --------------------------------------------------------- */
 
+/* The cluster says ok to `r`, and a replica has its master's data (so
+ * WAIT and failovers find replicas in step from the first test on). */
 static int cluster_ok(const test_redis *r) {
     redisContext *k = test_redis_connect(r);
     redisReply *rep = k ? redisCommand(k, "CLUSTER INFO") : NULL;
-    int ok = rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, "cluster_state:ok") != NULL;
+    redisReply *repl = k ? redisCommand(k, "INFO replication") : NULL;
+    int ok = rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, "cluster_state:ok") != NULL &&
+             repl && repl->type == REDIS_REPLY_STRING &&
+             (strstr(repl->str, "role:master") || strstr(repl->str, "master_link_status:up"));
     if (rep) freeReplyObject(rep);
+    if (repl) freeReplyObject(repl);
     if (k) redisFree(k);
     return ok;
 }
@@ -471,7 +477,9 @@ static int cluster_node_start(test_redis *r) {
                               * idle (the default refuses after 10 node timeouts
                               * without news from its master). */
                              "--cluster-replica-validity-factor", "0",
-                             "--repl-ping-replica-period", "1", NULL) == 0)
+                             "--repl-ping-replica-period", "1",
+                             /* Replicas sync at once (the default waits 5 s). */
+                             "--repl-diskless-sync-delay", "0", NULL) == 0)
             return 0;
     }
     return -1;

@@ -1,0 +1,175 @@
+/* Shared set-up for the Redis Cluster suites: a real 3+3 cluster, a
+ * libevent loop, cluster clients, and the operator's moves (a slot
+ * migrated step by step, a node's id, its replica). */
+#ifndef HILOCK_TEST_CLUSTERENV_H
+#define HILOCK_TEST_CLUSTERENV_H
+
+#include "support/lockenv.h"
+
+typedef struct clusterenv {
+    test_cluster cl;
+    struct event_base *base;
+    hilock_loop loop;
+} clusterenv;
+
+static inline void clusterenv_start(clusterenv *e) {
+    cr_assert_eq(test_cluster_start(&e->cl), 0, "the cluster did not start");
+    e->base = event_base_new();
+    hilock_libevent_init(&e->loop, e->base);
+}
+
+static inline void clusterenv_stop(clusterenv *e) {
+    test_cluster_stop(&e->cl);
+    if (e->base) event_base_free(e->base);
+    e->base = NULL;
+}
+
+/* The config a cluster deployment should use: the request timeout is
+ * longer than a failover (about 3 s at node timeout 2000), so requests
+ * wait for the new master. */
+static inline void cluster_config(hilock_config *cfg, const char *url) {
+    hilock_config_init(cfg);
+    cfg->url = url;
+    cfg->request_timeout_ms = 6000;
+    cfg->linger_ms = 100;
+}
+
+static inline hilock_client *cluster_client_cfg(clusterenv *e, const hilock_config *cfg) {
+    hilock_client *c = NULL;
+    cr_assert_eq(hilock_client_new(&c, cfg, &e->loop), 0);
+    return c;
+}
+
+static inline unsigned cluster_slot_of(const char *name) {
+    char key[256];
+    hilock_key("hilock:", name, key, sizeof(key));
+    return hilock_key_slot(key, strlen(key));
+}
+
+/* A reply to one command on a fresh connection (caller frees), or NULL. */
+static inline redisReply *cluster_cmd(const test_redis *r, const char *fmt, const char *a,
+                                      const char *b) {
+    redisContext *k = test_redis_connect(r);
+    redisReply *rep = k ? redisCommand(k, fmt, a, b) : NULL;
+    if (k) redisFree(k);
+    return rep;
+}
+
+/* Run one command; 1 unless it failed (the error is printed). */
+static inline int cluster_run_on(const test_redis *r, const char *fmt, const char *a, const char *b) {
+    redisReply *rep = cluster_cmd(r, fmt, a, b);
+    int ok = rep && rep->type != REDIS_REPLY_ERROR;
+    if (rep && !ok) fprintf(stderr, "%s: %s\n", fmt, rep->str);
+    if (rep) freeReplyObject(rep);
+    return ok;
+}
+
+static inline char *cluster_node_id(const test_redis *r, char *out, size_t n) {
+    redisReply *rep = cluster_cmd(r, "CLUSTER MYID", NULL, NULL);
+    snprintf(out, n, "%s", rep && rep->type == REDIS_REPLY_STRING ? rep->str : "");
+    if (rep) freeReplyObject(rep);
+    return out;
+}
+
+/* A master other than `not`. */
+static inline test_redis *cluster_other_master(test_cluster *cl, const test_redis *not) {
+    for (unsigned slot = 0; slot < 16384; slot += 1000) {
+        test_redis *m = test_cluster_master_of(cl, slot);
+        if (m && m != not) return m;
+    }
+    return NULL;
+}
+
+/* The replica of `m` (by ROLE on every other node), or NULL. */
+static inline test_redis *cluster_replica_of(test_cluster *cl, const test_redis *m) {
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
+        if (&cl->node[i] == m || cl->node[i].pid <= 0) continue;
+        redisReply *rep = cluster_cmd(&cl->node[i], "ROLE", NULL, NULL);
+        int mine = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 3 &&
+                   strcmp(rep->element[0]->str, "slave") == 0 && rep->element[2]->integer == m->port;
+        if (rep) freeReplyObject(rep);
+        if (mine) return &cl->node[i];
+    }
+    return NULL;
+}
+
+/* Give `slot` to `dst_id` on every node that takes it (masters). */
+static inline void cluster_slot_to(test_cluster *cl, const char *slot, const char *dst_id) {
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
+        redisReply *rep = cluster_cmd(&cl->node[i], "CLUSTER SETSLOT %s NODE %s", slot, dst_id);
+        if (rep) freeReplyObject(rep);
+    }
+}
+
+/* Does `r` carry a sharded (or, classic = 1, classic) subscription to the
+ * channel of lock `name`? */
+static inline int cluster_subscribed_on(const test_redis *r, const char *name, int classic) {
+    char ch[300];
+    hilock_key("hilock:", name, ch, sizeof(ch) - 4);
+    strcat(ch, ":ch");
+    redisReply *rep = cluster_cmd(r, classic ? "PUBSUB NUMSUB %s" : "PUBSUB SHARDNUMSUB %s", ch, NULL);
+    long long n = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 ? rep->element[1]->integer : -1;
+    if (rep) freeReplyObject(rep);
+    return n > 0;
+}
+
+/* ---- Contention with the exclusion invariant ------------------------------ */
+
+/* Turns of acquire-hold-release on up to 8 names: two holders of one name
+ * at once, or a fence that does not grow, is counted. */
+typedef struct shared {
+    int inside[8], overlaps, granted, errors, done;
+    unsigned long long last[8];
+    int regressions;
+    int hold_ms;       /* keep each grant this long (contention) */
+    int first_error;
+    char first_errstr[256];
+    hilock_client *ca; /* whose errstr names the first error */
+    struct event_base *base;
+} shared;
+
+typedef struct turn {
+    shared *s;
+    int idx;
+    hilock_hold *h;
+} turn;
+
+static inline void turn_released(int status, void *data) {
+    turn *t = data;
+    shared *s = t->s;
+    if (status != 0 && s->errors++ == 0 && s->ca) {
+        s->first_error = status;
+        snprintf(s->first_errstr, sizeof(s->first_errstr), "release: %s", hilock_client_errstr(s->ca));
+    }
+    s->done++;
+}
+
+static inline void turn_release(evutil_socket_t fd, short what, void *data) {
+    turn *t = data;
+    (void)fd; (void)what;
+    t->s->inside[t->idx]--;
+    if (hilock_release(t->h, turn_released, t) != 0) { t->s->errors++; t->s->done++; }
+}
+
+static inline void turn_granted(hilock_hold *h, int status, void *data) {
+    turn *t = data;
+    shared *s = t->s;
+    if (status != 0) {
+        if (s->errors++ == 0 && s->ca) {
+            s->first_error = status;
+            snprintf(s->first_errstr, sizeof(s->first_errstr), "%s", hilock_client_errstr(s->ca));
+        }
+        s->done++;
+        return;
+    }
+    s->granted++;
+    if (s->inside[t->idx]++) s->overlaps++;
+    if (hilock_hold_fence(h) <= s->last[t->idx]) s->regressions++;
+    s->last[t->idx] = hilock_hold_fence(h);
+    t->h = h;
+    if (s->hold_ms == 0) { turn_release(-1, 0, t); return; }
+    struct timeval tv = {0, s->hold_ms * 1000};
+    event_base_once(s->base, -1, EV_TIMEOUT, turn_release, t, &tv);
+}
+
+#endif
