@@ -213,6 +213,51 @@ Test(sharded, reshard_by_redis_cli_under_contention) {
     hilock_client_free(b);
 }
 
+/* ---- Credentials ------------------------------------------------------------ */
+
+/* An ACL user on every node: commands, the map, and the sharded
+ * subscriptions all authenticate; a wrong password is HILOCK_EAUTH; a
+ * database other than 0 is refused (SELECT fails in cluster mode). */
+Test(sharded, acl_user_on_every_node) {
+    /* The default user (what a connection is before AUTH) may subscribe to
+     * nothing: a subscriber that skipped AUTH would be refused. */
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
+        cr_assert(cluster_run_on(&e.cl.node[i], "ACL SETUSER locker on >s3cret ~hilock:* &hilock:* +@all",
+                                 NULL, NULL));
+        cr_assert(cluster_run_on(&e.cl.node[i], "ACL SETUSER default resetchannels", NULL, NULL));
+    }
+    char url[128], bad[128], db[128];
+    snprintf(url, sizeof(url), "redis://locker:s3cret@127.0.0.1:%d", e.cl.node[0].port);
+    snprintf(bad, sizeof(bad), "redis://locker:wrong@127.0.0.1:%d", e.cl.node[0].port);
+    snprintf(db, sizeof(db), "redis://127.0.0.1:%d/2", e.cl.node[0].port);
+    hilock_config cfg;
+    cluster_config(&cfg, url);
+    hilock_client *a = cluster_client_cfg(&e, &cfg), *b = cluster_client_cfg(&e, &cfg);
+    for (int i = 0; i < 3; i++) { /* names on every master */
+        char name[16];
+        snprintf(name, sizeof(name), "acl-%d", i);
+        got ga = take(a, name, NULL), gb = {0, 0, NULL, 0};
+        cr_assert_eq(ga.status, 0, "%s (%s)", hilock_strerror(ga.status), hilock_client_errstr(a));
+        cr_assert_eq(hilock_acquire(b, name, NULL, got_cb, &gb, NULL), 0);
+        test_redis *m = test_cluster_master_of(&e.cl, cluster_slot_of(name));
+        cr_expect(until_subscribed(m, name, 0, 3000), "%s: the subscriber did not authenticate", name);
+        release_wakes(b, ga.hold, &gb);
+    }
+    cluster_config(&cfg, bad);
+    hilock_client *c = cluster_client_cfg(&e, &cfg);
+    got g = take(c, "acl-0", NULL);
+    cr_expect_eq(g.status, HILOCK_EAUTH, "%s", hilock_strerror(g.status));
+    hilock_client_free(c);
+    cluster_config(&cfg, db);
+    c = cluster_client_cfg(&e, &cfg);
+    g = take(c, "acl-0", NULL);
+    cr_expect_eq(g.status, HILOCK_EREPLY, "%s", hilock_strerror(g.status));
+    cr_expect(strstr(hilock_client_errstr(c), "SELECT") != NULL, "%s", hilock_client_errstr(c));
+    hilock_client_free(c);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
 /* ---- WAIT ---------------------------------------------------------------- */
 
 static hilock_client *waiting_client(uint32_t replicas) {
