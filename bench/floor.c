@@ -46,7 +46,7 @@ struct fl_keys {
 static redisReply *fl_script(redisContext *c, const hl_script *s, const struct fl_keys *k,
                              const char *token) {
     if (s == &hl_script_mutex_acquire)
-        return redisCommand(c, "EVALSHA %s 1 %s %s 30000 604800 %s", s->sha, k->lock, token, k->fence);
+        return redisCommand(c, "EVALSHA %s 2 %s %s %s 30000 604800", s->sha, k->lock, k->fence, token);
     return redisCommand(c, "EVALSHA %s 1 %s %s %s PUBLISH", s->sha, k->lock, token, k->ch);
 }
 

@@ -397,8 +397,8 @@ static double run_redis_benchmark(const char *sha, long n) {
     const char *argv[] = {
         g_opts.redis_benchmark, "-h", g_opts.host, "-p", port, "-P", "16", "-c", "50",
         "-n", nreq, "-r", "100000000", "--csv",
-        "EVALSHA", sha, "1", "hilock:{hb-rb:__rand_int__}",
-        "0123456789abcdef0123456789abcdef", "30000", "604800", "hilock:{hb-rb:__rand_int__}:fence", NULL,
+        "EVALSHA", sha, "2", "hilock:{hb-rb:__rand_int__}", "hilock:{hb-rb:__rand_int__}:fence",
+        "0123456789abcdef0123456789abcdef", "30000", "604800", NULL,
     };
     int out[2];
     if (pipe(out)) return -1;

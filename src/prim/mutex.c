@@ -7,19 +7,18 @@
 #include <string.h>
 #include "prim/prim.h"
 
-static const hl_cmd acquire_cmd = {&hl_script_mutex_acquire, 1, {""}};
+static const hl_cmd acquire_cmd = {&hl_script_mutex_acquire, 2, {"", ":fence"}};
 static const hl_cmd release_cmd = {&hl_script_mutex_release, 1, {""}};
 static const hl_cmd renew_cmd = {&hl_script_mutex_renew, 1, {""}};
 
-/* acquire(lock; token, lease_ms, fence_ttl_s, fence key) */
+/* acquire(lock, fence; token, lease_ms, fence_ttl_s) */
 static hl_req *mutex_try_req(hl_name *n, const char *token, uint32_t lease_ms,
                              hl_req_done done, void *owner) {
-    hl_req *r = hl_name_req(n, &acquire_cmd, HL_TOKEN_LEN + 2 * 20 + n->keylen + 6, done, owner);
+    hl_req *r = hl_name_req(n, &acquire_cmd, HL_TOKEN_LEN + 2 * 20, done, owner);
     if (r == NULL) return NULL;
     hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
     hl_req_arg_u64(r, lease_ms);
     hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
-    hl_req_arg(r, hl_name_channel(n), n->keylen, ":fence", 6);
     return r;
 }
 

@@ -450,15 +450,17 @@ int test_wait(pid_t pid, int ms) {
 
 /* ---- Redis Cluster --------------------------------------------------------- */
 
-/* The cluster says ok to `r`, and a replica has its master's data (so
- * WAIT and failovers find replicas in step from the first test on). */
+/* The cluster says ok to `r`, a replica has its master's data, and a
+ * master counts its replica online (so WAIT and failovers find replicas in
+ * step from the first test on). */
 static int cluster_ok(const test_redis *r) {
     redisContext *k = test_redis_connect(r);
     redisReply *rep = k ? redisCommand(k, "CLUSTER INFO") : NULL;
     redisReply *repl = k ? redisCommand(k, "INFO replication") : NULL;
     int ok = rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, "cluster_state:ok") != NULL &&
              repl && repl->type == REDIS_REPLY_STRING &&
-             (strstr(repl->str, "role:master") || strstr(repl->str, "master_link_status:up"));
+             (strstr(repl->str, "role:master") ? strstr(repl->str, "state=online") != NULL
+                                                : strstr(repl->str, "master_link_status:up") != NULL);
     if (rep) freeReplyObject(rep);
     if (repl) freeReplyObject(repl);
     if (k) redisFree(k);

@@ -1,5 +1,5 @@
--- acquire: KEYS[1] lock; ARGV[1] token, ARGV[2] lease_ms, ARGV[3] fence_ttl_s,
--- ARGV[4] the fence key (same hash tag: same slot)
+-- acquire: KEYS[1] lock, KEYS[2] fence (same hash tag: same slot);
+-- ARGV[1] token, ARGV[2] lease_ms, ARGV[3] fence_ttl_s
 -- Free: take it with a new fencing token -> {1, fence}.
 -- Ours already (a retry whose reply was lost): refresh -> {1, same fence}.
 -- Held by another: -> {0, pttl} so the caller can sleep until it may expire.
@@ -10,20 +10,23 @@
 -- still yields a larger fence, as long as it has not stepped back. Numbers
 -- stay exact: microseconds since 1970 are below 2^53 until 2255.
 --
--- Only the lock is a declared key. While a cluster slot migrates, a script
--- whose declared keys are partly on each side (or partly missing on the
--- importing node) is answered TRYAGAIN until the migration ends; with one
--- key it follows ASK and runs. A fence key not moved yet reads as missing,
--- and the clock then gives the next fence.
+-- Both keys are declared, so that no acquire writes a fence key on the
+-- importing node of a migrating slot while the old one is still on the
+-- migrating node: MIGRATE of the old one would then fail (BUSYKEY) and stop
+-- `redis-cli --cluster reshard`, and the fences would lose their history.
+-- While the slot migrates, Redis answers TRYAGAIN to a try whose keys are
+-- partly on each side or missing on the importing node (the caller retries
+-- until the slot has moved); release and renew declare only the lock and
+-- follow ASK throughout, so holds are never stalled.
 local held = redis.call('HMGET', KEYS[1], 'token', 'fence')
 if held[1] == false then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('GET', ARGV[4]) or '0') or 0
+  local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   local fence = now
   if last >= now then fence = last + 1 end
   local f = string.format('%.0f', fence) -- tostring would print 1.7e+15
-  redis.call('SET', ARGV[4], f, 'EX', ARGV[3])
+  redis.call('SET', KEYS[2], f, 'EX', ARGV[3])
   redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', f)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, fence}
