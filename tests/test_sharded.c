@@ -260,18 +260,20 @@ Test(sharded, acl_user_on_every_node) {
 
 /* ---- WAIT ---------------------------------------------------------------- */
 
-static hilock_client *waiting_client(uint32_t replicas) {
+/* WAIT's timeout is generous: a busy 2-core machine delays the replica's
+ * acknowledgement, and a refusal is only a refusal after it. */
+static hilock_client *waiting_client(uint32_t replicas, uint32_t timeout_ms) {
     hilock_config cfg;
     cluster_config(&cfg, e.cl.url);
     cfg.wait_replicas = replicas;
-    cfg.wait_timeout_ms = 200;
+    cfg.wait_timeout_ms = timeout_ms;
     return cluster_client_cfg(&e, &cfg);
 }
 
 /* Each master has one replica: WAIT 1 confirms the lock; WAIT 2 cannot,
  * and the acquire ends with HILOCK_EREPLICAS and leaves no lock behind. */
 Test(sharded, wait_for_replicas_after_acquire) {
-    hilock_client *one = waiting_client(1), *two = waiting_client(2);
+    hilock_client *one = waiting_client(1, 1000), *two = waiting_client(2, 300);
     got g = take(one, "waited", NULL);
     cr_expect_eq(g.status, 0, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(one));
     test_redis *m = test_cluster_master_of(&e.cl, cluster_slot_of("waited"));
@@ -303,7 +305,7 @@ Test(sharded, wait_for_replicas_after_acquire) {
 /* A renewal that the replica does not confirm is not a renewal: with the
  * replica stalled, the hold is reported lost when its lease runs out. */
 Test(sharded, unconfirmed_renewals_lose_the_hold) {
-    hilock_client *c = waiting_client(1);
+    hilock_client *c = waiting_client(1, 250);
     hilock_acquire_opts o;
     hilock_acquire_opts_init(&o);
     o.lease_ms = 900;
