@@ -214,20 +214,20 @@ static void ho_series_add(ho_series *s, const handoff_result *r, double standalo
     s->handoffs += r->handoffs;
 }
 
-static void cl_handoff_print(const ho_series *c, ho_series *sa, const bench_target *t,
+static void cl_handoff_print(const ho_series *c, const ho_series *s, const bench_target *t,
                              const cl_node *master, const cl_map *m) {
-    ho_series cs = *c; /* median_d sorts */
-    double p50 = median_d(cs.p50, (size_t)cs.n), sa50 = median_d(sa->p50, (size_t)sa->n);
+    ho_series cs = *c, sa = *s; /* median_d sorts */
+    double p50 = median_d(cs.p50, (size_t)cs.n), sa50 = median_d(sa.p50, (size_t)sa.n);
     json_begin("cluster_handoff");
     json_str("client", "hilock");
     json_str("pubsub", t->label);
     json_num("p50_us", p50, 1);
     json_num("p99_us", median_d(cs.p99, (size_t)cs.n), 1);
     json_num("standalone_p50_us", sa50, 1);
-    json_num("standalone_p99_us", median_d(sa->p99, (size_t)sa->n), 1);
+    json_num("standalone_p99_us", median_d(sa.p99, (size_t)sa.n), 1);
     json_num("p50_over_standalone", median_d(cs.ratio, (size_t)cs.n), 2);
     json_num("ping_rtt_p50_us", median_d(cs.ping, (size_t)cs.n), 1);
-    json_num("standalone_ping_rtt_p50_us", median_d(sa->ping, (size_t)sa->n), 1);
+    json_num("standalone_ping_rtt_p50_us", median_d(sa.ping, (size_t)sa.n), 1);
     json_int("handoffs", cs.handoffs);
     json_int("reps", cs.n);
     json_int("name_master_port", master->addr.port);
@@ -245,7 +245,10 @@ int scenario_cluster_handoff(void) {
     if (cl_setup(&m, modes, &nmodes) != 0) return 1;
     char name[64];
     const cl_node *master = cl_pick_name(&m, name, sizeof name);
-    if (master == NULL) return 1;
+    if (master == NULL) {
+        fprintf(stderr, "cluster: no master serving slots apart from the first seed\n");
+        return 1;
+    }
     bench_target t[CL_MODES];
     for (int k = 0; k < nmodes; k++) {
         cl_target(&m, modes[k], &t[k]);
@@ -298,7 +301,9 @@ static void tp_series_add(tp_series *s, const tp_sample *x, double standalone_lo
     s->n++;
 }
 
-static void cl_tp_print(tp_series *c, tp_series *sa, const bench_target *t) {
+static void cl_tp_print(const tp_series *cs, const tp_series *s, const bench_target *t) {
+    tp_series cc = *cs, sc = *s; /* median_d sorts */
+    tp_series *c = &cc, *sa = &sc;
     double locks = median_d(c->locks, (size_t)c->n), sal = median_d(sa->locks, (size_t)sa->n);
     json_begin("cluster_throughput");
     json_str("client", "hilock");
