@@ -61,6 +61,7 @@ struct ho_proc {
     redisContext *sync;
     void *hold;
     int held_k;                  /* the acquisition we hold */
+    int releasing;               /* releases whose callback has not run */
     int finishing;
     volatile int done;
     int warm;                    /* warm-up: 1 acquiring, 2 releasing, 3 done */
@@ -79,9 +80,18 @@ static void ho_arm_hold(struct ho_proc *p, uint64_t us) {
     evtimer_add(p->hold_ev, &tv);
 }
 
+/* A release, counted until its callback runs: the process must not free
+ * its client before that (the other process may say 'q' first). */
+static int ho_release(struct ho_proc *p, void *hold) {
+    int rc = p->impl->release(p->client, hold, &p->bw);
+    if (rc == 0) p->releasing++;
+    return rc;
+}
+
 static void ho_released(bench_waiter *bw, int status) {
     struct ho_proc *p = (struct ho_proc *)bw;
     if (p->warm == 2) { p->warm = 3; return; }
+    p->releasing--;
     if (status != 0) ho_error(p, "release failed", status);
     if (p->finishing) p->done = 1;
 }
@@ -106,7 +116,7 @@ static void ho_acquired(bench_waiter *bw, void *hold, int status) {
     if (k >= s->total) {
         p->finishing = 1;
         write_byte(p->peer_fd, 'q');
-        p->impl->release(p->client, hold, &p->bw);
+        if (ho_release(p, hold) != 0) ho_error(p, "release refused", 0);
         return;
     }
     if ((k - 1) % s->block == 0 && s->nping + PING_N <= MAX_BLOCKS * PING_N) {
@@ -127,7 +137,7 @@ static void ho_hold_done(evutil_socket_t fd, short what, void *arg) {
     }
     s->rel_count = p->held_k;
     s->t_release = now_ns();
-    if (p->impl->release(p->client, p->hold, &p->bw) != 0) ho_error(p, "release refused", 0);
+    if (ho_release(p, p->hold) != 0) ho_error(p, "release refused", 0);
 }
 
 static void ho_pipe(evutil_socket_t fd, short what, void *arg) {
@@ -171,7 +181,9 @@ static int ho_child(struct ho_proc *p) {
     write_byte(p->parent_fd, 'r');
 
     loop_until(p->base, &p->done, 120000);
-    int ok = p->done && p->shm->errors == 0;
+    uint64_t drain = now_ns() + 5000000000ull;
+    while (p->releasing > 0 && now_ns() < drain) event_base_loop(p->base, EVLOOP_ONCE);
+    int ok = p->done && p->releasing == 0 && p->shm->errors == 0;
     event_free(p->pipe_ev);
     event_free(p->hold_ev);
     p->impl->client_free(p->client);
