@@ -48,7 +48,7 @@ extern bench_opts g_opts;
 
 #define TARGET_NODES_MAX 8
 typedef struct target_node {
-    char host[64];
+    char host[256];            /* as bench_opts.host */
     int port;
 } target_node;
 

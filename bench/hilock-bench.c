@@ -70,7 +70,6 @@ static int parse_url(const char *url) {
     snprintf(g_standalone.url, sizeof g_standalone.url, "%s", g_opts.url);
     g_standalone.pubsub = HILOCK_PUBSUB_AUTO;
     g_standalone.nnodes = 1;
-    if (strlen(g_opts.host) >= sizeof g_standalone.node[0].host) return -1;
     snprintf(g_standalone.node[0].host, sizeof g_standalone.node[0].host, "%s", g_opts.host);
     g_standalone.node[0].port = g_opts.port;
     return 0;
