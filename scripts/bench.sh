@@ -15,8 +15,9 @@
 #
 # OUT_DIR defaults to build/bench. The server listens on a free loopback port,
 # keeps nothing (--save "" --appendonly no, data in a temporary directory) and
-# is always stopped by its pid, as is every node of the cluster. Missing tools (redis-server, redis-benchmark,
-# gnuplot) are installed with apt-get, through sudo when not root.
+# is always stopped by its pid, as is every node of the cluster. Missing tools
+# (redis-server, redis-benchmark, gnuplot) are installed with apt-get, through
+# sudo when not root.
 set -u
 
 MODE=bench
@@ -120,6 +121,7 @@ FAILED=0
 if [ "$MODE" = bench ]; then
     # The cluster beside the server, so that each cluster figure has the
     # standalone one of the same run beside it. Without it, the rest runs.
+    # Its option goes in the positional parameters (BENCH and OUT are read).
     if start_cluster 21000; then
         echo "== Redis Cluster, 3 masters + 3 replicas, seeds $CLUSTER_URL (pids$CLUSTER_PIDS)"
         set -- -c "$CLUSTER_URL"
