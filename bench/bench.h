@@ -6,6 +6,9 @@
  *   polling.c       the polling baseline client: SET NX PX, retry every 10 ms
  *   contend.c       the handoff and herd scenarios (hilock and polling)
  *   scale.c         the waiters and throughput scenarios (hilock)
+ *   cluster.c       the cluster scenarios: handoff, throughput and
+ *                   cluster-bus messages on a Redis Cluster, each beside
+ *                   the standalone server of the same run
  */
 #ifndef HILOCK_BENCH_H
 #define HILOCK_BENCH_H
@@ -33,9 +36,34 @@ typedef struct bench_opts {
     int inflight;              /* throughput scenario */
     double tp_seconds;         /* throughput: measured seconds per repetition */
     int herd_hold_us;          /* herd: hold time */
+    const char *cluster_url;   /* -c: a Redis Cluster's seeds (NULL: no cluster) */
+    int cluster_handoffs;      /* per cluster handoff run */
+    int cluster_reps;          /* cluster scenarios: alternations */
+    int bus_releases;          /* cluster bus scenario: releases per mode */
 } bench_opts;
 
 extern bench_opts g_opts;
+
+/* ---- Where a scenario's clients go ------------------------------------- */
+
+#define TARGET_NODES_MAX 8
+typedef struct target_node {
+    char host[256];            /* as bench_opts.host */
+    int port;
+} target_node;
+
+/* One server (-u), or a Redis Cluster (-c) in one pub/sub mode. */
+typedef struct bench_target {
+    const char *label;         /* "standalone", "classic", "sharded" */
+    char url[300];             /* hilock's URL: one server, or the cluster's seeds */
+    int pubsub;                /* hilock_config.pubsub */
+    int cluster;               /* 1: node[] are the cluster's masters */
+    int nnodes;                /* node[0] takes the side connection (PING) */
+    target_node node[TARGET_NODES_MAX];
+} bench_target;
+
+/* The -u server, filled by main. */
+extern bench_target g_standalone;
 
 /* ---- Time and statistics ----------------------------------------------- */
 
@@ -86,7 +114,11 @@ int loop_until(struct event_base *base, volatile int *flag, int timeout_ms);
 
 /* ---- A synchronous side connection to Redis ---------------------------- */
 
+redisContext *node_connect(const char *host, int port);
+/* To the -u server. */
 redisContext *sync_connect(void);
+/* A hilock client of `t` on `base` (URL and pub/sub mode), or NULL. */
+struct hilock_client *bench_hilock_client(struct event_base *base, const bench_target *t);
 /* `n` PING round trips, each timed (ns) into out[0..n). 0 or -1. */
 int ping_rtts(redisContext *rc, uint64_t *out, int n);
 
@@ -123,7 +155,7 @@ typedef struct lock_impl {
     /* Commands this client sends itself (the rest of commandstats' calls
      * are made from inside its scripts). NULL-terminated. */
     const char *const *commands;
-    void *(*client_new)(struct event_base *base);
+    void *(*client_new)(struct event_base *base, const bench_target *t);
     /* Close and free; pending waits end without callbacks mattering. */
     void (*client_free)(void *client);
     int (*acquire)(void *client, const char *name, bench_waiter *w);
@@ -156,6 +188,27 @@ extern bench_results g_res;
 
 /* ---- Scenarios ------------------------------------------------------------ */
 
+/* One handoff run's figures (us), for scenarios that print their own. */
+typedef struct handoff_result {
+    double p50, p90, p99, max;   /* p50: median of the blocks' p50 */
+    double ping50, ping99;       /* PING round trips of the same processes */
+    double over_ping;            /* median of the blocks' p50 / PING p50 */
+    int handoffs, blocks, errors;
+} handoff_result;
+
+/* Two processes hand the lock `name` of `t` back and forth `handoffs`
+ * times; PINGs go to t->node[0]. 0 on success. */
+int handoff_measure(const lock_impl *impl, const bench_target *t, const char *name,
+                    int handoffs, handoff_result *out);
+
+/* One uncontended throughput window (see scale.c), summed over t's nodes. */
+typedef struct tp_sample {
+    double locks_per_s, scripts_per_s, cpu_us_per_lock;
+    double node_share_min, node_share_max; /* of the scripts, over t's nodes */
+    int errors;
+} tp_sample;
+int tp_measure(const bench_target *t, tp_sample *out);
+
 /* Each returns 0 on success; it prints its JSON line(s) itself. */
 int scenario_handoff(const lock_impl *impl, int handoffs, const char *scenario_name);
 int scenario_herd(const lock_impl *impl, int procs, int waiters, const char *scenario_name);
@@ -163,5 +216,9 @@ int scenario_waiters(void);
 /* The blocking-hiredis floor of a handoff (see floor.c); its p50 in *p50. */
 int scenario_floor(int handoffs, int self_sub, double *p50);
 int scenario_throughput(void);
+/* cluster.c: on the -c cluster, beside the -u server (see there). */
+int scenario_cluster_handoff(void);
+int scenario_cluster_throughput(void);
+int scenario_cluster_bus(void);
 
 #endif

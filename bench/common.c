@@ -20,6 +20,7 @@
 #include <hilock/adapters/libevent.h>
 
 bench_opts g_opts;
+bench_target g_standalone;
 
 /* ---- Time and statistics ----------------------------------------------- */
 
@@ -224,11 +225,11 @@ int loop_until(struct event_base *base, volatile int *flag, int timeout_ms) {
 
 /* ---- Synchronous side connection ---------------------------------------- */
 
-redisContext *sync_connect(void) {
+redisContext *node_connect(const char *host, int port) {
     struct timeval tv = {5, 0};
-    redisContext *rc = redisConnectWithTimeout(g_opts.host, g_opts.port, tv);
+    redisContext *rc = redisConnectWithTimeout(host, port, tv);
     if (rc == NULL || rc->err) {
-        fprintf(stderr, "bench: cannot connect to %s:%d: %s\n", g_opts.host, g_opts.port,
+        fprintf(stderr, "bench: cannot connect to %s:%d: %s\n", host, port,
                 rc ? rc->errstr : "out of memory");
         if (rc) redisFree(rc);
         return NULL;
@@ -236,6 +237,8 @@ redisContext *sync_connect(void) {
     redisSetTimeout(rc, tv);
     return rc;
 }
+
+redisContext *sync_connect(void) { return node_connect(g_opts.host, g_opts.port); }
 
 int ping_rtts(redisContext *rc, uint64_t *out, int n) {
     for (int i = 0; i < n; i++) {
@@ -359,19 +362,24 @@ static void hl_released(int status, void *data) {
     if (w->released) w->released(w, status);
 }
 
-static void *hl_client_new(struct event_base *base) {
+hilock_client *bench_hilock_client(struct event_base *base, const bench_target *t) {
     hilock_loop loop;
     hilock_libevent_init(&loop, base);
     hilock_config cfg;
     hilock_config_init(&cfg);
-    cfg.url = g_opts.url;
+    cfg.url = t->url;
+    cfg.pubsub = t->pubsub;
     hilock_client *c = NULL;
     int rc = hilock_client_new(&c, &cfg, &loop);
     if (rc != HILOCK_OK) {
-        fprintf(stderr, "bench: hilock_client_new(%s): %s\n", g_opts.url, hilock_strerror(rc));
+        fprintf(stderr, "bench: hilock_client_new(%s): %s\n", t->url, hilock_strerror(rc));
         return NULL;
     }
     return c;
+}
+
+static void *hl_client_new(struct event_base *base, const bench_target *t) {
+    return bench_hilock_client(base, t);
 }
 
 static void hl_client_free(void *c) { hilock_client_free(c); }

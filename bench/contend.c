@@ -52,6 +52,7 @@ struct ho_proc {
     bench_waiter bw;
     int idx;
     const lock_impl *impl;
+    const bench_target *target;  /* the clients' server(s); PINGs to node[0] */
     struct event_base *base;
     void *client;
     struct ho_shm *shm;
@@ -60,6 +61,7 @@ struct ho_proc {
     redisContext *sync;
     void *hold;
     int held_k;                  /* the acquisition we hold */
+    int releasing;               /* releases whose callback has not run */
     int finishing;
     volatile int done;
     int warm;                    /* warm-up: 1 acquiring, 2 releasing, 3 done */
@@ -78,9 +80,18 @@ static void ho_arm_hold(struct ho_proc *p, uint64_t us) {
     evtimer_add(p->hold_ev, &tv);
 }
 
+/* A release, counted until its callback runs: the process must not free
+ * its client before that (the other process may say 'q' first). */
+static int ho_release(struct ho_proc *p, void *hold) {
+    int rc = p->impl->release(p->client, hold, &p->bw);
+    if (rc == 0) p->releasing++;
+    return rc;
+}
+
 static void ho_released(bench_waiter *bw, int status) {
     struct ho_proc *p = (struct ho_proc *)bw;
     if (p->warm == 2) { p->warm = 3; return; }
+    p->releasing--;
     if (status != 0) ho_error(p, "release failed", status);
     if (p->finishing) p->done = 1;
 }
@@ -105,7 +116,7 @@ static void ho_acquired(bench_waiter *bw, void *hold, int status) {
     if (k >= s->total) {
         p->finishing = 1;
         write_byte(p->peer_fd, 'q');
-        p->impl->release(p->client, hold, &p->bw);
+        if (ho_release(p, hold) != 0) ho_error(p, "release refused", 0);
         return;
     }
     if ((k - 1) % s->block == 0 && s->nping + PING_N <= MAX_BLOCKS * PING_N) {
@@ -126,7 +137,7 @@ static void ho_hold_done(evutil_socket_t fd, short what, void *arg) {
     }
     s->rel_count = p->held_k;
     s->t_release = now_ns();
-    if (p->impl->release(p->client, p->hold, &p->bw) != 0) ho_error(p, "release refused", 0);
+    if (ho_release(p, p->hold) != 0) ho_error(p, "release refused", 0);
 }
 
 static void ho_pipe(evutil_socket_t fd, short what, void *arg) {
@@ -147,8 +158,8 @@ static void ho_pipe(evutil_socket_t fd, short what, void *arg) {
 
 static int ho_child(struct ho_proc *p) {
     p->base = base_new();
-    p->client = p->base ? p->impl->client_new(p->base) : NULL;
-    p->sync = sync_connect();
+    p->client = p->base ? p->impl->client_new(p->base, p->target) : NULL;
+    p->sync = node_connect(p->target->node[0].host, p->target->node[0].port);
     if (p->client == NULL || p->sync == NULL) return 1;
     p->bw.acquired = ho_acquired;
     p->bw.released = ho_released;
@@ -170,7 +181,9 @@ static int ho_child(struct ho_proc *p) {
     write_byte(p->parent_fd, 'r');
 
     loop_until(p->base, &p->done, 120000);
-    int ok = p->done && p->shm->errors == 0;
+    uint64_t drain = now_ns() + 5000000000ull;
+    while (p->releasing > 0 && now_ns() < drain) event_base_loop(p->base, EVLOOP_ONCE);
+    int ok = p->done && p->releasing == 0 && p->shm->errors == 0;
     event_free(p->pipe_ev);
     event_free(p->hold_ev);
     p->impl->client_free(p->client);
@@ -191,30 +204,34 @@ void write_latencies(const char *tag, const uint64_t *sorted, size_t n) {
     fclose(f);
 }
 
-int scenario_handoff(const lock_impl *impl, int handoffs, const char *scenario_name) {
+/* Fork the two processes and let them hand `name` over `handoffs` times.
+ * Returns the shared memory with the latencies and PINGs (the caller frees
+ * it), or NULL; *rc is 0 when every handoff was made without error. */
+static struct ho_shm *ho_run(const lock_impl *impl, const bench_target *t, const char *name,
+                             int handoffs, int *rc) {
     int reps = g_opts.reps < 1 ? 1 : g_opts.reps > MAX_BLOCKS ? MAX_BLOCKS : g_opts.reps;
     if (handoffs > HO_MAX) handoffs = HO_MAX;
     if (handoffs < reps) handoffs = reps;
+    *rc = 1;
     struct ho_shm *s = shm_alloc(sizeof *s);
-    if (s == NULL) return 1;
+    if (s == NULL) return NULL;
     s->total = handoffs + 1;
     s->block = handoffs / reps;
     s->issue_count = -1;
     s->rel_count = -1;
 
     int in[2][2], ready[2];
-    if (pipe(in[0]) || pipe(in[1]) || pipe(ready)) { perror("pipe"); return 1; }
-    char name[64];
-    snprintf(name, sizeof name, "hb-handoff:%s:%ld", impl->name, (long)getpid());
+    if (pipe(in[0]) || pipe(in[1]) || pipe(ready)) { perror("pipe"); return s; }
     pid_t pids[2];
     for (int i = 0; i < 2; i++) {
         pids[i] = fork_child();
-        if (pids[i] < 0) { perror("fork"); return 1; }
+        if (pids[i] < 0) { perror("fork"); return s; }
         if (pids[i] == 0) {
             struct ho_proc p;
             memset(&p, 0, sizeof p);
             p.idx = i;
             p.impl = impl;
+            p.target = t;
             p.shm = s;
             p.in_fd = in[i][0];
             p.peer_fd = in[1 - i][1];
@@ -231,10 +248,13 @@ int scenario_handoff(const lock_impl *impl, int handoffs, const char *scenario_n
     for (int i = 0; i < 2; i++) { close(in[i][0]); close(in[i][1]); }
     close(ready[0]);
     close(ready[1]);
-    int rc = ok && st0 == 0 && st1 == 0 && s->errors == 0 && s->nlat == handoffs ? 0 : 1;
+    *rc = ok && st0 == 0 && st1 == 0 && s->errors == 0 && s->nlat == handoffs ? 0 : 1;
+    return s;
+}
 
-    /* Per block: p50 of the handoffs and of the PINGs; report their medians
-     * (the machines are noisy), and p90/p99 of all handoffs pooled. */
+/* Per block: p50 of the handoffs and of the PINGs; their medians (the
+ * machines are noisy), and p90/p99 of all handoffs pooled. Sorts s->lat. */
+static void ho_summarize(struct ho_shm *s, handoff_result *out) {
     int blocks = s->nping / PING_N;
     double hp50[MAX_BLOCKS], pp50[MAX_BLOCKS], ratio[MAX_BLOCKS];
     int nb = 0;
@@ -254,41 +274,71 @@ int scenario_handoff(const lock_impl *impl, int handoffs, const char *scenario_n
     }
     free(tmp);
     sort_u64(s->lat, (size_t)s->nlat);
-    uint64_t *lat = s->lat;
-    size_t n = (size_t)s->nlat;
     sort_u64(s->ping, (size_t)s->nping);
-    double ping_p99 = (double)pct_u64(s->ping, (size_t)s->nping, 99) / 1000.0;
-    double p50 = median_d(hp50, (size_t)nb), ping50 = median_d(pp50, (size_t)nb);
+    size_t n = (size_t)s->nlat;
+    memset(out, 0, sizeof *out);
+    out->p50 = median_d(hp50, (size_t)nb);
+    out->p90 = (double)pct_u64(s->lat, n, 90) / 1000.0;
+    out->p99 = (double)pct_u64(s->lat, n, 99) / 1000.0;
+    out->max = n ? (double)s->lat[n - 1] / 1000.0 : 0;
+    out->ping50 = median_d(pp50, (size_t)nb);
+    out->ping99 = (double)pct_u64(s->ping, (size_t)s->nping, 99) / 1000.0;
+    out->over_ping = median_d(ratio, (size_t)nb);
+    out->handoffs = (int)n;
+    out->blocks = nb;
+    out->errors = s->errors;
+}
+
+int handoff_measure(const lock_impl *impl, const bench_target *t, const char *name,
+                    int handoffs, handoff_result *out) {
+    int rc;
+    struct ho_shm *s = ho_run(impl, t, name, handoffs, &rc);
+    memset(out, 0, sizeof *out);
+    if (s == NULL) return 1;
+    ho_summarize(s, out);
+    if (rc != 0 && out->errors == 0) out->errors = 1;
+    shm_free(s, sizeof *s);
+    return rc;
+}
+
+int scenario_handoff(const lock_impl *impl, int handoffs, const char *scenario_name) {
+    char name[64];
+    snprintf(name, sizeof name, "hb-handoff:%s:%ld", impl->name, (long)getpid());
+    int rc;
+    struct ho_shm *s = ho_run(impl, &g_standalone, name, handoffs, &rc);
+    if (s == NULL) return 1;
+    handoff_result r;
+    ho_summarize(s, &r);
 
     json_begin(scenario_name);
     if (strcmp(scenario_name, "handoff") != 0) json_str("of", "handoff");
     json_str("client", impl->name);
-    json_num("p50_us", p50, 1);
-    json_num("p99_us", (double)pct_u64(lat, n, 99) / 1000.0, 1);
-    json_num("ping_rtt_p50_us", ping50, 1);
-    json_num("p50_over_ping", median_d(ratio, (size_t)nb), 2);
-    json_int("handoffs", (long long)n);
-    json_num("p90_us", (double)pct_u64(lat, n, 90) / 1000.0, 1);
-    json_num("max_us", n ? (double)lat[n - 1] / 1000.0 : 0, 1);
-    json_num("ping_rtt_p99_us", ping_p99, 1);
+    json_num("p50_us", r.p50, 1);
+    json_num("p99_us", r.p99, 1);
+    json_num("ping_rtt_p50_us", r.ping50, 1);
+    json_num("p50_over_ping", r.over_ping, 2);
+    json_int("handoffs", r.handoffs);
+    json_num("p90_us", r.p90, 1);
+    json_num("max_us", r.max, 1);
+    json_num("ping_rtt_p99_us", r.ping99, 1);
     if (g_res.floor_p50 > 0) {
         json_num("floor_p50_us", g_res.floor_p50, 1);
-        json_num("p50_over_floor", p50 / g_res.floor_p50, 2);
+        json_num("p50_over_floor", r.p50 / g_res.floor_p50, 2);
     }
-    json_int("blocks", nb);
+    json_int("blocks", r.blocks);
     json_str("hold_ms", "1..11 uniform");
     json_int("errors", s->errors);
     json_end();
-    write_latencies(impl->name, lat, n);
+    write_latencies(impl->name, s->lat, (size_t)s->nlat);
     if (impl == &hilock_impl) {
         g_res.handoff_run = 1;
-        g_res.ho_p50 = p50;
-        g_res.ho_p99 = (double)pct_u64(lat, n, 99) / 1000.0;
-        g_res.ho_ping = ping50;
-        g_res.ho_ratio = ping50 > 0 ? p50 / ping50 : 0;
+        g_res.ho_p50 = r.p50;
+        g_res.ho_p99 = r.p99;
+        g_res.ho_ping = r.ping50;
+        g_res.ho_ratio = r.ping50 > 0 ? r.p50 / r.ping50 : 0;
     } else {
-        g_res.poll_p50 = p50;
-        g_res.poll_p99 = (double)pct_u64(lat, n, 99) / 1000.0;
+        g_res.poll_p50 = r.p50;
+        g_res.poll_p99 = r.p99;
     }
     shm_free(s, sizeof *s);
     return rc;
@@ -405,7 +455,7 @@ static void herd_warm_released(bench_waiter *bw, int status) {
 
 static int herd_child(struct herd_proc *p) {
     p->base = base_new();
-    p->client = p->base ? p->impl->client_new(p->base) : NULL;
+    p->client = p->base ? p->impl->client_new(p->base, &g_standalone) : NULL;
     p->waiters = calloc((size_t)p->nwaiters, sizeof *p->waiters);
     if (p->client == NULL || p->waiters == NULL) return 1;
     for (int j = 0; j < p->nwaiters; j++) {

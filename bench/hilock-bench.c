@@ -1,7 +1,8 @@
 /* hilock-bench: how fast hilock hands a lock over, how it scales, and what
  * the machine itself can do, measured in the same run.
  *
- *     hilock-bench [-u redis://HOST:PORT] [-s SCENARIOS] [-o DIR] [-q]
+ *     hilock-bench [-u redis://HOST:PORT] [-c redis://HOST:PORT,HOST:PORT...]
+ *                  [-s SCENARIOS] [-o DIR] [-q]
  *
  * Scenarios (comma-separated, default all, in this order):
  *   handoff     two processes hand one lock back and forth; beside it the
@@ -14,6 +15,10 @@
  *               redis-benchmark -P 16 running hilock's acquire script
  *   polling     handoff and herd with the polling baseline (SET NX PX,
  *               retry every 10 ms), written in C on the same loop
+ *   cluster     (with -c, a Redis Cluster's seeds) cluster_handoff,
+ *               cluster_throughput and cluster_bus, each in classic and
+ *               sharded pub/sub, beside the -u server (see cluster.c);
+ *               each of the three can also be named alone
  *
  * Each scenario prints one JSON object per line on stdout; progress and
  * the check of the targets go to stderr. -o DIR writes the raw handoff
@@ -31,15 +36,20 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "hilock/hilock.h"
 
 bench_results g_res;
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: hilock-bench [-u redis://HOST:PORT] [-s SCENARIOS] [-o DIR] [-q]\n"
+            "usage: hilock-bench [-u redis://HOST:PORT] [-c redis://HOST:PORT,HOST:PORT...]\n"
+            "                    [-s SCENARIOS] [-o DIR] [-q]\n"
             "                    [-n HANDOFFS] [-w WAITERS] [-N NAMES] [-k IN_FLIGHT]\n"
             "                    [-t SECONDS] [-r REPS] [-b REDIS_BENCHMARK]\n"
-            "  SCENARIOS: comma-separated of handoff,herd,waiters,throughput,polling (default all)\n"
+            "  SCENARIOS: comma-separated of handoff,herd,waiters,throughput,polling,\n"
+            "             cluster (= cluster_handoff,cluster_throughput,cluster_bus)\n"
+            "             (default all; the cluster ones need -c)\n"
+            "  -c URL  a Redis Cluster's seeds, for the cluster scenarios\n"
             "  -o DIR  write raw handoff latencies there (handoff-CLIENT.dat)\n"
             "  -q      quick: small counts, for a smoke test\n");
 }
@@ -55,6 +65,13 @@ static int parse_url(const char *url) {
     g_opts.port = colon ? atoi(colon + 1) : 6379;
     if (g_opts.port <= 0 || g_opts.port > 65535) return -1;
     snprintf(g_opts.url, sizeof g_opts.url, "redis://%s:%d", g_opts.host, g_opts.port);
+    /* The same server as a target, for the code shared with the cluster. */
+    g_standalone.label = "standalone";
+    snprintf(g_standalone.url, sizeof g_standalone.url, "%s", g_opts.url);
+    g_standalone.pubsub = HILOCK_PUBSUB_AUTO;
+    g_standalone.nnodes = 1;
+    snprintf(g_standalone.node[0].host, sizeof g_standalone.node[0].host, "%s", g_opts.host);
+    g_standalone.node[0].port = g_opts.port;
     return 0;
 }
 
@@ -133,7 +150,9 @@ static void targets(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *url = "redis://127.0.0.1:6379", *scen = "handoff,herd,waiters,throughput,polling";
+    const char *url = "redis://127.0.0.1:6379";
+    const char *scen = "handoff,herd,waiters,throughput,polling,cluster";
+    int scen_given = 0;
     g_opts.redis_benchmark = getenv("REDIS_BENCHMARK") ? getenv("REDIS_BENCHMARK") : "redis-benchmark";
     g_opts.handoffs = 1500;
     g_opts.poll_handoffs = 400;
@@ -143,11 +162,15 @@ int main(int argc, char **argv) {
     g_opts.inflight = 256;
     g_opts.tp_seconds = 2.0;
     g_opts.herd_hold_us = 1000;
+    g_opts.cluster_handoffs = 250;
+    g_opts.cluster_reps = 3;
+    g_opts.bus_releases = 2000;
     int n = 0, w = 0, N = 0, k = 0, r = 0, t = 0, opt;
-    while ((opt = getopt(argc, argv, "u:s:o:qn:w:N:k:t:r:b:h")) != -1) {
+    while ((opt = getopt(argc, argv, "u:c:s:o:qn:w:N:k:t:r:b:h")) != -1) {
         switch (opt) {
         case 'u': url = optarg; break;
-        case 's': scen = optarg; break;
+        case 'c': g_opts.cluster_url = optarg; break;
+        case 's': scen = optarg; scen_given = 1; break;
         case 'o': g_opts.lat_dir = optarg; break;
         case 'q': g_opts.quick = 1; break;
         case 'n': if (positive(optarg, "-n", &n)) return 2; break;
@@ -162,6 +185,17 @@ int main(int argc, char **argv) {
         }
     }
     if (optind != argc || parse_url(url) != 0) { usage(stderr); return 2; }
+    int cluster_all = has(scen, "cluster");
+    int cl_handoff = cluster_all || has(scen, "cluster_handoff");
+    int cl_tp = cluster_all || has(scen, "cluster_throughput");
+    int cl_bus = cluster_all || has(scen, "cluster_bus");
+    if ((cl_handoff || cl_tp || cl_bus) && g_opts.cluster_url == NULL) {
+        if (scen_given) {
+            fprintf(stderr, "hilock-bench: the cluster scenarios need -c\n");
+            return 2;
+        }
+        cl_handoff = cl_tp = cl_bus = 0; /* the default list: no cluster given */
+    }
     if (g_opts.quick) {
         g_opts.handoffs = 200;
         g_opts.poll_handoffs = 60;
@@ -169,6 +203,9 @@ int main(int argc, char **argv) {
         g_opts.waiters = 10000;
         g_opts.names = 100;
         g_opts.tp_seconds = 1.0;
+        g_opts.cluster_handoffs = 50;
+        g_opts.cluster_reps = 2;
+        g_opts.bus_releases = 300;
     }
     if (n) g_opts.handoffs = n;
     if (w) g_opts.waiters = w;
@@ -216,6 +253,21 @@ int main(int argc, char **argv) {
             fprintf(stderr, "== polling baseline: herd, %d processes x %d waiters\n", grid[i][0], grid[i][1]);
             failed |= scenario_herd(&polling_impl, grid[i][0], grid[i][1], "polling_baseline");
         }
+    }
+    if (cl_handoff) {
+        fprintf(stderr, "== cluster handoff: standalone, classic, sharded alternated, %d x %d handoffs each\n",
+                g_opts.cluster_reps, g_opts.cluster_handoffs);
+        failed |= scenario_cluster_handoff();
+    }
+    if (cl_tp) {
+        fprintf(stderr, "== cluster throughput: %d in flight, standalone, classic, sharded alternated, "
+                "%d x %.0f s each\n", g_opts.inflight, g_opts.cluster_reps, g_opts.tp_seconds);
+        failed |= scenario_cluster_throughput();
+    }
+    if (cl_bus) {
+        fprintf(stderr, "== cluster bus: %d releases per mode, CLUSTER INFO of every node\n",
+                g_opts.bus_releases);
+        failed |= scenario_cluster_bus();
     }
     targets();
     fprintf(stderr, "== %.1f s%s\n", (double)(now_ns() - t0) / 1e9,

@@ -103,11 +103,13 @@ static void on_connect(const redisAsyncContext *ac, int status) {
     if (status != REDIS_OK) fprintf(stderr, "polling: connect: %s\n", ac->errstr);
 }
 
-static void *pl_client_new(struct event_base *base) {
+static void *pl_client_new(struct event_base *base, const bench_target *t) {
     pl_client *c = calloc(1, sizeof *c);
     if (c == NULL) return NULL;
     c->base = base;
-    redisContext *rc = sync_connect();
+    /* One server: the key's node is node[0] (the baseline is not run on a
+     * cluster). */
+    redisContext *rc = node_connect(t->node[0].host, t->node[0].port);
     if (rc == NULL) { free(c); return NULL; }
     redisReply *r = redisCommand(rc, "SCRIPT LOAD %s", pl_release_lua);
     if (r == NULL || r->type != REDIS_REPLY_STRING) {
@@ -120,7 +122,7 @@ static void *pl_client_new(struct event_base *base) {
     snprintf(c->sha, sizeof c->sha, "%s", r->str);
     freeReplyObject(r);
     redisFree(rc);
-    c->ac = redisAsyncConnect(g_opts.host, g_opts.port);
+    c->ac = redisAsyncConnect(t->node[0].host, t->node[0].port);
     if (c->ac == NULL || c->ac->err) {
         fprintf(stderr, "polling: connect failed\n");
         free(c);

@@ -16,7 +16,8 @@
  *   workers on a name of its own, back to back, for a few seconds; beside
  *   it, redis-benchmark -P 16 runs hilock's own acquire script (EVALSHA,
  *   each call on a fresh random key, like a free lock) against the same
- *   server. Alternated, several times; medians reported. */
+ *   server. Alternated, several times; medians reported. The window itself
+ *   (tp_measure) also runs against a cluster's masters (cluster.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -129,13 +130,7 @@ static void wv_warm_acquired(hilock_hold *h, int status, void *data) {
 }
 
 static hilock_client *wv_client(struct event_base *base) {
-    hilock_loop loop;
-    hilock_libevent_init(&loop, base);
-    hilock_config cfg;
-    hilock_config_init(&cfg);
-    cfg.url = g_opts.url;
-    hilock_client *c = NULL;
-    return hilock_client_new(&c, &cfg, &loop) == 0 ? c : NULL;
+    return bench_hilock_client(base, &g_standalone);
 }
 
 /* Channels of this run that Redis knows a subscriber of. */
@@ -294,7 +289,8 @@ int scenario_waiters(void) {
 
 struct tp_shm {
     volatile long long cycles;   /* in the measured window */
-    volatile long long scripts;  /* EVALSHA + EVAL calls in the window (server) */
+    volatile long long scripts;  /* EVALSHA + EVAL calls in the window (all nodes) */
+    volatile long long node_scripts[TARGET_NODES_MAX]; /* the same per node */
     volatile double seconds;
     volatile int errors;
     volatile double cpu_seconds; /* this process's user + system time in the window */
@@ -337,15 +333,40 @@ static void tp_acquired(hilock_hold *h, int status, void *data) {
     if (hilock_release(h, tp_released, w) != 0) { w->run->errors++; w->run->outstanding--; }
 }
 
-static int tp_child(struct tp_shm *s) {
+/* The scripts each node ran so far: EVALSHA + EVAL from INFO commandstats. */
+static int tp_node_scripts(redisContext *const *rc, int n, long long *out) {
+    for (int i = 0; i < n; i++) {
+        cmdstats c;
+        if (cmdstats_get(rc[i], &c) != 0) return -1;
+        out[i] = cmdstats_calls(&c, "evalsha") + cmdstats_calls(&c, "eval");
+    }
+    return 0;
+}
+
+static double cpu_seconds_since(const struct rusage *ru0) {
+    struct rusage ru1;
+    getrusage(RUSAGE_SELF, &ru1);
+    return (double)(ru1.ru_utime.tv_sec - ru0->ru_utime.tv_sec + ru1.ru_stime.tv_sec -
+                    ru0->ru_stime.tv_sec) +
+           (double)(ru1.ru_utime.tv_usec - ru0->ru_utime.tv_usec + ru1.ru_stime.tv_usec -
+                    ru0->ru_stime.tv_usec) / 1e6;
+}
+
+/* One window on `t`: IN_FLIGHT workers, each on a name of its own (on a
+ * cluster the names fall on every master), and the scripts every node of
+ * `t` ran meanwhile. */
+static int tp_child(const bench_target *t, struct tp_shm *s) {
     struct event_base *base = base_new();
-    redisContext *rc = sync_connect();
+    redisContext *rc[TARGET_NODES_MAX] = {NULL};
+    int nodes_ok = 1;
+    for (int i = 0; i < t->nnodes; i++)
+        nodes_ok &= (rc[i] = node_connect(t->node[i].host, t->node[i].port)) != NULL;
     struct tp_run r;
     memset(&r, 0, sizeof r);
     int k = g_opts.inflight;
     r.workers = calloc((size_t)k, sizeof *r.workers);
-    r.client = base ? wv_client(base) : NULL;
-    if (!base || !rc || !r.workers || !r.client) return 1;
+    r.client = base ? bench_hilock_client(base, t) : NULL;
+    if (!base || !nodes_ok || !r.workers || !r.client) return 1;
     r.outstanding = k;
     for (int i = 0; i < k; i++) {
         r.workers[i].run = &r;
@@ -354,10 +375,9 @@ static int tp_child(struct tp_shm *s) {
     }
     int never = 0;
     loop_until(base, &never, 500); /* warm up */
-    cmdstats a, b;
-    static const char *const scripts[] = {"evalsha", "eval", NULL};
-    cmdstats_get(rc, &a);
-    struct rusage ru0, ru1;
+    long long a[TARGET_NODES_MAX], b[TARGET_NODES_MAX];
+    int stats_ok = tp_node_scripts(rc, t->nnodes, a) == 0;
+    struct rusage ru0;
     getrusage(RUSAGE_SELF, &ru0);
     long long c0 = r.cycles;
     r.measuring = 1;
@@ -365,27 +385,55 @@ static int tp_child(struct tp_shm *s) {
     loop_until(base, &never, (int)(g_opts.tp_seconds * 1000));
     r.measuring = 0;
     uint64_t t1 = now_ns();
-    getrusage(RUSAGE_SELF, &ru1);
-    s->cpu_seconds = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec -
-                              ru0.ru_stime.tv_sec) +
-                     (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec -
-                              ru0.ru_stime.tv_usec) / 1e6;
-    cmdstats_get(rc, &b);
+    s->cpu_seconds = cpu_seconds_since(&ru0);
+    stats_ok &= tp_node_scripts(rc, t->nnodes, b) == 0;
     s->cycles = r.cycles - c0;
     s->seconds = (double)(t1 - t0) / 1e9;
-    s->scripts = cmdstats_delta(&a, &b, scripts);
+    s->scripts = 0;
+    for (int i = 0; i < t->nnodes && stats_ok; i++) {
+        s->node_scripts[i] = b[i] - a[i];
+        s->scripts += b[i] - a[i];
+    }
     r.stop = 1;
     uint64_t dl = now_ns() + 5000000000ull;
     while (r.outstanding > 0 && now_ns() < dl) event_base_loop(base, EVLOOP_ONCE);
-    s->errors = r.errors + (r.outstanding > 0);
+    s->errors = r.errors + (r.outstanding > 0) + !stats_ok;
     char pat[64];
     snprintf(pat, sizeof pat, "hilock:{hb-tp:%ld:*", (long)getpid());
-    delete_keys(rc, pat);
+    for (int i = 0; i < t->nnodes; i++) {
+        delete_keys(rc[i], pat);
+        redisFree(rc[i]);
+    }
     hilock_client_free(r.client);
-    redisFree(rc);
     event_base_free(base);
     free(r.workers);
     return s->errors == 0 ? 0 : 1;
+}
+
+int tp_measure(const bench_target *t, tp_sample *out) {
+    memset(out, 0, sizeof *out);
+    out->errors = 1;
+    struct tp_shm *s = shm_alloc(sizeof *s);
+    if (s == NULL) return 1;
+    pid_t pid = fork_child();
+    if (pid < 0) { shm_free(s, sizeof *s); return 1; }
+    if (pid == 0) _exit(tp_child(t, s));
+    int st = wait_child(pid, 60000 + (int)(g_opts.tp_seconds * 1000));
+    out->errors = s->errors + (st != 0);
+    if (st == 0 && s->seconds > 0) {
+        out->locks_per_s = (double)s->cycles / s->seconds;
+        out->scripts_per_s = (double)s->scripts / s->seconds;
+        out->cpu_us_per_lock = s->cycles > 0 ? s->cpu_seconds * 1e6 / (double)s->cycles : 0;
+        out->node_share_min = s->scripts > 0 ? 1 : 0;
+        out->node_share_max = 0;
+        for (int i = 0; i < t->nnodes && s->scripts > 0; i++) {
+            double share = (double)s->node_scripts[i] / (double)s->scripts;
+            if (share < out->node_share_min) out->node_share_min = share;
+            if (share > out->node_share_max) out->node_share_max = share;
+        }
+    }
+    shm_free(s, sizeof *s);
+    return out->errors == 0 && out->locks_per_s > 0 ? 0 : 1;
 }
 
 /* Run redis-benchmark -P 16 on the acquire script; its requests per second,
@@ -452,22 +500,18 @@ int scenario_throughput(void) {
     int n = 0, errors = 0;
     long rb_n = 100000;
     for (int i = 0; i < reps; i++) {
-        struct tp_shm *s = shm_alloc(sizeof *s);
-        if (s == NULL) return 1;
-        pid_t pid = fork_child();
-        if (pid < 0) return 1;
-        if (pid == 0) _exit(tp_child(s));
-        int st = wait_child(pid, 60000 + (int)(g_opts.tp_seconds * 1000));
-        errors += s->errors + (st != 0);
+        tp_sample tp;
+        int st = tp_measure(&g_standalone, &tp);
+        errors += tp.errors;
         double rate = run_redis_benchmark(hl_script_mutex_acquire.sha, rb_n);
         delete_keys(rc, "hilock:{hb-rb:*");
-        if (st == 0 && s->seconds > 0 && rate > 0) {
-            locks[n] = (double)s->cycles / s->seconds;
-            scripts[n] = (double)s->scripts / s->seconds;
+        if (st == 0 && rate > 0) {
+            locks[n] = tp.locks_per_s;
+            scripts[n] = tp.scripts_per_s;
             rb[n] = rate;
             ratio[n] = scripts[n] / rate;
             lratio[n] = locks[n] / rate;
-            cpu[n] = s->cycles > 0 ? s->cpu_seconds * 1e6 / (double)s->cycles : 0;
+            cpu[n] = tp.cpu_us_per_lock;
             n++;
             /* Next time, about as long as the hilock window. */
             rb_n = (long)(rate * g_opts.tp_seconds);
@@ -475,7 +519,6 @@ int scenario_throughput(void) {
         } else {
             errors++;
         }
-        shm_free(s, sizeof *s);
     }
     redisFree(rc);
     json_begin("throughput");

@@ -1,6 +1,7 @@
 # Benchmarks (see BENCHMARKS.md).
-#   make bench        build/hilock-bench against a throwaway redis-server,
-#                     results in build/bench/ (results.jsonl, handoff.png)
+#   make bench        build/hilock-bench against a throwaway redis-server and
+#                     a throwaway Redis Cluster (3 masters + 3 replicas),
+#                     results in $(BUILD)/bench/ (results.jsonl, handoff.png)
 #   make bench-peers  the same handoff and herd beside npm's redis-semaphore
 #                     and redlock (needs node and npm)
 # Included by the Makefile before its own rules: keep `all` the default goal.
@@ -8,7 +9,7 @@
 
 BENCH     := $(BUILD)/hilock-bench
 BENCH_SRC := $(wildcard bench/*.c)
-BENCH_OUT ?= build/bench
+BENCH_OUT ?= $(BUILD)/bench
 EXTRA_TARGETS += $(BENCH)
 
 # -Isrc: the benchmark reads the embedded acquire script (prim/prim.h) to

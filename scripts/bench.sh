@@ -4,7 +4,10 @@
 #
 #   (default)  every scenario of BENCH_BINARY (build/hilock-bench): JSON
 #              lines in OUT_DIR/results.jsonl, the check of the targets on
-#              stderr, and the plot OUT_DIR/handoff.png.
+#              stderr, and the plot OUT_DIR/handoff.png. The cluster
+#              scenarios run on a throwaway Redis Cluster (3 masters + 3
+#              replicas, scripts/redis-cluster-throwaway.sh) started beside
+#              the server, in the same run.
 #   --peers    the handoff and herd scenarios with hilock, the polling
 #              baseline and npm's redis-semaphore and redlock side by side,
 #              on one server in one run: OUT_DIR/peers.jsonl and the plot.
@@ -12,8 +15,9 @@
 #
 # OUT_DIR defaults to build/bench. The server listens on a free loopback port,
 # keeps nothing (--save "" --appendonly no, data in a temporary directory) and
-# is always stopped by its pid. Missing tools (redis-server, redis-benchmark,
-# gnuplot) are installed with apt-get, through sudo when not root.
+# is always stopped by its pid, as is every node of the cluster. Missing tools
+# (redis-server, redis-benchmark, gnuplot) are installed with apt-get, through
+# sudo when not root.
 set -u
 
 MODE=bench
@@ -80,7 +84,9 @@ fi
 
 mkdir -p "$OUT" || exit 1
 . "$ROOT/scripts/redis-throwaway.sh"
+. "$ROOT/scripts/redis-cluster-throwaway.sh"
 throwaway_setup hilock-bench  # TMP, PID, CHILD, and the traps that stop them
+cluster_setup                 # CLUSTER_PIDS, stopped by the same EXIT trap
 
 # run CMD... with stdout appended to $RESULTS; in the background, so that
 # INT/TERM reach our traps at once.
@@ -113,9 +119,20 @@ rm -f "$OUT"/handoff-*.dat
 
 FAILED=0
 if [ "$MODE" = bench ]; then
+    # The cluster beside the server, so that each cluster figure has the
+    # standalone one of the same run beside it. Without it, the rest runs.
+    # Its option goes in the positional parameters (BENCH and OUT are read).
+    if start_cluster 21000; then
+        echo "== Redis Cluster, 3 masters + 3 replicas, seeds $CLUSTER_URL (pids$CLUSTER_PIDS)"
+        set -- -c "$CLUSTER_URL"
+    else
+        echo "bench: no cluster; the cluster scenarios are skipped" >&2
+        FAILED=1
+        set --
+    fi
     RESULTS=$OUT/results.jsonl
     : >"$RESULTS"
-    run "$BENCH" -u "$URL" -o "$OUT" || FAILED=1
+    run "$BENCH" -u "$URL" "$@" -o "$OUT" || FAILED=1
 else
     RESULTS=$OUT/peers.jsonl
     : >"$RESULTS"
