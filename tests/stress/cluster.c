@@ -15,6 +15,8 @@
  *   kill9       kill -9 of a random master; its replica is promoted, then
  *               the killed one is restarted on its port and nodes.conf and
  *               rejoins as a replica;
+ *   kill9_lagging  the same, its replication link cut a moment before, so
+ *               that some of its last grants are lost (fault_kill);
  *   kill_normal, kill_pubsub   CLIENT KILL TYPE normal|pubsub on any node.
  * After each fault the parent waits until the cluster has settled (every
  * live node says cluster_state:ok, all agree on the slot map, no slot is
@@ -24,7 +26,6 @@
  * A fault is reported by kind; what went wrong around it without being a
  * fault of hilock (redis-cli refusing to reshard, a failover that did not
  * happen in time) is reported as an incident. */
-#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -42,7 +43,7 @@
 #define NSLOTS 16384
 #define MAX_VIEW 16          /* nodes in one CLUSTER NODES reply */
 #define SETTLE_MS 30000
-#define DRAIN_RESERVE_MS 10000 /* kept at the end for the workers to drain */
+#define DRAIN_RESERVE_MS 12000 /* kept at the end for the workers to drain */
 #define BAND 12               /* the lowest slots of each initial master */
 
 static test_cluster cl;
@@ -549,23 +550,36 @@ static int fault_failover(stress_faults *f, unsigned *rnd) {
 }
 
 /* The names the killed master served get the asynchronous replication
- * window: their first holder believes it holds the lock for at most one
- * lease after its last acquire or renewal sent to that master, so only an
- * overlap that starts within a lease of the kill can be that limit. */
-static void open_limit(const cview *v, int m, long long from) {
+ * window: a grant it made from `from` on may be lost, and its holder
+ * believes it holds the lock for at most one lease after its last acquire
+ * or renewal sent to that master, so only an overlap that starts by then
+ * can be that limit (+ 1 s for a busy loop to run the lost callback). */
+static void open_limit(const cview *v, int m, long long from, long long killed) {
     for (int k = 0; k < wcfg->names; k++) {
         const cnode *o = owner_of(v, name_slot[k]);
         if (o == NULL || o->idx != m) continue;
-        sh->limit_until[k] = from + wcfg->lease_ms + 1000; /* + 1 s for a busy loop */
+        sh->limit_until[k] = killed + wcfg->lease_ms + 1000;
         sh->limit_from[k] = from;
     }
 }
 
+/* kill -9 of a master. Half the time its replication link is cut first
+ * (CLIENT KILL TYPE replica): the replica reconnects at its next
+ * replication cron (up to a second later), and what the master granted in
+ * between is lost with it. That lets the asynchronous replication limit
+ * happen, where on loopback a write reaches the replica well within a
+ * millisecond and a random kill almost never finds one in flight. */
 static int fault_kill(stress_faults *f, unsigned *rnd) {
-    int m, r;
+    int m, r, lag = rand_r(rnd) % 2;
     if (!pick_pair(rnd, &m, &r)) return 0;
+    long long from = test_now_ms();
+    if (lag) {
+        open_limit(&cur, m, from, LLONG_MAX / 2);
+        test_redis_int(&cl.node[m], "CLIENT KILL TYPE replica");
+        pause_ms(rnd, 100, 500); /* a partial resync would bring the gap back */
+    }
     long long t = test_now_ms();
-    open_limit(&cur, m, t);
+    open_limit(&cur, m, from, t);
     test_redis_kill(&cl.node[m]);
     int promoted = wait_master(r, 30000);
     long long took = test_now_ms() - t;
@@ -573,8 +587,9 @@ static int fault_kill(stress_faults *f, unsigned *rnd) {
     pause_ms(rnd, 200, 1000);
     int back = test_cluster_node_restart(&cl, m) == 0;
     if (!back) stress_fault(&incidents, "restart_failed");
-    stress_fault(f, "kill9");
-    say("kill9: master :%d killed, :%d %s after %lld ms; :%d %s", cl.node[m].port, cl.node[r].port,
+    stress_fault(f, lag ? "kill9_lagging" : "kill9");
+    say("%s: master :%d killed%s, :%d %s after %lld ms; :%d %s", lag ? "kill9_lagging" : "kill9",
+        cl.node[m].port, lag ? " after its replication link was cut" : "", cl.node[r].port,
         promoted ? "promoted" : "NOT promoted", took, cl.node[m].port,
         back ? "restarted (rejoins as a replica)" : "could not restart");
     return 0;

@@ -235,12 +235,13 @@ int main(int argc, char **argv) {
         stress_reset();
         stress_cluster_names(&cfg);
         /* Longer than a failover (about 3 s at node timeout 2000), as a
-         * cluster deployment should set it; a lease that outlives the
-         * failover, so long holds are renewed on the promoted replica. */
+         * cluster deployment should set it; a lease that outlives most
+         * failovers, so long holds (some longer than the lease, some
+         * longer than a failover) are renewed on the promoted replica. */
         cfg.request_timeout_ms = 6000;
         cfg.lease_ms = 5000;
-        cfg.long_hold_permille = 2;
-        cfg.long_hold_max_ms = 1500;
+        cfg.long_hold_permille = 1;
+        cfg.long_hold_max_ms = 5000;
         ph.failed = stress_cluster(&cfg, end, &ph.faults, &ph.stranded, &ph.bad_exits) != 0;
         ph.ended_ms = test_now_ms();
         violations += report(&cfg, &ph);
