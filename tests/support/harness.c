@@ -541,3 +541,34 @@ test_redis *test_cluster_master_of(test_cluster *cl, unsigned slot) {
     }
     return NULL;
 }
+
+/* ---- Restarting a cluster node (hilock-stress) ---------------------------- */
+
+void test_redis_kill(test_redis *r) {
+    if (r == NULL) return;
+    if (r->pid > 0) reap(r->pid);
+    r->pid = 0;
+}
+
+int test_cluster_node_restart(test_cluster *cl, int i) {
+    test_redis *r = &cl->node[i];
+    char bus[16];
+    if (r->pid > 0 || r->dir[0] == '\0') return -1;
+    snprintf(bus, sizeof(bus), "%d", r->port + 10000);
+    /* The options of cluster_node_start, which must stay the same. */
+    const char *extra[] = {"--cluster-enabled", "yes", "--cluster-port", bus,
+                           "--cluster-config-file", "nodes.conf", "--cluster-node-timeout",
+                           "2000", "--enable-debug-command", "yes",
+                           "--cluster-replica-validity-factor", "0",
+                           "--repl-ping-replica-period", "1"};
+    r->pid = spawn(r, extra, (int)(sizeof(extra) / sizeof(extra[0])));
+    if (r->pid < 0) { r->pid = 0; return -1; }
+    long long deadline = test_now_ms() + START_WAIT_MS;
+    int st = 0;
+    while ((st = probe(r)) == 0 && test_now_ms() < deadline) sleep_ms(10);
+    if (st == 1) return 0;
+    fprintf(stderr, "harness: cluster node on port %d did not come back\n", r->port);
+    dump_file(r->dir, "redis.log");
+    test_redis_kill(r);
+    return -1;
+}

@@ -90,4 +90,17 @@ pid_t test_spawn(char *const argv[], char *const env[], const char *out, const c
  * running after ms (it is left running: kill it, or wait again). */
 int test_wait(pid_t pid, int ms);
 
+/* ---- Restarting a cluster node (hilock-stress) ---------------------------- */
+
+/* SIGKILL the server if it is running and wait for it, like test_redis_stop,
+ * but keep its dir (a cluster node's nodes.conf) for a restart. */
+void test_redis_kill(test_redis *r);
+
+/* Start node i of the cluster again after test_redis_kill, on its port, in
+ * its dir, with the options test_cluster_start gave it: it reads its
+ * nodes.conf and rejoins the cluster (as a replica when its slots went to
+ * its promoted replica meanwhile). Waits until it answers PING. Returns 0,
+ * or -1 (nothing left running; its dir stays for test_cluster_stop). */
+int test_cluster_node_restart(test_cluster *cl, int i);
+
 #endif

@@ -1,0 +1,102 @@
+/* hilock-stress, shared between its parts: the workers (worker.c), the
+ * standalone and cluster fault injectors (stress.c, cluster.c) and the
+ * report. Workers are forked processes; everything they tell the parent
+ * lives in one shared mapping (stress_shared), reset before each phase. */
+#ifndef HILOCK_STRESS_H
+#define HILOCK_STRESS_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#define MAX_NAMES 64
+#define MAX_PROCS 32
+#define NCODES 32      /* error counters, by -code (0: the call was refused) */
+#define MAX_EVENTS 16  /* overlaps and fence regressions kept for the report */
+#define MAX_FAULT_KINDS 16
+
+/* One overlap or fence regression, as a worker saw it. */
+typedef struct stress_event {
+    char kind;                  /* 'o' overlap, 'r' fence regression */
+    int name;
+    int limit;                  /* 1: inside a kill -9 window (see limit_from) */
+    int prev, next;             /* holder ids (proc * 100000 + waiter + 1) */
+    long long at_ms;            /* test_now_ms() */
+    unsigned long long fence, last_fence;
+} stress_event;
+
+typedef struct stress_shared {
+    /* The id of the waiter that holds each name now, 0 when none does. A
+     * holder clears only its own id, so a late lost callback never hides
+     * the next holder. */
+    volatile int inside[MAX_NAMES];
+    volatile unsigned long long last_fence[MAX_NAMES];
+    /* Asynchronous replication: a grant the killed master had not yet sent
+     * to its replica is gone after the promotion, and the name can be
+     * granted again while its first holder still believes it holds it.
+     * The parent opens [from, until] for the names of a master it kills,
+     * until its replica is promoted plus one lease; overlaps that start in
+     * it are that documented limit, counted apart (test_now_ms clock). */
+    volatile long long limit_from[MAX_NAMES], limit_until[MAX_NAMES];
+    volatile long acquisitions, long_holds, lost;
+    volatile long overlaps, overlaps_limit, regressions, regressions_limit;
+    volatile long double_callbacks;
+    volatile long errors[NCODES];          /* acquire callbacks, by -status */
+    volatile long release_errors[NCODES];  /* release callbacks, by -status */
+    volatile int sampled[NCODES];          /* err_sample[code] is written */
+    char err_sample[NCODES][160];          /* hilock_client_errstr of the first */
+    volatile long issued[MAX_PROCS], ended[MAX_PROCS];
+    volatile int nevents;
+    stress_event events[MAX_EVENTS];
+    volatile int stop;                     /* workers issue no new requests */
+} stress_shared;
+
+extern stress_shared *sh;
+
+/* What the workers do. */
+typedef struct stress_cfg {
+    char url[256];
+    int procs, per_proc, names;
+    char name[MAX_NAMES][40];
+    uint32_t lease_ms, request_timeout_ms;
+    /* Per mille of grants held long (300..long_hold_max_ms ms instead of
+     * 0..2): holds that span a migration or a failover, renewed through it. */
+    int long_hold_permille, long_hold_max_ms;
+} stress_cfg;
+
+/* Fault counters of one phase, by kind, in the order first counted. */
+typedef struct stress_faults {
+    const char *kind[MAX_FAULT_KINDS];
+    long n[MAX_FAULT_KINDS];
+    int count;
+} stress_faults;
+
+void stress_fault(stress_faults *f, const char *kind);
+long stress_faults_total(const stress_faults *f);
+
+/* Clear the shared counters before a phase. */
+void stress_reset(void);
+
+/* Fork cfg->procs workers (each dies with the parent). Returns their pids
+ * (free them with stress_workers_finish), or NULL. */
+pid_t *stress_workers_start(const stress_cfg *cfg);
+
+/* Stop the workers: no new requests, then wait up to drain_ms for every
+ * pending request's callback. Workers still running then are killed (by
+ * pid); their pending waiters are counted in *stranded. Returns how many
+ * workers did not exit cleanly, and frees kids. */
+int stress_workers_finish(pid_t *kids, int procs, int drain_ms, long *stranded);
+
+/* The cluster phase: a 3+3 cluster, the workers, random migrations,
+ * reshards, failovers, kills and connection kills until end_ms
+ * (test_now_ms clock), then the workers drain. Fills *faults, *stranded
+ * and *bad_exits; returns 0, or -1 when the cluster could not be run (it
+ * did not start, or did not settle after a fault). */
+int stress_cluster(stress_cfg *cfg, long long end_ms, stress_faults *faults, long *stranded,
+                   int *bad_exits);
+
+/* Names whose slots are the lowest of each master of a fresh cluster
+ * (which `redis-cli --cluster reshard` moves first) alternate with plain
+ * ones, so reshards move busy slots too. */
+void stress_cluster_names(stress_cfg *cfg);
+
+#endif

@@ -1,0 +1,267 @@
+/* hilock-stress workers: one client per process, per_proc waiters that
+ * acquire a random name, hold it briefly, release it and start again, and
+ * check the invariants in the shared mapping as they go:
+ *   - no two holders of a name at once (inside[] holds the holder's id),
+ *   - fencing tokens strictly increasing per name, as a resource sees them,
+ *   - every acquire request ends with exactly one callback. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "hilock/hilock.h"
+#include <hilock/adapters/libevent.h>
+#include "support/harness.h"
+#include "stress/stress.h"
+
+stress_shared *sh;
+
+typedef struct slot {
+    struct worker *w;
+    int id;            /* proc * 100000 + index + 1: never 0 */
+    int name;
+    int pending;
+    hilock_hold *hold;
+    struct event *hold_timer;
+} slot;
+
+typedef struct worker {
+    const stress_cfg *cfg;
+    int proc;
+    hilock_client *client;
+    struct event_base *base;
+    slot *slots;
+    unsigned rnd;
+} worker;
+
+static void issue(slot *s);
+
+static void count_code(volatile long *table, int status) {
+    int code = -status > 0 && -status < NCODES ? -status : 0;
+    __atomic_add_fetch(&table[code], 1, __ATOMIC_SEQ_CST);
+}
+
+/* What the client said about the first error of each kind, for the report. */
+static void sample_error(worker *w, int status) {
+    int code = -status > 0 && -status < NCODES ? -status : 0;
+    if (__atomic_exchange_n(&sh->sampled[code], 1, __ATOMIC_SEQ_CST)) return;
+    snprintf(sh->err_sample[code], sizeof(sh->err_sample[code]), "%s", hilock_client_errstr(w->client));
+}
+
+static void note_event(char kind, int name, int limit, int prev, int next, unsigned long long fence,
+                       unsigned long long last) {
+    int i = __atomic_fetch_add(&sh->nevents, 1, __ATOMIC_SEQ_CST);
+    if (i >= MAX_EVENTS) return;
+    stress_event *e = &sh->events[i];
+    e->kind = kind;
+    e->name = name;
+    e->limit = limit;
+    e->prev = prev;
+    e->next = next;
+    e->at_ms = test_now_ms();
+    e->fence = fence;
+    e->last_fence = last;
+}
+
+/* Inside the window after a kill -9 of the master of this name's slot? */
+static int in_limit(int name) {
+    long long now = test_now_ms();
+    return sh->limit_from[name] != 0 && now >= sh->limit_from[name] && now <= sh->limit_until[name];
+}
+
+/* The holder leaves (end of its hold, or its lock was lost): clear its own
+ * id only, never that of a holder that came in meanwhile. */
+static void leave(slot *s) {
+    int mine = s->id;
+    __atomic_compare_exchange_n(&sh->inside[s->name], &mine, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+static void lost_cb(hilock_hold *h, int why, void *data) {
+    slot *s = data;
+    (void)h; (void)why;
+    __atomic_add_fetch(&sh->lost, 1, __ATOMIC_SEQ_CST);
+    leave(s); /* no longer ours: say so before another takes it */
+}
+
+static void released(int status, void *data) {
+    slot *s = data;
+    if (status != 0) count_code(sh->release_errors, status);
+    if (!sh->stop) issue(s);
+}
+
+static void end_hold(evutil_socket_t fd, short what, void *arg) {
+    slot *s = arg;
+    (void)fd; (void)what;
+    leave(s);
+    if (hilock_release(s->hold, released, s) != 0) {
+        count_code(sh->release_errors, 0);
+        if (!sh->stop) issue(s);
+    }
+}
+
+static void enter(slot *s, hilock_hold *h) {
+    int limit = in_limit(s->name);
+    int prev = __atomic_exchange_n(&sh->inside[s->name], s->id, __ATOMIC_SEQ_CST);
+    unsigned long long f = hilock_hold_fence(h), last = sh->last_fence[s->name];
+    if (prev != 0) {
+        __atomic_add_fetch(limit ? &sh->overlaps_limit : &sh->overlaps, 1, __ATOMIC_SEQ_CST);
+        note_event('o', s->name, limit, prev, s->id, f, last);
+    }
+    if (f <= last) {
+        __atomic_add_fetch(limit ? &sh->regressions_limit : &sh->regressions, 1, __ATOMIC_SEQ_CST);
+        note_event('r', s->name, limit, prev, s->id, f, last);
+    }
+    sh->last_fence[s->name] = f;
+}
+
+/* Most holds are short (0-2 ms): contention and hand-offs. A few are long,
+ * so that some holds are renewed across a migration or a failover; after
+ * the stop every hold is short so the queues drain quickly. */
+static struct timeval hold_time(worker *w) {
+    const stress_cfg *c = w->cfg;
+    if (!sh->stop && c->long_hold_permille > 0 &&
+        (int)(rand_r(&w->rnd) % 1000) < c->long_hold_permille) {
+        __atomic_add_fetch(&sh->long_holds, 1, __ATOMIC_SEQ_CST);
+        long ms = 300 + (long)(rand_r(&w->rnd) % (unsigned)(c->long_hold_max_ms - 300 + 1));
+        return (struct timeval){ms / 1000, (ms % 1000) * 1000};
+    }
+    return (struct timeval){0, (long)(rand_r(&w->rnd) % 2000)};
+}
+
+static void acquired(hilock_hold *h, int status, void *data) {
+    slot *s = data;
+    worker *w = s->w;
+    if (!s->pending) __atomic_add_fetch(&sh->double_callbacks, 1, __ATOMIC_SEQ_CST);
+    s->pending = 0;
+    __atomic_add_fetch(&sh->ended[w->proc], 1, __ATOMIC_SEQ_CST);
+    if (status != 0) {
+        count_code(sh->errors, status);
+        sample_error(w, status);
+        if (!sh->stop) issue(s);
+        return;
+    }
+    __atomic_add_fetch(&sh->acquisitions, 1, __ATOMIC_SEQ_CST);
+    enter(s, h);
+    s->hold = h;
+    struct timeval tv = hold_time(w);
+    evtimer_add(s->hold_timer, &tv);
+}
+
+static void issue(slot *s) {
+    worker *w = s->w;
+    hilock_acquire_opts o;
+    hilock_acquire_opts_init(&o);
+    o.lease_ms = w->cfg->lease_ms;
+    o.lost_cb = lost_cb;
+    o.lost_data = s;
+    s->name = (int)(rand_r(&w->rnd) % (unsigned)w->cfg->names);
+    s->pending = 1;
+    __atomic_add_fetch(&sh->issued[w->proc], 1, __ATOMIC_SEQ_CST);
+    if (hilock_acquire(w->client, w->cfg->name[s->name], &o, acquired, s, NULL) != 0) {
+        s->pending = 0;
+        __atomic_add_fetch(&sh->ended[w->proc], 1, __ATOMIC_SEQ_CST);
+        count_code(sh->errors, 0);
+    }
+}
+
+static void stop_check(evutil_socket_t fd, short what, void *arg) {
+    worker *w = arg;
+    (void)fd; (void)what;
+    if (sh->stop && sh->ended[w->proc] == sh->issued[w->proc]) event_base_loopbreak(w->base);
+}
+
+static int run_worker(const stress_cfg *cfg, int proc) {
+    worker w;
+    memset(&w, 0, sizeof(w));
+    w.cfg = cfg;
+    w.proc = proc;
+    w.rnd = (unsigned)(proc * 7919 + 1) ^ (unsigned)getpid();
+    w.base = event_base_new_with_config(NULL);
+    hilock_loop loop;
+    hilock_libevent_init(&loop, w.base);
+    hilock_config hc;
+    hilock_config_init(&hc);
+    hc.url = cfg->url;
+    hc.request_timeout_ms = cfg->request_timeout_ms;
+    hc.reconnect_max_ms = 200;
+    if (hilock_client_new(&w.client, &hc, &loop) != 0) return 2;
+    w.slots = calloc((size_t)cfg->per_proc, sizeof(slot));
+    for (int i = 0; i < cfg->per_proc; i++) {
+        w.slots[i].w = &w;
+        w.slots[i].id = proc * 100000 + i + 1;
+        w.slots[i].hold_timer = evtimer_new(w.base, end_hold, &w.slots[i]);
+        issue(&w.slots[i]);
+    }
+    struct event *tick = event_new(w.base, -1, EV_PERSIST, stop_check, &w);
+    struct timeval tv = {0, 20000};
+    evtimer_add(tick, &tv);
+    event_base_dispatch(w.base);
+    /* Let the last releases reach Redis before the client goes. */
+    hilock_client_close(w.client, NULL, NULL);
+    event_base_dispatch(w.base);
+    event_free(tick);
+    for (int i = 0; i < cfg->per_proc; i++) event_free(w.slots[i].hold_timer);
+    free(w.slots);
+    event_base_free(w.base);
+    return sh->ended[proc] == sh->issued[proc] ? 0 : 3;
+}
+
+void stress_reset(void) {
+    memset((void *)sh, 0, sizeof(*sh));
+}
+
+pid_t *stress_workers_start(const stress_cfg *cfg) {
+    pid_t *kids = calloc((size_t)cfg->procs, sizeof(pid_t));
+    pid_t parent = getpid();
+    if (kids == NULL) return NULL;
+    fflush(NULL);
+    for (int p = 0; p < cfg->procs; p++) {
+        kids[p] = fork();
+        if (kids[p] == 0) {
+            /* A worker outlives no parent: nothing would stop it. */
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent) _exit(127);
+            _exit(run_worker(cfg, p));
+        }
+    }
+    return kids;
+}
+
+int stress_workers_finish(pid_t *kids, int procs, int drain_ms, long *stranded) {
+    int bad = 0;
+    long long until = test_now_ms() + drain_ms;
+    sh->stop = 1;
+    *stranded = 0;
+    for (int p = 0; p < procs; p++) {
+        if (kids[p] <= 0) { bad++; continue; }
+        long left = (long)(until - test_now_ms());
+        int st = test_wait(kids[p], left > 0 ? (int)left : 0);
+        if (st < 0) { /* still draining after the deadline: a waiter was stranded */
+            kill(kids[p], SIGKILL);
+            while (waitpid(kids[p], NULL, 0) < 0 && errno == EINTR) {}
+            *stranded += sh->issued[p] - sh->ended[p];
+            fprintf(stderr, "hilock-stress: worker %d killed after %d ms of drain: %ld waiters without a callback\n",
+                    p, drain_ms, sh->issued[p] - sh->ended[p]);
+        }
+        if (st != 0) bad++;
+    }
+    free(kids);
+    return bad;
+}
+
+void stress_fault(stress_faults *f, const char *kind) {
+    for (int i = 0; i < f->count; i++)
+        if (strcmp(f->kind[i], kind) == 0) { f->n[i]++; return; }
+    if (f->count == MAX_FAULT_KINDS) return;
+    f->kind[f->count] = kind;
+    f->n[f->count++] = 1;
+}
+
+long stress_faults_total(const stress_faults *f) {
+    long t = 0;
+    for (int i = 0; i < f->count; i++) t += f->n[i];
+    return t;
+}
