@@ -327,3 +327,66 @@ Test(sharded, unconfirmed_renewals_lose_the_hold) {
     hilock_release(g.hold, NULL, NULL);
     hilock_client_free(c);
 }
+
+/* ---- On one server ------------------------------------------------------- */
+
+static lockenv one;
+static void one_setup(void) { lockenv_start(&one); }
+static void one_teardown(void) { lockenv_stop(&one); }
+TestSuite(pubsub, .init = one_setup, .fini = one_teardown, .timeout = 60);
+
+static hilock_client *one_client(int pubsub, uint32_t replicas) {
+    hilock_config cfg;
+    lockenv_config(&cfg, one.r.url);
+    cfg.pubsub = pubsub;
+    cfg.wait_replicas = replicas;
+    return lockenv_client_cfg(&one, &cfg);
+}
+
+/* Sharded pub/sub asked for on a single Redis 7: SSUBSCRIBE/SPUBLISH. */
+Test(pubsub, sharded_on_one_server) {
+    hilock_client *a = one_client(HILOCK_PUBSUB_SHARDED, 0), *b = one_client(HILOCK_PUBSUB_SHARDED, 0);
+    got ga = acquire_now(&one, a, "one", NULL), gb = {0, 0, NULL, 0};
+    cr_assert_eq(ga.status, 0);
+    cr_assert_eq(hilock_acquire(b, "one", NULL, got_cb, &gb, NULL), 0);
+    long long t0 = test_now_ms();
+    while (!cluster_subscribed_on(&one.r, "one", 0) && test_now_ms() - t0 < 3000) test_loop_for(one.base, 10);
+    cr_expect(cluster_subscribed_on(&one.r, "one", 0), "no sharded subscription");
+    cr_expect(!cluster_subscribed_on(&one.r, "one", 1), "a classic subscription");
+    t0 = test_now_ms();
+    cr_expect_eq(release_now(&one, ga.hold), 0);
+    cr_assert(test_loop_until(one.base, &gb.calls, 5000));
+    cr_expect_eq(gb.status, 0);
+    cr_expect_lt(gb.at_ms - t0, 1000, "woken %lld ms after the release", gb.at_ms - t0);
+    if (gb.status == 0) release_now(&one, gb.hold);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* No replica at all: WAIT 1 cannot be met; the lock is not left behind. */
+Test(pubsub, wait_without_replicas) {
+    hilock_client *c = one_client(HILOCK_PUBSUB_AUTO, 1);
+    got g = acquire_now(&one, c, "lonely", NULL);
+    cr_expect_eq(g.status, HILOCK_EREPLICAS, "%s", hilock_strerror(g.status));
+    test_loop_for(one.base, 100);
+    cr_expect_eq(lock_exists(&one.r, "lonely"), 0, "the refused lock was left behind");
+    hilock_client_free(c);
+}
+
+/* Bad settings are refused before anything connects. */
+Test(pubsub, settings_are_checked) {
+    hilock_config cfg;
+    hilock_client *c = NULL;
+    lockenv_config(&cfg, one.r.url);
+    cfg.pubsub = 3;
+    cr_expect_eq(hilock_client_new(&c, &cfg, &one.loop), HILOCK_EINVAL);
+    lockenv_config(&cfg, one.r.url);
+    cfg.wait_replicas = 65;
+    cr_expect_eq(hilock_client_new(&c, &cfg, &one.loop), HILOCK_EINVAL);
+    /* A loop filled by hand without the socket watch. */
+    hilock_loop partial = one.loop;
+    partial.io_new = NULL;
+    lockenv_config(&cfg, one.r.url);
+    cr_expect_eq(hilock_client_new(&c, &cfg, &partial), HILOCK_EINVAL);
+    cr_expect_null(c);
+}
