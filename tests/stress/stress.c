@@ -12,8 +12,9 @@
  * Standalone: one server with appendfsync always, so a restart keeps the
  * locks and fence counters; faults are connection kills, stalls, restarts.
  * Cluster (cluster.c): 3 masters + 3 replicas; faults are slot migrations
- * step by step, redis-cli reshards, CLUSTER FAILOVER, kill -9 of a master,
- * connection kills. Every invariant must hold in both (worker.c):
+ * step by step, redis-cli reshards, CLUSTER FAILOVER, kill -9 of a master
+ * (half of them with its last writes kept from its replica), connection
+ * kills. Every invariant must hold in both (worker.c):
  *   - no two holders of a name at once,
  *   - fencing tokens strictly increasing per name, as a resource sees them,
  *   - every acquire request ends with exactly one callback.
