@@ -4,7 +4,8 @@
 #   STRESS_MODE=standalone  one server: connection kills, stalls, restarts
 #   STRESS_MODE=cluster     3 masters + 3 replicas: slot migrations step by
 #                           step, redis-cli reshards, CLUSTER FAILOVER,
-#                           kill -9 of a master, connection kills
+#                           kill -9 of a master (half of them after its
+#                           replication was cut), connection kills
 #   STRESS_MODE=both        the default: standalone (30% of the time), then
 #                           cluster
 STRESS := $(BUILD)/hilock-stress
