@@ -685,7 +685,7 @@ static long long drain_estimate(long long since) {
     long long elapsed = test_now_ms() - since;
     if (elapsed < 1000 || sh->acquisitions == 0) return DRAIN_RESERVE_MS;
     double per_ms = (double)sh->acquisitions / (double)elapsed;
-    long long est = (long long)((double)pending / per_ms * 1.5) + 2000;
+    long long est = (long long)((double)pending / per_ms * 1.8) + 2000;
     return est < 5000 ? 5000 : est > 30000 ? 30000 : est;
 }
 
