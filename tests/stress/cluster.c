@@ -148,6 +148,7 @@ typedef struct cnode {
     int idx;                  /* in cl.node, or -1 */
     char id[48], master_id[48];
     int master, failed;
+    unsigned long long epoch;   /* config epoch */
 } cnode;
 
 typedef struct cview {
@@ -155,7 +156,7 @@ typedef struct cview {
     cnode node[MAX_VIEW];
     signed char owner[NSLOTS]; /* index in node[], or -1 */
     int open;                  /* slots MIGRATING or IMPORTING */
-    unsigned long long sig;    /* hash of who owns each slot */
+    unsigned long long sig;    /* hash of who owns each slot, at which epoch */
 } cview;
 
 static int idx_of_port(int port) {
@@ -187,8 +188,12 @@ static void parse_line(cview *v, char *line) {
     cnode *c = &v->node[v->n];
     char *id = strtok(line, " "), *addr = strtok(NULL, " "), *flags = strtok(NULL, " ");
     char *master = strtok(NULL, " ");
-    for (int f = 0; f < 4; f++) strtok(NULL, " "); /* ping pong epoch link */
-    if (id == NULL || addr == NULL || flags == NULL || master == NULL) return;
+    strtok(NULL, " ");
+    strtok(NULL, " "); /* ping-sent pong-recv */
+    char *epoch = strtok(NULL, " ");
+    strtok(NULL, " "); /* link-state */
+    if (id == NULL || addr == NULL || flags == NULL || master == NULL || epoch == NULL) return;
+    c->epoch = strtoull(epoch, NULL, 10);
     char *at = strchr(addr, '@'); /* "ip:port@bus[,hostname]" */
     if (at) *at = '\0';
     const char *colon = strrchr(addr, ':');
@@ -220,7 +225,11 @@ static int view_from(int i, cview *v) {
         parse_line(v, line);
     freeReplyObject(rep);
     unsigned long long h[MAX_VIEW];
-    for (int n = 0; n < v->n; n++) h[n] = fnv(14695981039346656037ULL, v->node[n].id);
+    for (int n = 0; n < v->n; n++) {
+        char epoch[24];
+        snprintf(epoch, sizeof(epoch), ":%llu", v->node[n].epoch);
+        h[n] = fnv(fnv(14695981039346656037ULL, v->node[n].id), epoch);
+    }
     v->sig = 14695981039346656037ULL;
     for (int s = 0; s < NSLOTS; s++) v->sig = (v->sig ^ (v->owner[s] < 0 ? 0 : h[v->owner[s]])) * 1099511628211ULL;
     return 0;
@@ -267,9 +276,22 @@ static int masters(const cview *v, int out[TEST_CLUSTER_NODES]) {
 
 static cview cur; /* the map of the last settled cluster */
 
+/* Two masters that serve slots with one config epoch: a collision (say a
+ * failover while a migrated slot was closed) that Redis has yet to resolve
+ * by giving one of them a new epoch. */
+static int epochs_collide(const cview *v) {
+    for (int a = 0; a < v->n; a++)
+        for (int b = a + 1; b < v->n; b++)
+            if (v->node[a].master && v->node[b].master && v->node[a].epoch == v->node[b].epoch &&
+                has_slots(v, a) && has_slots(v, b))
+                return 1;
+    return 0;
+}
+
 /* Settled: every live node is ok, sees every slot served and no slot open,
- * agrees with the others on the map; every master has a live replica in
- * sync (when all six nodes are up); no live node is marked failed. */
+ * agrees with the others on the map and the epochs of its owners (no two
+ * the same); every master has a live replica in sync (when all six nodes
+ * are up); no live node is marked failed. */
 static int settled(void) {
     static cview v;
     int first = 1;
@@ -281,6 +303,7 @@ static int settled(void) {
             if (v.node[n].failed && v.node[n].idx >= 0 && live(v.node[n].idx)) return 0;
         if (first) cur = v;
         else if (v.sig != cur.sig) return 0;
+        if (epochs_collide(&v)) return 0;
         first = 0;
     }
     int all = 1, m[TEST_CLUSTER_NODES], nm = masters(&cur, m);
@@ -678,14 +701,16 @@ static void seeds_url(stress_cfg *cfg) {
 /* How long the workers will take to drain once stopped: the waiters
  * pending now at the rate grants have come since `since`, with a margin.
  * Hand-offs are slower than on one server (a release reaches the waiters
- * through the cluster bus), so this is several seconds. */
+ * through the cluster bus), and the queues drain at a half to a third of
+ * the rate they are served at while every waiter comes back, so this is
+ * 10-20 s with the default 4000 waiters. */
 static long long drain_estimate(long long since) {
     long pending = 0;
     for (int p = 0; p < wcfg->procs; p++) pending += sh->issued[p] - sh->ended[p];
     long long elapsed = test_now_ms() - since;
     if (elapsed < 1000 || sh->acquisitions == 0) return DRAIN_RESERVE_MS;
     double per_ms = (double)sh->acquisitions / (double)elapsed;
-    long long est = (long long)((double)pending / per_ms * 1.5) + 2000;
+    long long est = (long long)((double)pending / per_ms * 2.5) + 2000; /* drains at 1/2..1/3 the rate */
     return est < 5000 ? 5000 : est > 30000 ? 30000 : est;
 }
 
@@ -753,7 +778,7 @@ int stress_cluster(stress_cfg *cfg, long long end_ms, stress_faults *faults, lon
     }
     print_incidents();
     int keep = rc != 0 || *stranded || *bad_exits || sh->overlaps || sh->regressions ||
-               sh->double_callbacks || sh->overlaps_limit || sh->regressions_limit;
+               sh->double_callbacks;
     if (keep) {
         show_views();
         keep_logs();

@@ -130,12 +130,13 @@ static long sum_codes(volatile long *table) {
     return n;
 }
 
-static void print_events(void) {
+static void print_events(const stress_cfg *cfg, const phase *ph) {
     int n = sh->nevents < MAX_EVENTS ? sh->nevents : MAX_EVENTS;
     for (int i = 0; i < n; i++) {
         const stress_event *e = &sh->events[i];
-        printf("hilock-stress:   %s on name %d%s: holder %d, then %d; fence %llu after %llu\n",
-               e->kind == 'o' ? "overlap" : "fence regression", e->name,
+        printf("hilock-stress:   [%6.1f s] %s on %s%s: holder %d, then %d; fence %llu after %llu\n",
+               (double)(e->at_ms - ph->started_ms) / 1000.0,
+               e->kind == 'o' ? "overlap" : "fence regression", cfg->name[e->name],
                e->limit ? " (within a kill -9 window: asynchronous replication)" : "", e->prev,
                e->next, e->fence, e->last_fence);
     }
@@ -177,7 +178,7 @@ static long report(const stress_cfg *cfg, const phase *ph) {
         if (sh->sampled[i] && sh->errors[i])
             printf("hilock-stress: %s: first \"%s\": %s\n", ph->mode, i ? hilock_strerror(-i) : "refused",
                    sh->err_sample[i]);
-    print_events();
+    print_events(cfg, ph);
     fflush(stdout);
     return violations;
 }
