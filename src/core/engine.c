@@ -67,12 +67,13 @@ void hl_engine_name_init(hl_name *n) {
     n->linger.cb = linger_fired;
 }
 
-/* The server ended a subscription we did not end: its slot moved to
- * another master (sharded pub/sub). Subscribe where the map says, and let
- * the head try at once: a release may have gone by meanwhile. */
+/* An unsubscribe: ours (LEAVING), or the server's own when a name's slot
+ * moved to another master (sharded pub/sub; then the map is stale). Either
+ * way, a name with waiters subscribes again, where the map says, and its
+ * head tries at once: a release may have gone by meanwhile. */
 static void sub_ended(hl_name *n) {
+    if (n->sub != HL_SUB_LEAVING) hl_topo_moved(&n->c->topo, n->slot, NULL, 0);
     n->sub = HL_SUB_NONE;
-    hl_topo_moved(&n->c->topo, n->slot, NULL, 0);
     if (n->nwaiters > 0) {
         ensure_subscribed(n);
         hl_engine_kick(n);
@@ -83,25 +84,14 @@ static void sub_ended(hl_name *n) {
 }
 
 static void sub_acked(hl_name *n, int subscribed) {
-    if (subscribed) {
-        if (n->sub != HL_SUB_PENDING) return;
-        n->sub = HL_SUB_ACTIVE;
-        if (n->nwaiters > 0) hl_engine_kick(n); /* close the release-before-subscribe gap */
-        else name_idle(n);
-        return;
-    }
-    if (n->sub == HL_SUB_PENDING || n->sub == HL_SUB_ACTIVE) {
+    if (!subscribed) {
         sub_ended(n);
         return;
     }
-    if (n->sub != HL_SUB_LEAVING) return;
-    n->sub = HL_SUB_NONE;
-    if (n->nwaiters > 0) {
-        ensure_subscribed(n);
-        hl_engine_kick(n);
-    } else {
-        hl_name_maybe_free(n);
-    }
+    if (n->sub != HL_SUB_PENDING) return;
+    n->sub = HL_SUB_ACTIVE;
+    if (n->nwaiters > 0) hl_engine_kick(n); /* close the release-before-subscribe gap */
+    else name_idle(n);
 }
 
 /* ---- Subscriber events, through the topology ---------------------------- */

@@ -280,6 +280,13 @@ void hl_conn_retry_later(hl_conn *k) {
     hl_timer_start(net->loop, &k->retry, d);
 }
 
+/* A connection could not even be started: say why, and try again later. */
+void hl_conn_open_failed(hl_conn *k, int err, const char *why) {
+    hl_set_error(k->net->loop, "%s", why);
+    k->last_err = err;
+    hl_conn_retry_later(k);
+}
+
 static redisAsyncContext *conn_open(const hl_addr *a) {
     return a->path ? redisAsyncConnectUnix(a->path) : redisAsyncConnect(a->host, a->port);
 }
@@ -295,18 +302,16 @@ void hl_conn_connect(hl_conn *k) {
     }
     redisAsyncContext *ac = conn_open(k->addr);
     if (ac == NULL || ac->err) {
-        hl_set_error(l, "connect: %s", ac ? ac->errstr : "out of memory");
-        k->last_err = HILOCK_ECONN;
+        char why[160];
+        snprintf(why, sizeof(why), "connect: %s", ac ? ac->errstr : "out of memory");
         if (ac) redisAsyncFree(ac);
-        hl_conn_retry_later(k);
+        hl_conn_open_failed(k, HILOCK_ECONN, why);
         return;
     }
     ac->data = k;
     if (l->ev.attach(l->ev.data, ac) != 0) {
-        hl_set_error(l, "event loop adapter refused the connection");
-        k->last_err = HILOCK_ELOOP;
         redisAsyncFree(ac);
-        hl_conn_retry_later(k);
+        hl_conn_open_failed(k, HILOCK_ELOOP, "event loop adapter refused the connection");
         return;
     }
     redisAsyncSetConnectCallback(ac, on_connect);

@@ -12,6 +12,7 @@ void hl_req_on_wait(redisAsyncContext *ac, void *reply, void *privdata);
 void hl_conn_ready(hl_conn *k);
 void hl_conn_down(hl_conn *k);
 void hl_conn_retry_later(hl_conn *k);
+void hl_conn_open_failed(hl_conn *k, int err, const char *why);
 /* Subscriber connections (sub.c). */
 void hl_sub_connect(hl_conn *k);
 void hl_sub_close(hl_conn *k);

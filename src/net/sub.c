@@ -10,6 +10,7 @@
  * classic and sharded subscriptions, acknowledgements, messages and the
  * server's own unsubscribes all take one path: ev.push. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -144,18 +145,16 @@ void hl_sub_connect(hl_conn *k) {
     redisContext *rc = a->path ? redisConnectUnixNonBlock(a->path)
                                : redisConnectNonBlock(a->host, a->port);
     if (rc == NULL || rc->err) {
-        hl_set_error(l, "connect: %s", rc ? rc->errstr : "out of memory");
-        k->last_err = HILOCK_ECONN;
+        char why[160];
+        snprintf(why, sizeof(why), "connect: %s", rc ? rc->errstr : "out of memory");
         if (rc) redisFree(rc);
-        hl_conn_retry_later(k);
+        hl_conn_open_failed(k, HILOCK_ECONN, why);
         return;
     }
     k->io = l->ev.io_new(l->ev.data, rc->fd, sub_io, k);
     if (k->io == NULL) {
-        hl_set_error(l, "event loop adapter refused the connection");
-        k->last_err = HILOCK_ELOOP;
         redisFree(rc);
-        hl_conn_retry_later(k);
+        hl_conn_open_failed(k, HILOCK_ELOOP, "event loop adapter refused the connection");
         return;
     }
     k->rc = rc;
