@@ -202,6 +202,16 @@ static int client_init(hilock_client *c, const hilock_config *cfg, const hilock_
     return hl_loop_init(&c->loop, ev);
 }
 
+/* The topology the URL names. A unix socket is one server; a TCP address
+ * may be a cluster's seed. */
+static int topo_start(hl_topo *t, const hl_sub_events *sub) {
+    switch (t->net.url.kind) {
+    case HL_URL_SENTINEL: return hl_topo_sentinel(t, sub);
+    case HL_URL_REDLOCK:  return HILOCK_EURL;
+    default:              return t->net.url.path ? hl_topo_standalone(t, sub) : hl_topo_cluster(t, sub);
+    }
+}
+
 int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hilock_loop *ev) {
     hilock_config given;
     if (out == NULL) return HILOCK_EINVAL;
@@ -214,10 +224,7 @@ int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hiloc
     hl_sub_events sub = hl_engine_sub_events;
     sub.arg = c;
     rc = client_init(c, &given, ev);
-    /* A unix socket is one server; a TCP address may be a cluster's seed. */
-    if (rc == 0)
-        rc = c->topo.net.url.path ? hl_topo_standalone(&c->topo, &sub)
-                                  : hl_topo_cluster(&c->topo, &sub);
+    if (rc == 0) rc = topo_start(&c->topo, &sub);
     if (rc != 0) {
         hl_loop_close(&c->loop);
         hl_topo_free(&c->topo);

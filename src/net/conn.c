@@ -171,10 +171,33 @@ static void on_info(redisAsyncContext *ac, void *reply_, void *privdata) {
     if (--k->handshake_left == 0) hl_conn_ready(k);
 }
 
+/* Sentinel: the node the sentinels named must say it is the master. A
+ * replica (a failover under way, or a sentinel that lags) is dropped
+ * without failing what waits: the topology asks the sentinels again when
+ * it hears of the loss, and the reconnect goes where they say. */
+static void on_role(redisAsyncContext *ac, void *reply_, void *privdata) {
+    redisReply *reply = reply_;
+    hl_conn *k = conn_of(ac);
+    (void)privdata;
+    if (reply == NULL || k->net->loop->freeing || (ac->c.flags & REDIS_DISCONNECTING)) return;
+    int master = reply->type != REDIS_REPLY_ARRAY || reply->elements == 0 ||
+                 reply->element[0]->type != REDIS_REPLY_STRING ||
+                 strcmp(reply->element[0]->str, "master") == 0; /* ROLE refused: cannot tell */
+    if (!master) {
+        hl_set_error(k->net->loop, "%s:%d is a %s, not the master", k->addr->host, k->addr->port,
+                     reply->element[0]->str);
+        k->last_err = HILOCK_EREADONLY;
+        redisAsyncDisconnect(ac);
+        return;
+    }
+    if (--k->handshake_left == 0) hl_conn_ready(k);
+}
+
 static void send_handshake(hl_conn *k) {
     const hl_url *u = &k->net->url;
     redisAsyncContext *ac = k->ac;
     k->handshake_left = 0;
+    if (k->bare) return;
     if (u->pass) {
         if (u->user)
             redisAsyncCommand(ac, on_handshake, &k->handshake_left, "AUTH %s %s", u->user, u->pass);
@@ -188,6 +211,10 @@ static void send_handshake(hl_conn *k) {
     }
     redisAsyncCommand(ac, on_info, NULL, "INFO");
     k->handshake_left++;
+    if (k->net->check_role) {
+        redisAsyncCommand(ac, on_role, NULL, "ROLE");
+        k->handshake_left++;
+    }
 }
 
 static void on_connect(const redisAsyncContext *ac, int status) {
@@ -295,6 +322,7 @@ void hl_conn_connect(hl_conn *k) {
     hl_net *net = k->net;
     hl_loop *l = net->loop;
     if (k->ac != NULL || k->rc != NULL || l->freeing) return;
+    if (k->addr->host == NULL && k->addr->path == NULL) return; /* not known yet (Sentinel) */
     hl_timer_stop(l, &k->retry);
     if (k->is_sub) {
         hl_sub_connect(k);

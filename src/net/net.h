@@ -22,9 +22,20 @@ typedef struct hl_addr {
 
 #define HL_URL_MAX_SEEDS 16
 
+/* What a URL names: one server or a cluster's seeds (redis://, unix://),
+ * the sentinels of a master (redis-sentinel://), or Redlock's independent
+ * masters (redlock://). */
+enum { HL_URL_REDIS, HL_URL_SENTINEL, HL_URL_REDLOCK };
+
 /* redis://[user:pass@]host[:port][,host[:port]...][/db] or
- * unix:///path[?db=N]. Several hosts are seeds of one Redis Cluster. */
+ * unix:///path[?db=N]. Several hosts are seeds of one Redis Cluster.
+ * redis-sentinel://[user:pass@]host[:port][,...][/db]#MASTER: the hosts
+ * are sentinels (port 26379 by default), the credentials and db the
+ * master's. redlock://[user:pass@]host[:port][,...][/db]: independent
+ * masters. */
 typedef struct hl_url {
+    int kind;     /* HL_URL_* */
+    char *master; /* redis-sentinel: the master's name */
     char *host;   /* the first address (the only one but for a cluster) */
     int port;
     char *path;
@@ -60,6 +71,8 @@ typedef struct hl_net {
     uint32_t wait_timeout_ms;    /* of a request's WAIT (hl_req.wait_replicas) */
     int closing;                 /* the client is closing: do not wait for a
                                     server that is away */
+    int check_role;              /* a command connection is ready only when
+                                    ROLE says master (Sentinel) */
     uint64_t rng;                /* backoff jitter (xorshift) */
     char policy_warned[64];      /* the eviction policy last warned about */
     hl_link reqs;                /* every live request */
@@ -85,7 +98,9 @@ enum { HL_CONN_DOWN, HL_CONN_CONNECTING, HL_CONN_HANDSHAKE, HL_CONN_READY };
 typedef struct hl_conn_events {
     void (*ready)(void *arg);
     void (*lost)(void *arg);
-    void (*push)(void *arg, const char *kind, const char *ch, size_t len);
+    /* data: a message's payload (NULL for the others) */
+    void (*push)(void *arg, const char *kind, const char *ch, size_t len, const char *data,
+                 size_t dlen);
     void *arg;
 } hl_conn_events;
 
@@ -99,6 +114,8 @@ typedef struct hl_conn {
     unsigned gen;            /* bumped when rc goes */
     int wpending;            /* rc has output not written yet */
     int is_sub;
+    int bare;           /* a sentinel's: no handshake (AUTH, SELECT, INFO are the
+                           master's), classic SUBSCRIBE */
     int state;
     int failures;       /* consecutive failed attempts, for the backoff */
     int last_err;       /* HILOCK_ECONN, HILOCK_EPROTO, HILOCK_EAUTH... */

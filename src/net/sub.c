@@ -67,7 +67,7 @@ static void sub_connected(hl_conn *k) {
     }
     k->state = HL_CONN_HANDSHAKE;
     k->handshake_left = 0;
-    if (u->pass == NULL) {
+    if (u->pass == NULL || k->bare) {
         sub_watch(k);
         hl_conn_ready(k);
         return;
@@ -90,13 +90,15 @@ static void sub_dispatch(hl_conn *k, const redisReply *r) {
     }
     if (k->ev.push == NULL || k->net->loop->freeing) return;
     if (r->type == REDIS_REPLY_ERROR) {
-        k->ev.push(k->ev.arg, "error", r->str, r->len);
+        k->ev.push(k->ev.arg, "error", r->str, r->len, NULL, 0);
         return;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) return;
     const redisReply *kind = r->element[0], *ch = r->element[1];
+    const redisReply *data = r->elements > 2 ? r->element[2] : NULL;
     if (kind->type != REDIS_REPLY_STRING || ch->type != REDIS_REPLY_STRING) return;
-    k->ev.push(k->ev.arg, kind->str, ch->str, ch->len);
+    if (data && data->type != REDIS_REPLY_STRING) data = NULL;
+    k->ev.push(k->ev.arg, kind->str, ch->str, ch->len, data ? data->str : NULL, data ? data->len : 0);
 }
 
 static void sub_read(hl_conn *k) {
@@ -167,5 +169,5 @@ void hl_conn_subscribe(hl_conn *k, const char *ch, size_t len, int on) {
     static const char *const cmd[2][2] = {{"UNSUBSCRIBE %b", "SUBSCRIBE %b"},
                                           {"SUNSUBSCRIBE %b", "SSUBSCRIBE %b"}};
     if (k->state != HL_CONN_READY) return; /* the owner resubscribes on ready */
-    sub_append(k, cmd[k->net->sharded != 0][on != 0], ch, len);
+    sub_append(k, cmd[k->net->sharded && !k->bare][on != 0], ch, len);
 }

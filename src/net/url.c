@@ -1,5 +1,6 @@
-/* Redis URLs: redis://[[user]:pass@]host[:port][,host[:port]...][/db] and
- * unix:///path[?db=N]. */
+/* Redis URLs: redis://[[user]:pass@]host[:port][,host[:port]...][/db],
+ * unix:///path[?db=N], redis-sentinel://...#MASTER and redlock://... (the
+ * forms of net.h). */
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -46,17 +47,17 @@ static int parse_int(const char *s, size_t n, long min, long max, int *out) {
 }
 
 void hl_url_free(hl_url *u) {
-    free(u->host); free(u->path); free(u->user); free(u->pass);
+    free(u->host); free(u->path); free(u->user); free(u->pass); free(u->master);
     for (int i = 0; i < u->nmore; i++) free(u->more[i].host);
     memset(u, 0, sizeof(*u));
 }
 
 /* host[:port] or [v6][:port] in [p, end): a new host string and the port
  * (6379 when absent); NULL on a malformed address. */
-static char *parse_hostport(const char *p, const char *end, int *port) {
+static char *parse_hostport(const char *p, const char *end, int *port, int default_port) {
     const char *hend;
     char *host;
-    *port = 6379;
+    *port = default_port;
     if (*p == '[') {
         const char *rb = memchr(p, ']', (size_t)(end - p));
         if (rb == NULL || rb == p + 1) return NULL;
@@ -81,12 +82,13 @@ static char *parse_hostport(const char *p, const char *end, int *port) {
 
 /* The comma-separated seeds in [p, end). */
 static int parse_seeds(hl_url *u, const char *p, const char *end) {
+    int dport = u->kind == HL_URL_SENTINEL ? 26379 : 6379;
     for (int i = 0; p < end; i++) {
         const char *comma = memchr(p, ',', (size_t)(end - p));
         const char *e = comma ? comma : end;
         if (i >= HL_URL_MAX_SEEDS) return -1;
         hl_addr *a = i == 0 ? NULL : &u->more[i - 1];
-        char *host = parse_hostport(p, e, i == 0 ? &u->port : &a->port);
+        char *host = parse_hostport(p, e, i == 0 ? &u->port : &a->port, dport);
         if (host == NULL) return -1;
         if (i == 0) u->host = host;
         else { a->host = host; u->nmore = i; }
@@ -113,8 +115,28 @@ int hl_url_parse(const char *s, hl_url *u) {
         }
         return 0;
     }
-    if (strncmp(s, "redis://", 8) != 0) return fail(u);
-    const char *p = s + 8, *end = p + strlen(p);
+    static const struct { const char *scheme; int kind; } schemes[] = {
+        {"redis://", HL_URL_REDIS}, {"redis-sentinel://", HL_URL_SENTINEL},
+        {"redlock://", HL_URL_REDLOCK},
+    };
+    const char *p = NULL, *end;
+    for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]) && p == NULL; i++)
+        if (strncmp(s, schemes[i].scheme, strlen(schemes[i].scheme)) == 0) {
+            u->kind = schemes[i].kind;
+            p = s + strlen(schemes[i].scheme);
+        }
+    if (p == NULL) return fail(u);
+    end = p + strlen(p);
+    /* The fragment names a sentinel's master (the last '#': a password may
+     * hold one). */
+    const char *hash = u->kind == HL_URL_SENTINEL ? memrchr(p, '#', (size_t)(end - p)) : NULL;
+    if (u->kind == HL_URL_SENTINEL) {
+        if (hash == NULL || hash + 1 == end || (u->master = decode(hash + 1, (size_t)(end - hash - 1))) == NULL)
+            return fail(u);
+        for (const char *m = u->master; *m; m++) /* +switch-master splits on spaces */
+            if (isspace((unsigned char)*m)) return fail(u);
+        end = hash;
+    }
     const char *slash = memchr(p, '/', (size_t)(end - p));
     const char *auth_end = slash ? slash : end;
     /* The last '@' before the path ends the userinfo (a password may hold '@'

@@ -25,8 +25,11 @@ static void sub_error(hl_node *n, const char *text) {
 
 /* Classic and sharded pushes alike: "message"/"smessage",
  * "subscribe"/"ssubscribe", "unsubscribe"/"sunsubscribe". */
-static void sub_push(void *arg, const char *kind, const char *ch, size_t len) {
+static void sub_push(void *arg, const char *kind, const char *ch, size_t len, const char *data,
+                     size_t dlen) {
     hl_node *n = arg;
+    (void)data;
+    (void)dlen;
     hl_sub_events *ev = &n->topo->sub;
     if (strcmp(kind, "error") == 0) {
         sub_error(n, ch);
@@ -126,5 +129,7 @@ void hl_topo_free(hl_topo *t) {
     }
     free(t->map);
     t->map = NULL;
+    free(t->sentinels);
+    t->sentinels = NULL;
     hl_url_free(&t->net.url);
 }

@@ -48,6 +48,7 @@ typedef struct hl_topo_ops {
 } hl_topo_ops;
 
 typedef struct hl_slotmap hl_slotmap;
+typedef struct hl_sentinels hl_sentinels;
 
 struct hl_topo {
     const hl_topo_ops *ops;
@@ -57,6 +58,7 @@ struct hl_topo {
     hl_node *subnode;     /* cluster.c: where classic subscriptions live */
     hl_sub_events sub;
     hl_slotmap *map;      /* cluster.c: which master owns each slot */
+    hl_sentinels *sentinels; /* sentinel.c: whom to ask where the master is */
 };
 
 /* One node for every slot, at t->net.url (t->net set up by hl_net_init and
@@ -65,6 +67,9 @@ int hl_topo_standalone(hl_topo *t, const hl_sub_events *sub);
 /* A Redis Cluster, or a single server found not to be one: the URL's hosts
  * are seeds; the slot map comes from CLUSTER SLOTS and MOVED replies. */
 int hl_topo_cluster(hl_topo *t, const hl_sub_events *sub);
+/* One master, at the address the URL's sentinels name (t->net.url.master),
+ * followed through failovers. */
+int hl_topo_sentinel(hl_topo *t, const hl_sub_events *sub);
 static inline hl_node *hl_topo_route(hl_topo *t, uint16_t slot) { return t->ops->route(t, slot); }
 static inline hl_node *hl_topo_sub_route(hl_topo *t, uint16_t slot) {
     return t->ops->sub_route(t, slot);

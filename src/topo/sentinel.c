@@ -1,0 +1,261 @@
+/* The Sentinel topology: one master, at the address its sentinels name.
+ *
+ * The URL's hosts are sentinels. Each gets a node of its own whose
+ * connections are bare (no AUTH, SELECT or INFO: those are the master's):
+ * the command connection asks SENTINEL get-master-addr-by-name, the
+ * subscriber connection hears +switch-master. The master is one node
+ * (t->seed) that serves every slot and carries every subscription, as a
+ * standalone server does; what changes is its address.
+ *
+ *  - Asking: every sentinel at once. The address that a majority of the
+ *    URL's sentinels name wins at once; otherwise, when all have answered
+ *    (or failed), the one named most (the first answer on a tie). A stale
+ *    or partitioned minority of sentinels cannot send us elsewhere.
+ *  - Checking: the master's command connection is ready only when ROLE
+ *    says master (net->check_role). A replica is dropped, and its loss
+ *    makes us ask again.
+ *  - Following: +switch-master from any sentinel moves the node at once;
+ *    so does an answer that names another address. Moving tears down both
+ *    connections of the node and opens them at the new address: requests
+ *    in flight go again there with the same arguments (they are
+ *    idempotent), the engine resubscribes every waiting name and its ack
+ *    lets the head try, and holds are renewed there or reported lost by
+ *    the watchdog when the failover lost their key.
+ *  - Asking again: whenever the master's connection is lost or cannot be
+ *    made (at most every SENTINEL_ASK_MIN_MS), and while nobody named one.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "topo/topo.h"
+
+#define SENTINEL_ASK_MIN_MS 100
+#define SENTINEL_CHANNEL "+switch-master"
+
+typedef struct candidate {
+    char host[256];
+    int port;
+    int votes;
+} candidate;
+
+struct hl_sentinels {
+    hl_node *node[HL_URL_MAX_SEEDS];
+    int n;
+    int asking;             /* answers still due in this round */
+    int decided;            /* this round has moved (or kept) the master */
+    int moving;             /* tearing the master's connections down */
+    candidate cand[HL_URL_MAX_SEEDS];
+    int ncand;
+    uint64_t asked_at;
+    unsigned failures;      /* rounds in a row that named no master */
+    hl_timer again;
+};
+
+static hl_node *sentinel_route(hl_topo *t, uint16_t slot) {
+    (void)slot;
+    return t->seed;
+}
+
+static void ask(hl_topo *t);
+
+/* The master's subscriber connection dropped: it may have moved. */
+static void sentinel_sub_lost(hl_topo *t, hl_node *n) {
+    if (n == t->seed) ask(t);
+}
+
+static const hl_topo_ops sentinel_ops = {sentinel_route, sentinel_route, sentinel_sub_lost, NULL};
+
+static const char *master_name(const hl_topo *t) { return t->net.url.master; }
+
+/* ---- Moving the master ------------------------------------------------------ */
+
+static void move_master(hl_topo *t, const char *host, int port) {
+    hl_sentinels *s = t->sentinels;
+    hl_node *m = t->seed;
+    if (m->addr.host && m->addr.port == port && strcmp(m->addr.host, host) == 0) return;
+    char *copy = strdup(host);
+    if (copy == NULL) return; /* asked again on the next loss */
+    hl_log(t->net.loop, HILOCK_LOG_INFO, "sentinel: master %s is at %s:%d%s", master_name(t), host,
+           port, m->addr.host ? " (moved)" : "");
+    free(m->addr.host);
+    m->addr.host = copy;
+    m->addr.port = port;
+    s->moving = 1;
+    hl_conn_teardown(&m->cmd); /* requests in flight queue for the new address */
+    hl_conn_teardown(&m->sub); /* the engine hears: its names resubscribe on ready */
+    s->moving = 0;
+    m->cmd.failures = m->sub.failures = 0;
+    hl_conn_connect(&m->cmd);
+    hl_conn_connect(&m->sub);
+}
+
+/* ---- Asking the sentinels --------------------------------------------------- */
+
+static void vote(hl_sentinels *s, const char *host, int port) {
+    for (int i = 0; i < s->ncand; i++)
+        if (s->cand[i].port == port && strcmp(s->cand[i].host, host) == 0) {
+            s->cand[i].votes++;
+            return;
+        }
+    if (s->ncand == HL_URL_MAX_SEEDS || strlen(host) >= sizeof(s->cand[0].host)) return;
+    candidate *c = &s->cand[s->ncand++];
+    snprintf(c->host, sizeof(c->host), "%s", host);
+    c->port = port;
+    c->votes = 1;
+}
+
+/* A round with no address named: requests wait (until their deadline)
+ * for the next round, with a backoff like a reconnect's. */
+static void nobody_named(hl_topo *t) {
+    hl_sentinels *s = t->sentinels;
+    hl_node *m = t->seed;
+    if (m->addr.host == NULL) {
+        m->cmd.last_err = HILOCK_ECONN;
+        hl_set_error(t->net.loop, "sentinel: no sentinel named a master \"%s\" (%d asked)",
+                     master_name(t), s->n);
+    }
+    uint64_t d = (uint64_t)SENTINEL_ASK_MIN_MS << (s->failures < 4 ? s->failures : 4);
+    if (d > t->net.reconnect_max_ms && t->net.reconnect_max_ms >= SENTINEL_ASK_MIN_MS)
+        d = t->net.reconnect_max_ms;
+    s->failures++;
+    hl_timer_start(t->net.loop, &s->again, d);
+}
+
+/* Move when a majority agrees, or when every sentinel has answered. */
+static void decide(hl_topo *t) {
+    hl_sentinels *s = t->sentinels;
+    const candidate *best = NULL;
+    if (s->decided) return;
+    for (int i = 0; i < s->ncand; i++)
+        if (best == NULL || s->cand[i].votes > best->votes) best = &s->cand[i];
+    if ((best == NULL || best->votes <= s->n / 2) && s->asking > 0) return;
+    s->decided = 1;
+    if (best == NULL) {
+        nobody_named(t);
+        return;
+    }
+    s->failures = 0;
+    move_master(t, best->host, best->port);
+}
+
+static void on_master_addr(hl_req *r, redisReply *reply, int err) {
+    hl_topo *t = r->owner;
+    hl_sentinels *s = t->sentinels;
+    s->asking--;
+    if (t->net.loop->freeing) return;
+    if (err == 0 && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+        reply->element[0]->type == REDIS_REPLY_STRING && reply->element[1]->type == REDIS_REPLY_STRING) {
+        int port = atoi(reply->element[1]->str);
+        if (port > 0 && port < 65536) vote(s, reply->element[0]->str, port);
+    } else if (err == 0 && reply->type == REDIS_REPLY_ERROR) {
+        hl_log(t->net.loop, HILOCK_LOG_WARNING, "sentinel: %s", reply->str);
+    }
+    decide(t);
+}
+
+static void ask(hl_topo *t) {
+    hl_sentinels *s = t->sentinels;
+    hl_loop *l = t->net.loop;
+    if (s->asking > 0 || s->moving || l->freeing || t->net.closing) return;
+    uint64_t now = hl_now_ms();
+    if (now < s->asked_at + SENTINEL_ASK_MIN_MS) {
+        if (!hl_timer_armed(&s->again)) hl_timer_start(l, &s->again, s->asked_at + SENTINEL_ASK_MIN_MS - now);
+        return;
+    }
+    hl_timer_stop(l, &s->again);
+    s->asked_at = now;
+    s->ncand = 0;
+    s->decided = 0;
+    size_t namelen = strlen(master_name(t));
+    for (int i = 0; i < s->n; i++) {
+        hl_req *r = hl_req_new(&t->net, NULL, 0, 40 + namelen, on_master_addr, t);
+        if (r == NULL) break;
+        hl_req_arg(r, "SENTINEL", 8, "", 0);
+        hl_req_arg(r, "get-master-addr-by-name", 23, "", 0);
+        hl_req_arg(r, master_name(t), namelen, "", 0);
+        r->fail_fast = 1; /* a sentinel that is down does not hold up the round */
+        s->asking++;
+        hl_node_submit(s->node[i], r);
+    }
+    if (s->asking == 0) decide(t); /* no memory: nobody named, try later */
+}
+
+static void ask_again(hl_timer *tm) {
+    hl_sentinels *s = HL_CONTAINER(tm, hl_sentinels, again);
+    ask(s->node[0]->topo);
+}
+
+/* ---- Events ------------------------------------------------------------------ */
+
+/* The master's command connection is down, or could not be made. */
+static void master_lost(void *arg) {
+    hl_topo *t = arg;
+    if (!t->sentinels->moving) ask(t);
+}
+
+/* "+switch-master NAME OLDIP OLDPORT NEWIP NEWPORT", from any sentinel. */
+static void sentinel_push(void *arg, const char *kind, const char *ch, size_t len, const char *data,
+                          size_t dlen) {
+    hl_node *sn = arg;
+    hl_topo *t = sn->topo;
+    char name[256], host[256];
+    int port;
+    if (strcmp(kind, "message") != 0 || data == NULL || dlen >= 600 ||
+        len != strlen(SENTINEL_CHANNEL) || memcmp(ch, SENTINEL_CHANNEL, len) != 0)
+        return;
+    char msg[600];
+    memcpy(msg, data, dlen);
+    msg[dlen] = '\0';
+    if (sscanf(msg, "%255s %*s %*s %255s %d", name, host, &port) != 3) return;
+    if (strcmp(name, master_name(t)) != 0 || port <= 0 || port > 65535) return;
+    hl_log(t->net.loop, HILOCK_LOG_INFO, "sentinel %s:%d: +switch-master %s", sn->addr.host,
+           sn->addr.port, msg);
+    move_master(t, host, port);
+}
+
+/* A sentinel's subscriber connection is up: listen, and ask again if the
+ * master is not reachable now (a switch may have gone by unheard). */
+static void sentinel_sub_ready(void *arg) {
+    hl_node *sn = arg;
+    hl_topo *t = sn->topo;
+    hl_conn_subscribe(&sn->sub, SENTINEL_CHANNEL, strlen(SENTINEL_CHANNEL), 1);
+    if (t->seed->addr.host != NULL && !hl_node_cmd_ready(t->seed)) ask(t);
+}
+
+/* ---- Set-up ------------------------------------------------------------------- */
+
+static hl_node *sentinel_node(hl_topo *t, const char *host, int port) {
+    hl_addr a = {(char *)host, port, NULL};
+    hl_node *n = hl_node_new(t, &a);
+    if (n == NULL) return NULL;
+    hl_conn_events sub_ev = {sentinel_sub_ready, NULL, sentinel_push, n};
+    n->cmd.bare = n->sub.bare = 1;
+    n->sub.ev = sub_ev;
+    return n;
+}
+
+int hl_topo_sentinel(hl_topo *t, const hl_sub_events *sub) {
+    const hl_url *u = &t->net.url;
+    hl_addr none = {NULL, 0, NULL};
+    t->ops = &sentinel_ops;
+    t->sub = *sub;
+    t->net.check_role = 1;
+    if ((t->sentinels = calloc(1, sizeof(*t->sentinels))) == NULL) return HILOCK_ENOMEM;
+    hl_sentinels *s = t->sentinels;
+    s->again.cb = ask_again;
+    if ((t->seed = hl_node_new(t, &none)) == NULL) return HILOCK_ENOMEM; /* where: to be asked */
+    t->seed->cmd.ev.lost = master_lost;
+    t->seed->cmd.ev.arg = t;
+    for (int i = 0; i <= u->nmore; i++) {
+        const hl_addr *a = i == 0 ? NULL : &u->more[i - 1];
+        if ((s->node[i] = sentinel_node(t, a ? a->host : u->host, a ? a->port : u->port)) == NULL)
+            return HILOCK_ENOMEM;
+        s->n++;
+    }
+    for (int i = 0; i < s->n; i++) {
+        hl_conn_connect(&s->node[i]->cmd);
+        hl_conn_connect(&s->node[i]->sub);
+    }
+    ask(t);
+    return 0;
+}
