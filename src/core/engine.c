@@ -273,7 +273,6 @@ void hl_engine_kick(hl_name *n) {
 static void grant(hilock_wait *w, uint64_t fence, uint64_t sent_at) {
     hl_name *n = w->name;
     hilock_hold *h = hl_hold_new(n, w->token, fence, sent_at, w);
-    if (hl_topo_quorum(&n->c->topo)) hl_fence_raise(n, fence);
     if (h == NULL) {
         hl_release_token(n, w->token, 0);
         hl_wait_finish(w, HILOCK_ENOMEM, NULL);
