@@ -17,8 +17,9 @@
  *   machine's baseline) and with one cycle of warm-up (connections,
  *   scripts). For the record, the same on a Redlock of ONE master
  *   (redlock://first): what the Redlock code path costs without the
- *   fan-out. client_cpu_us_per_cycle: getrusage() of that process over
- *   its cycles (the pauses cost no CPU).
+ *   fan-out. client_cpu_us_per_cycle, client_csw_per_cycle: getrusage()
+ *   of that process over its cycles, CPU time (the pauses cost none) and
+ *   context switches (voluntary + involuntary; the pause is one).
  *   And the floor of the fan-out on this machine, measured in the same
  *   run (as floor.c is for the handoff): hilock's acquire script sent with
  *   blocking hiredis contexts, no event loop, to every master at once (each
@@ -121,6 +122,7 @@ static int reps(void) {
 struct acq_shm {
     int cycles, done, errors;
     double cpu_seconds;
+    long csw;          /* context switches, voluntary + involuntary */
     uint64_t acq[RL_CYCLES_MAX], rel[RL_CYCLES_MAX];
     uint64_t ping[RL_PING_N];
 };
@@ -184,6 +186,12 @@ static double cpu_now(void) {
            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
+static long csw_now(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_nvcsw + ru.ru_nivcsw;
+}
+
 static int acq_child(const bench_target *t, const char *name, struct acq_shm *s) {
     struct acq_run r;
     memset(&r, 0, sizeof r);
@@ -205,9 +213,11 @@ static int acq_child(const bench_target *t, const char *name, struct acq_shm *s)
     r.k = 0;
     r.total = s->cycles;
     double cpu0 = cpu_now();
+    long csw0 = csw_now();
     acq_next(&r);
     loop_until(r.base, &r.finished, 60000 + s->cycles * 20);
     s->cpu_seconds = cpu_now() - cpu0;
+    s->csw = csw_now() - csw0;
     s->done = r.k;
     event_free(r.gap);
     hilock_client_free(r.client);
@@ -305,8 +315,9 @@ static int fl_child(const bench_target *t, const char *name, struct acq_shm *s) 
     }
     if (ping_rtts(n[0].c, s->ping, RL_PING_N) != 0) return 1;
     double cpu0 = 0;
+    long csw0 = 0;
     for (int k = -1; k < s->cycles; k++) { /* k = -1: warm-up */
-        if (k == 0) cpu0 = cpu_now();
+        if (k == 0) cpu0 = cpu_now(), csw0 = csw_now();
         for (int i = 0; i < nn; i++)
             redisAppendCommand(n[i].c, "EVALSHA %s 2 %s %s %s 30000 604800",
                                hl_script_mutex_acquire.sha, lock, fence, token);
@@ -329,12 +340,13 @@ static int fl_child(const bench_target *t, const char *name, struct acq_shm *s) 
         usleep(RL_GAP_US);
     }
     s->cpu_seconds = cpu_now() - cpu0;
+    s->csw = csw_now() - csw0;
     for (int i = 0; i < nn; i++) redisFree(n[i].c);
     return s->done == s->cycles && s->errors == 0 ? 0 : 1;
 }
 
 typedef struct acq_result {
-    double p50, p99, rel50, ping50, cpu_us;
+    double p50, p99, rel50, ping50, cpu_us, csw;
     int cycles, errors;
 } acq_result;
 
@@ -358,6 +370,7 @@ static int acq_measure(const bench_target *t, const char *name, int cycles, int 
     out->rel50 = (double)pct_u64(s->rel, n, 50) / 1000.0;
     out->ping50 = (double)pct_u64(s->ping, RL_PING_N, 50) / 1000.0;
     out->cpu_us = n ? s->cpu_seconds * 1e6 / (double)n : 0;
+    out->csw = n ? (double)s->csw / (double)n : 0;
     out->cycles = (int)n;
     out->errors = s->errors + (st != 0);
     shm_free(s, sizeof *s);
@@ -367,7 +380,7 @@ static int acq_measure(const bench_target *t, const char *name, int cycles, int 
 /* The figures of one kind of target over the repetitions. */
 typedef struct acq_series {
     double p50[RL_REPS_MAX], p99[RL_REPS_MAX], rel50[RL_REPS_MAX], ping[RL_REPS_MAX];
-    double cpu[RL_REPS_MAX], ratio[RL_REPS_MAX], ratio99[RL_REPS_MAX];
+    double cpu[RL_REPS_MAX], csw[RL_REPS_MAX], ratio[RL_REPS_MAX], ratio99[RL_REPS_MAX];
     int n, cycles, errors;
 } acq_series;
 
@@ -380,6 +393,7 @@ static void acq_add(acq_series *s, const acq_result *r, const acq_result *one) {
     s->rel50[s->n] = r->rel50;
     s->ping[s->n] = r->ping50;
     s->cpu[s->n] = r->cpu_us;
+    s->csw[s->n] = r->csw;
     s->ratio[s->n] = one && one->p50 > 0 ? r->p50 / one->p50 : 0;
     s->ratio99[s->n] = one && one->p99 > 0 ? r->p99 / one->p99 : 0;
     s->n++;
@@ -432,11 +446,15 @@ int scenario_redlock_acquire(void) {
     json_num("client_cpu_us_per_cycle", MED(m, cpu), 1);
     json_num("one_master_client_cpu_us_per_cycle", MED(o, cpu), 1);
     json_num("redlock_of_one_client_cpu_us_per_cycle", MED(r1, cpu), 1);
+    json_num("client_csw_per_cycle", MED(m, csw), 1);
+    json_num("one_master_client_csw_per_cycle", MED(o, csw), 1);
     json_num("floor_p50_us", MED(fm, p50), 1);
     json_num("floor_one_master_p50_us", MED(f1, p50), 1);
     json_num("floor_over_one_master", MED(fm, ratio), 2);
     json_num("floor_client_cpu_us_per_cycle", MED(fm, cpu), 1);
     json_num("floor_one_master_client_cpu_us_per_cycle", MED(f1, cpu), 1);
+    json_num("floor_client_csw_per_cycle", MED(fm, csw), 1);
+    json_num("floor_one_master_client_csw_per_cycle", MED(f1, csw), 1);
     json_num("ping_rtt_p50_us", MED(o, ping), 1);
     json_int("cycles", m.cycles);
     json_int("reps", m.n);
