@@ -19,7 +19,9 @@
  *   (redlock://first): what the Redlock code path costs without the
  *   fan-out. client_cpu_us_per_cycle, client_csw_per_cycle: getrusage()
  *   of that process over its cycles, CPU time (the pauses cost none) and
- *   context switches (voluntary + involuntary; the pause is one).
+ *   context switches (voluntary + involuntary; the pause is one);
+ *   servers_cpu_us_per_cycle: the masters' used_cpu_user + used_cpu_sys
+ *   (INFO cpu) over the run, summed over the masters, per cycle.
  *   And the floor of the fan-out on this machine, measured in the same
  *   run (as floor.c is for the handoff): hilock's acquire script sent with
  *   blocking hiredis contexts, no event loop, to every master at once (each
@@ -345,8 +347,24 @@ static int fl_child(const bench_target *t, const char *name, struct acq_shm *s) 
     return s->done == s->cycles && s->errors == 0 ? 0 : 1;
 }
 
+/* CPU seconds the masters of `t` have used (INFO cpu, summed), or -1. */
+static double nodes_cpu(const bench_target *t) {
+    double sum = 0;
+    for (int i = 0; i < t->nnodes; i++) {
+        redisContext *rc = node_connect(t->node[i].host, t->node[i].port);
+        redisReply *r = rc ? redisCommand(rc, "INFO cpu") : NULL;
+        const char *u = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "used_cpu_user:") : NULL;
+        const char *y = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "used_cpu_sys:") : NULL;
+        if (u && y) sum += atof(u + 14) + atof(y + 13);
+        if (r) freeReplyObject(r);
+        if (rc) redisFree(rc);
+        if (!u || !y) return -1;
+    }
+    return sum;
+}
+
 typedef struct acq_result {
-    double p50, p99, rel50, ping50, cpu_us, csw;
+    double p50, p99, rel50, ping50, cpu_us, csw, server_cpu_us;
     int cycles, errors;
 } acq_result;
 
@@ -357,10 +375,12 @@ static int acq_measure(const bench_target *t, const char *name, int cycles, int 
     struct acq_shm *s = shm_alloc(sizeof *s);
     if (s == NULL) return 1;
     s->cycles = cycles > RL_CYCLES_MAX ? RL_CYCLES_MAX : cycles;
+    double cpu0 = nodes_cpu(t);
     pid_t pid = fork_child();
     if (pid < 0) { shm_free(s, sizeof *s); return 1; }
     if (pid == 0) _exit(floor ? fl_child(t, name, s) : acq_child(t, name, s));
     int st = wait_child(pid, 120000 + s->cycles * 20);
+    double cpu1 = nodes_cpu(t);
     size_t n = (size_t)s->done;
     sort_u64(s->acq, n);
     sort_u64(s->rel, n);
@@ -371,6 +391,9 @@ static int acq_measure(const bench_target *t, const char *name, int cycles, int 
     out->ping50 = (double)pct_u64(s->ping, RL_PING_N, 50) / 1000.0;
     out->cpu_us = n ? s->cpu_seconds * 1e6 / (double)n : 0;
     out->csw = n ? (double)s->csw / (double)n : 0;
+    /* The masters' CPU over the whole run (warm-up and PINGs too: a few
+     * hundred commands beside the cycles' thousands). */
+    out->server_cpu_us = n && cpu0 >= 0 && cpu1 >= 0 ? (cpu1 - cpu0) * 1e6 / (double)n : 0;
     out->cycles = (int)n;
     out->errors = s->errors + (st != 0);
     shm_free(s, sizeof *s);
@@ -380,7 +403,7 @@ static int acq_measure(const bench_target *t, const char *name, int cycles, int 
 /* The figures of one kind of target over the repetitions. */
 typedef struct acq_series {
     double p50[RL_REPS_MAX], p99[RL_REPS_MAX], rel50[RL_REPS_MAX], ping[RL_REPS_MAX];
-    double cpu[RL_REPS_MAX], csw[RL_REPS_MAX], ratio[RL_REPS_MAX], ratio99[RL_REPS_MAX];
+    double cpu[RL_REPS_MAX], csw[RL_REPS_MAX], scpu[RL_REPS_MAX], ratio[RL_REPS_MAX], ratio99[RL_REPS_MAX];
     int n, cycles, errors;
 } acq_series;
 
@@ -394,6 +417,7 @@ static void acq_add(acq_series *s, const acq_result *r, const acq_result *one) {
     s->ping[s->n] = r->ping50;
     s->cpu[s->n] = r->cpu_us;
     s->csw[s->n] = r->csw;
+    s->scpu[s->n] = r->server_cpu_us;
     s->ratio[s->n] = one && one->p50 > 0 ? r->p50 / one->p50 : 0;
     s->ratio99[s->n] = one && one->p99 > 0 ? r->p99 / one->p99 : 0;
     s->n++;
@@ -447,6 +471,8 @@ int scenario_redlock_acquire(void) {
     json_num("one_master_client_cpu_us_per_cycle", MED(o, cpu), 1);
     json_num("redlock_of_one_client_cpu_us_per_cycle", MED(r1, cpu), 1);
     json_num("client_csw_per_cycle", MED(m, csw), 1);
+    json_num("servers_cpu_us_per_cycle", MED(m, scpu), 1);
+    json_num("one_master_server_cpu_us_per_cycle", MED(o, scpu), 1);
     json_num("one_master_client_csw_per_cycle", MED(o, csw), 1);
     json_num("floor_p50_us", MED(fm, p50), 1);
     json_num("floor_one_master_p50_us", MED(f1, p50), 1);
@@ -454,6 +480,7 @@ int scenario_redlock_acquire(void) {
     json_num("floor_client_cpu_us_per_cycle", MED(fm, cpu), 1);
     json_num("floor_one_master_client_cpu_us_per_cycle", MED(f1, cpu), 1);
     json_num("floor_client_csw_per_cycle", MED(fm, csw), 1);
+    json_num("floor_servers_cpu_us_per_cycle", MED(fm, scpu), 1);
     json_num("floor_one_master_client_csw_per_cycle", MED(f1, csw), 1);
     json_num("ping_rtt_p50_us", MED(o, ping), 1);
     json_int("cycles", m.cycles);
