@@ -47,7 +47,7 @@ const Redis = require('ioredis');
 
 const LEASE_MS = 30000;
 // redlock's retry settings here (its defaults: retryDelay 200, retryJitter
-// 200, retryCount 10): every polling client polls every 10 ms.
+// 100, retryCount 10): every polling client polls every 10 ms.
 const REDLOCK_RETRY = { driftFactor: 0.01, retryCount: -1, retryDelay: 10, retryJitter: 0 };
 const ACQ_GAP_MS = 0.5; // node makes it 1 ms
 const PING_N = 300;
