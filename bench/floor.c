@@ -54,7 +54,7 @@ static redisReply *fl_script(redisContext *c, const hl_script *s, const struct f
 static int fl_acquire(redisContext *c, const struct fl_keys *k, const char *token) {
     redisReply *r = fl_script(c, &hl_script_mutex_acquire, k, token);
     int got = -1;
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) got = r->element[0]->integer == 1;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2) got = r->element[0]->integer == 1;
     if (r) freeReplyObject(r);
     return got;
 }

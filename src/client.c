@@ -207,7 +207,7 @@ static int client_init(hilock_client *c, const hilock_config *cfg, const hilock_
 static int topo_start(hl_topo *t, const hl_sub_events *sub) {
     switch (t->net.url.kind) {
     case HL_URL_SENTINEL: return hl_topo_sentinel(t, sub);
-    case HL_URL_REDLOCK:  return HILOCK_EURL;
+    case HL_URL_REDLOCK:  return hl_topo_redlock(t, sub);
     default:              return t->net.url.path ? hl_topo_standalone(t, sub) : hl_topo_cluster(t, sub);
     }
 }

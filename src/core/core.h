@@ -136,6 +136,8 @@ struct hl_prim {
     hl_req *(*release_req)(hl_name *n, const char *token, hl_req_done done, void *owner);
     hl_req *(*renew_req)(hl_name *n, const char *token, uint32_t lease_ms, hl_req_done done,
                          void *owner);
+    /* Redlock: raise n's fence counter to at least `fence` (fire and forget). */
+    hl_req *(*fence_req)(hl_name *n, uint64_t fence, hl_req_done done, void *owner);
 };
 
 /* ---- Waits ---------------------------------------------------------------- */
@@ -222,6 +224,12 @@ void hl_hold_drop(hilock_hold *h);
 void hl_hold_begin_release(hilock_hold *h);
 /* A live hold of `o` on `n` (reentrancy), or NULL. */
 hilock_hold *hl_owner_hold(hilock_owner *o, hl_name *n, uint64_t now);
+/* hl_release_token without a release message (Redlock's undo of a try
+ * short of a quorum: the lock was not free for anyone). */
+void hl_release_quiet(hl_name *n, const char *token);
+/* Redlock: make every node's next fence of `n` larger than `fence` (the
+ * nodes' counters differ; a grant's fence is the largest of its quorum). */
+void hl_fence_raise(hl_name *n, uint64_t fence);
 /* Release a lock that `token` may hold, with nobody to tell. unknown_lease_ms
  * > 0: the try's outcome is unknown; keep at it for that long. */
 void hl_release_token(hl_name *n, const char *token, uint32_t unknown_lease_ms);

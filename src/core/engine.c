@@ -127,6 +127,14 @@ static void on_sub_lost(void *arg, hl_node *node) {
     }
 }
 
+/* Redlock: `to` (re)connected; subscribe there what goes through `via`. */
+static void on_replay(void *arg, hl_node *via, hl_node *to) {
+    hilock_client *c = arg;
+    for (hl_name *n = hl_names_first(c); n; n = hl_names_next(c, n))
+        if (n->sub_node == via && (n->sub == HL_SUB_PENDING || n->sub == HL_SUB_ACTIVE))
+            hl_node_subscribe(to, hl_name_channel(n), n->chlen, 1);
+}
+
 static void on_resubscribe(void *arg, hl_node *node, int slot) {
     hilock_client *c = arg;
     hl_name *n = hl_names_first(c), *next;
@@ -144,7 +152,7 @@ static void on_resubscribe(void *arg, hl_node *node, int slot) {
 }
 
 const hl_sub_events hl_engine_sub_events = {on_message, on_acked, on_sub_ready, on_sub_lost,
-                                            on_resubscribe, NULL};
+                                            on_resubscribe, on_replay, NULL};
 
 /* ---- Waiters ------------------------------------------------------------- */
 
@@ -265,6 +273,7 @@ void hl_engine_kick(hl_name *n) {
 static void grant(hilock_wait *w, uint64_t fence, uint64_t sent_at) {
     hl_name *n = w->name;
     hilock_hold *h = hl_hold_new(n, w->token, fence, sent_at, w);
+    if (hl_topo_quorum(&n->c->topo)) hl_fence_raise(n, fence);
     if (h == NULL) {
         hl_release_token(n, w->token, 0);
         hl_wait_finish(w, HILOCK_ENOMEM, NULL);
@@ -336,6 +345,9 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
         return;
     }
     if (err == 0) err = n->prim->try_parse(c, reply, &t);
+    /* Redlock: some nodes granted, short of a quorum. Undo it without a
+     * message: nothing was free for anyone else. */
+    if (err == 0 && !t.granted && r->partial) hl_release_quiet(n, w->token);
     if (err != 0) {
         /* If the try may have run, its outcome is unknown: make sure no lock
          * of ours stays behind. */
@@ -369,6 +381,7 @@ static void try_send(hilock_wait *w) {
     n->refs++; /* until on_try_done has finished with n */
     r->fail_fast = w->try_once;
     r->wait_replicas = n->c->cfg.wait_replicas & 127;
+    r->lease_ms = w->terms.lease_ms;
     w->req = r;
     hl_name_submit(n, r);
 }

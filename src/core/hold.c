@@ -56,6 +56,22 @@ void hl_release_token(hl_name *n, const char *token, uint32_t unknown_lease_ms) 
     }
 }
 
+void hl_release_quiet(hl_name *n, const char *token) {
+    hl_req *r = n->prim->release_req(n, token, on_token_released, NULL);
+    if (r == NULL) return;
+    r->publishes = 0; /* the script publishes only when given the command */
+    hl_name_submit(n, r);
+}
+
+static void on_fence_raised(hl_req *r, redisReply *reply, int err) {
+    (void)r; (void)reply; (void)err; /* a node that missed it has the clock */
+}
+
+void hl_fence_raise(hl_name *n, uint64_t fence) {
+    hl_req *r = n->prim->fence_req ? n->prim->fence_req(n, fence, on_fence_raised, NULL) : NULL;
+    if (r != NULL) hl_name_submit(n, r);
+}
+
 /* ---- Loss and the watchdog --------------------------------------------- */
 
 void hl_hold_mark_lost(hilock_hold *h, int why) {
@@ -135,6 +151,7 @@ static void watchdog_fired(hl_timer *t) {
         h->renew_lease = h->terms.lease_ms;
         h->renew = n->prim->renew_req(n, h->token, h->renew_lease, on_renewed, h);
         if (h->renew) h->renew->wait_replicas = h->c->cfg.wait_replicas & 127;
+        if (h->renew) h->renew->lease_ms = h->renew_lease;
         if (h->renew) hl_name_submit(n, h->renew);
     }
     watchdog_arm(h);
@@ -331,6 +348,7 @@ int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb, 
     hl_req *r = h->name->prim->renew_req(h->name, h->token, lease_ms, on_extended, op);
     if (r == NULL) { free(op); return HILOCK_ENOMEM; }
     r->wait_replicas = h->c->cfg.wait_replicas & 127;
+    r->lease_ms = lease_ms;
     op->defer.run = extendop_run;
     op->c = h->c;
     op->hold = h;

@@ -145,11 +145,10 @@ hl_req *hl_name_req(hl_name *n, const hl_cmd *cmd, size_t tail, hl_req_done done
 }
 
 void hl_name_submit(hl_name *n, hl_req *r) {
-    r->slot = n->slot; /* so that the topology can send it elsewhere */
-    hl_node_submit(hl_name_node(n), r);
+    hl_name_submit_within(n, r, n->c->topo.net.request_timeout_ms);
 }
 
 void hl_name_submit_within(hl_name *n, hl_req *r, uint64_t ms) {
-    r->slot = n->slot;
-    hl_node_submit_within(hl_name_node(n), r, ms);
+    r->slot = n->slot; /* so that the topology can send it elsewhere */
+    hl_topo_submit(&n->c->topo, r, ms);
 }

@@ -173,6 +173,10 @@ struct hl_req {
     unsigned publishes : 1;    /* its last argument is the publish command,
                                   PUBLISH or SPUBLISH, added at each send */
     unsigned wait_replicas : 7;/* then WAIT for this many replicas */
+    unsigned partial : 1;      /* Redlock: a try some nodes granted, short of a
+                                  quorum (its grants must be undone) */
+    uint32_t lease_ms;         /* the lease it sets, if any: a quorum counts
+                                  only within it (Redlock's validity) */
     int acked;                 /* replicas that WAIT said have its write */
     redisReply *held;          /* its reply, kept until WAIT's comes */
     int slot;                  /* the cluster slot of its keys, or -1 */
@@ -199,6 +203,9 @@ void hl_req_submit_within(hl_conn *k, hl_req *r, uint64_t ms);
 /* Send `r` to `k` instead (after MOVED or ASK); asking: precede it with
  * ASKING there. Ends it with HILOCK_EREPLY after too many hops. */
 void hl_req_redirect(hl_req *r, hl_conn *k, int asking);
+/* End a request that was never submitted to a connection (the one a
+ * Redlock fan-out answers for): `done` runs once, then it is freed. */
+void hl_req_end(hl_req *r, redisReply *reply, int err);
 /* Move a queued (unsent) request to `k`: sent at once if k is up. */
 void hl_req_move(hl_req *r, hl_conn *k);
 /* Client teardown: end whatever is left (requests backing off). */

@@ -31,6 +31,8 @@ void hl_req_finish(hl_req *r, redisReply *reply, int err) {
     if (!r->sent) req_free(r);
 }
 
+void hl_req_end(hl_req *r, redisReply *reply, int err) { hl_req_finish(r, reply, err); }
+
 static void req_deadline(hl_timer *t) {
     hl_req *r = HL_CONTAINER(t, hl_req, deadline);
     hl_conn *k = r->conn;

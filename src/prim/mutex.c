@@ -10,6 +10,7 @@
 static const hl_cmd acquire_cmd = {&hl_script_mutex_acquire, 2, {"", ":fence"}};
 static const hl_cmd release_cmd = {&hl_script_mutex_release, 1, {""}};
 static const hl_cmd renew_cmd = {&hl_script_mutex_renew, 1, {""}};
+static const hl_cmd fence_cmd = {&hl_script_mutex_fence, 1, {":fence"}};
 
 /* acquire(lock, fence; token, lease_ms, fence_ttl_s) */
 static hl_req *mutex_try_req(hl_name *n, const char *token, uint32_t lease_ms,
@@ -22,11 +23,11 @@ static hl_req *mutex_try_req(hl_name *n, const char *token, uint32_t lease_ms,
     return r;
 }
 
-/* {1, fence}: ours; {0, pttl}: taken, and may expire in pttl ms (-2: gone
+/* {1, fence}: ours; {0, pttl, holder}: taken, and may expire in pttl ms (-2: gone
  * already; -1: a key without TTL, not ours: look again after a lease). */
 static int mutex_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
     if (reply->type == REDIS_REPLY_ERROR) return hl_reply_error(&c->loop, reply);
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
         reply->element[0]->type != REDIS_REPLY_INTEGER ||
         reply->element[1]->type != REDIS_REPLY_INTEGER) {
         hl_set_error(&c->loop, "unexpected reply to the acquire script");
@@ -64,6 +65,15 @@ static hl_req *mutex_renew_req(hl_name *n, const char *token, uint32_t lease_ms,
     return r;
 }
 
+/* fence(fence; fence, fence_ttl_s) */
+static hl_req *mutex_fence_req(hl_name *n, uint64_t fence, hl_req_done done, void *owner) {
+    hl_req *r = hl_name_req(n, &fence_cmd, 2 * 20, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg_u64(r, fence);
+    hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
+    return r;
+}
+
 const hl_prim hl_mutex = {
     ":ch",
     mutex_try_req,
@@ -71,6 +81,7 @@ const hl_prim hl_mutex = {
     mutex_shares,
     mutex_release_req,
     mutex_renew_req,
+    mutex_fence_req,
 };
 
 /* ---- The public API of the mutex ------------------------------------------ */

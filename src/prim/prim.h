@@ -6,6 +6,6 @@
 
 extern const hl_prim hl_mutex;
 extern const hl_script hl_script_mutex_acquire, hl_script_mutex_release,
-    hl_script_mutex_renew, hl_script_mutex_break;
+    hl_script_mutex_renew, hl_script_mutex_break, hl_script_mutex_fence;
 
 #endif

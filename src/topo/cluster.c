@@ -66,7 +66,7 @@ static void cluster_sub_lost(hl_topo *t, hl_node *n) {
 static void cluster_moved(hl_topo *t, unsigned slot, const char *host, int port);
 
 static const hl_topo_ops cluster_ops = {cluster_route, cluster_sub_route, cluster_sub_lost,
-                                        cluster_moved};
+                                        cluster_moved, NULL, NULL};
 
 static void node_ready(void *arg);
 static void node_lost(void *arg);

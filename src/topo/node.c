@@ -82,7 +82,13 @@ hl_node *hl_topo_find(hl_topo *t, const char *host, int port) {
 void hl_node_submit(hl_node *n, hl_req *r) { hl_req_submit(&n->cmd, r); }
 void hl_node_submit_within(hl_node *n, hl_req *r, uint64_t ms) { hl_req_submit_within(&n->cmd, r, ms); }
 void hl_node_subscribe(hl_node *n, const char *ch, size_t len, int on) {
-    hl_conn_subscribe(&n->sub, ch, len, on);
+    if (n->topo->ops->subscribe) n->topo->ops->subscribe(n->topo, n, ch, len, on);
+    else hl_conn_subscribe(&n->sub, ch, len, on);
+}
+
+void hl_topo_submit(hl_topo *t, hl_req *r, uint64_t ms) {
+    if (t->ops->submit) t->ops->submit(t, r, ms);
+    else hl_node_submit_within(hl_topo_route(t, (uint16_t)r->slot), r, ms);
 }
 int hl_node_sub_ready(const hl_node *n) { return n->sub.state == HL_CONN_READY; }
 
@@ -131,5 +137,7 @@ void hl_topo_free(hl_topo *t) {
     t->map = NULL;
     free(t->sentinels);
     t->sentinels = NULL;
+    free(t->redlock);
+    t->redlock = NULL;
     hl_url_free(&t->net.url);
 }

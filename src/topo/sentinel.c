@@ -63,7 +63,8 @@ static void sentinel_sub_lost(hl_topo *t, hl_node *n) {
     if (n == t->seed) ask(t);
 }
 
-static const hl_topo_ops sentinel_ops = {sentinel_route, sentinel_route, sentinel_sub_lost, NULL};
+static const hl_topo_ops sentinel_ops = {sentinel_route, sentinel_route, sentinel_sub_lost, NULL,
+                                         NULL, NULL};
 
 static const char *master_name(const hl_topo *t) { return t->net.url.master; }
 

@@ -6,7 +6,7 @@ static hl_node *standalone_route(hl_topo *t, uint16_t slot) {
     return t->seed;
 }
 
-static const hl_topo_ops standalone_ops = {standalone_route, standalone_route, NULL, NULL};
+static const hl_topo_ops standalone_ops = {standalone_route, standalone_route, NULL, NULL, NULL, NULL};
 
 int hl_topo_standalone(hl_topo *t, const hl_sub_events *sub) {
     const hl_url *u = &t->net.url;

@@ -32,6 +32,9 @@ typedef struct hl_sub_events {
      * that `node` (NULL: none) refused go again, and so do those of names
      * that wait without one. After a MOVED to SSUBSCRIBE, and a new map. */
     void (*resubscribe)(void *arg, hl_node *node, int slot);
+    /* Redlock: node `to` (re)connected; subscribe there too what is
+     * subscribed through `via` (every node carries every channel). */
+    void (*replay)(void *arg, hl_node *via, hl_node *to);
     void *arg;
 } hl_sub_events;
 
@@ -45,10 +48,17 @@ typedef struct hl_topo_ops {
     /* Optional: `slot` is served at host:port (a MOVED), or (host NULL) may
      * have moved (a sharded subscription the server ended). */
     void (*moved)(hl_topo *t, unsigned slot, const char *host, int port);
+    /* Optional: take the request instead of route's node (Redlock: one copy
+     * to every node, one answer from their quorum); ms: its deadline. */
+    void (*submit)(hl_topo *t, hl_req *r, uint64_t ms);
+    /* Optional: (un)subscribe a channel on route's node `n` (Redlock: on
+     * every node). */
+    void (*subscribe)(hl_topo *t, hl_node *n, const char *ch, size_t len, int on);
 } hl_topo_ops;
 
 typedef struct hl_slotmap hl_slotmap;
 typedef struct hl_sentinels hl_sentinels;
+typedef struct hl_redlock hl_redlock;
 
 struct hl_topo {
     const hl_topo_ops *ops;
@@ -59,6 +69,7 @@ struct hl_topo {
     hl_sub_events sub;
     hl_slotmap *map;      /* cluster.c: which master owns each slot */
     hl_sentinels *sentinels; /* sentinel.c: whom to ask where the master is */
+    hl_redlock *redlock;  /* redlock.c: the masters and their quorum */
 };
 
 /* One node for every slot, at t->net.url (t->net set up by hl_net_init and
@@ -70,6 +81,11 @@ int hl_topo_cluster(hl_topo *t, const hl_sub_events *sub);
 /* One master, at the address the URL's sentinels name (t->net.url.master),
  * followed through failovers. */
 int hl_topo_sentinel(hl_topo *t, const hl_sub_events *sub);
+/* Redlock: N independent masters (the URL's hosts); every request goes to
+ * all of them and is answered by their quorum, N/2 + 1. */
+int hl_topo_redlock(hl_topo *t, const hl_sub_events *sub);
+/* Whether requests are answered by a quorum of nodes (Redlock). */
+static inline int hl_topo_quorum(const hl_topo *t) { return t->redlock != NULL; }
 static inline hl_node *hl_topo_route(hl_topo *t, uint16_t slot) { return t->ops->route(t, slot); }
 static inline hl_node *hl_topo_sub_route(hl_topo *t, uint16_t slot) {
     return t->ops->sub_route(t, slot);
@@ -83,6 +99,8 @@ hl_node *hl_node_new(hl_topo *t, const hl_addr *addr);
 /* The node at host:port, or NULL. */
 hl_node *hl_topo_find(hl_topo *t, const char *host, int port);
 void hl_node_submit(hl_node *n, hl_req *r);
+/* Submit a request on `slot`'s keys: to its node, or as the topology says. */
+void hl_topo_submit(hl_topo *t, hl_req *r, uint64_t ms);
 void hl_node_submit_within(hl_node *n, hl_req *r, uint64_t ms);
 void hl_node_subscribe(hl_node *n, const char *ch, size_t len, int on);
 int hl_node_sub_ready(const hl_node *n);

@@ -2,7 +2,8 @@
 -- ARGV[1] token, ARGV[2] lease_ms, ARGV[3] fence_ttl_s
 -- Free: take it with a new fencing token -> {1, fence}.
 -- Ours already (a retry whose reply was lost): refresh -> {1, same fence}.
--- Held by another: -> {0, pttl} so the caller can sleep until it may expire.
+-- Held by another: -> {0, pttl, its token} so the caller can sleep until it
+-- may expire (Redlock: and tell a holder of a quorum from a split vote).
 --
 -- A fence is max(last + 1, server time in microseconds). The fence key then
 -- need not live for ever: when it is gone (expired after fence_ttl_s unused,
@@ -35,4 +36,4 @@ if held[1] == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(held[2])}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', KEYS[1]), held[1]}

@@ -1,4 +1,5 @@
--- release: KEYS[1] lock; ARGV[1] token, ARGV[2] channel, ARGV[3] PUBLISH or SPUBLISH
+-- release: KEYS[1] lock; ARGV[1] token, ARGV[2] channel, ARGV[3] PUBLISH or
+-- SPUBLISH (absent: tell nobody, for Redlock's undo of a try short of a quorum)
 -- Delete the lock only if it is still ours, and tell the waiters on the
 -- channel. Returns 1 if it was ours, 0 if not (expired, taken over, or
 -- already released by an earlier try of this same release).
@@ -11,10 +12,10 @@
 local token = redis.call('HGET', KEYS[1], 'token')
 if token == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call(ARGV[3], ARGV[2], 'r')
+  if ARGV[3] then redis.call(ARGV[3], ARGV[2], 'r') end
   return 1
 end
-if token == false then
+if token == false and ARGV[3] then
   redis.call(ARGV[3], ARGV[2], 'r')
 end
 return 0
