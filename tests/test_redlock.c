@@ -147,6 +147,27 @@ static got acquire_timed(hilock_client *c, const char *name, const hilock_acquir
     return g;
 }
 
+/* Stall `r` with DEBUG SLEEP for `secs`, and return once it has begun:
+ * a PING then gets no answer within 20 ms. The child's pid (test_wait it). */
+static pid_t stall(const test_redis *r, const char *secs) {
+    pid_t pid = test_redis_debug_sleep(r, secs);
+    cr_assert_gt(pid, 0);
+    long long until = test_now_ms() + 3000;
+    while (test_now_ms() < until) {
+        redisContext *k = test_redis_connect(r);
+        struct timeval tv = {0, 20000};
+        if (k) redisSetTimeout(k, tv);
+        redisReply *rep = k ? redisCommand(k, "PING") : NULL;
+        int answered = rep != NULL;
+        if (rep) freeReplyObject(rep);
+        if (k) redisFree(k);
+        if (!answered) return pid;
+        test_msleep(5);
+    }
+    cr_assert_fail("DEBUG SLEEP %s on port %d did not begin", secs, r->port);
+    return pid;
+}
+
 /* Calls of the lock scripts on `r` (EVALSHA, and EVAL after a NOSCRIPT). */
 static long long script_calls(const test_redis *r) {
     return stat_calls(r, "evalsha") + stat_calls(r, "eval");
@@ -631,8 +652,7 @@ Test(redlock, stalled_master_and_validity) {
     cr_expect_eq(release_now(&e, g.hold), 0);
 
     /* One of three stalls for longer than the lease. */
-    pid_t s1 = test_redis_debug_sleep(&srv[2], "1.5");
-    test_msleep(100);
+    pid_t s1 = stall(&srv[2], "1.5");
     hilock_acquire_opts o = opts_lease(2000, 200);
     lostrec lost = {0, 0, 0};
     o.lost_cb = lost_cb;
@@ -658,8 +678,7 @@ Test(redlock, stalled_master_and_validity) {
     cr_expect_eq(nodes_holding(3, name), 0, "a lock left behind after the stall");
 
     /* Two of three stall: no grant within the wait. */
-    pid_t s2 = test_redis_debug_sleep(&srv[1], "2"), s3 = test_redis_debug_sleep(&srv[2], "2");
-    test_msleep(100);
+    pid_t s2 = stall(&srv[1], "2"), s3 = stall(&srv[2], "2");
     o = opts_lease(1000, 200);
     g = acquire_timed(c, name, &o, 4000, &took);
     cr_log_info("redlock, 2 of 3 stalled, wait 1000 ms: %s in %lld ms (%s)", hilock_strerror(g.status), took,
@@ -693,8 +712,7 @@ Test(redlock, stalled_majority_leaves_no_lock_behind) {
     got g = acquire_timed(c, name, NULL, 5000, NULL);
     cr_assert_eq(g.status, 0);
     cr_expect_eq(release_now(&e, g.hold), 0);
-    pid_t s2 = test_redis_debug_sleep(&srv[1], "2"), s3 = test_redis_debug_sleep(&srv[2], "2");
-    test_msleep(100);
+    pid_t s2 = stall(&srv[1], "2"), s3 = stall(&srv[2], "2");
     hilock_acquire_opts o = opts_wait(1000); /* the default lease, 30 s */
     long long took;
     g = acquire_timed(c, name, &o, 4000, &took);
@@ -786,8 +804,7 @@ Test(redlock, undo_of_a_lost_vote_keeps_the_next_grant) {
         cr_assert(run_on(&srv[i], "SCRIPT FLUSH", NULL));
         cr_assert(run_on(&srv[i], "DEL %s", key));
     }
-    pid_t s1 = test_redis_debug_sleep(&srv[1], "0.6"), s2 = test_redis_debug_sleep(&srv[2], "0.6");
-    test_msleep(50);
+    pid_t s1 = stall(&srv[1], "0.6"), s2 = stall(&srv[2], "0.6");
     /* Two messages at once: the first sends try 1, the second comes while
      * it is in flight (so try 2 goes the moment try 1 has lost). */
     redisContext *k = test_redis_connect(&srv[0]);
@@ -846,6 +863,7 @@ Test(redlock, waiter_woken_by_release_not_polling) {
     }
     cr_expect_eq(gb.calls, 0, "granted while held");
 
+    unsigned long long fa = hilock_hold_fence(ga.hold);
     long long t0 = test_now_ms();
     rel r = {0, 0};
     cr_assert_eq(hilock_release(ga.hold, rel_cb, &r), 0);
@@ -858,7 +876,7 @@ Test(redlock, waiter_woken_by_release_not_polling) {
     cr_expect_eq(r.calls, 1);
     cr_expect_eq(r.status, 0);
     if (gb.status == 0) {
-        cr_expect_gt(hilock_hold_fence(gb.hold), hilock_hold_fence(ga.hold));
+        cr_expect_gt(hilock_hold_fence(gb.hold), fa);
         cr_expect_eq(release_now(&e, gb.hold), 0);
     }
     hilock_client_free(a);
