@@ -162,3 +162,52 @@ Test(url, cluster_redirects) {
     char small[8];
     cr_expect(!hl_parse_redirect("MOVED 1 averyveryverylonghostname:1", &ask, &slot, small, sizeof(small), &port));
 }
+
+/* redis-sentinel://[user:pass@]host[:port][,...][/db]#MASTER: the hosts
+ * are sentinels (26379 by default); the credentials and db are the
+ * master's; the name is the last '#''s fragment. */
+Test(url, sentinel) {
+    hl_url u;
+    cr_assert_eq(hl_url_parse("redis-sentinel://u:p%23w@10.0.0.1,10.0.0.2:26380/3#mymaster", &u), 0);
+    cr_expect_eq(u.kind, HL_URL_SENTINEL);
+    cr_expect_str_eq(u.master, "mymaster");
+    cr_expect_str_eq(u.host, "10.0.0.1");
+    cr_expect_eq(u.port, 26379);
+    cr_expect_eq(u.nmore, 1);
+    cr_expect_str_eq(u.more[0].host, "10.0.0.2");
+    cr_expect_eq(u.more[0].port, 26380);
+    cr_expect_eq(u.db, 3);
+    cr_expect_str_eq(u.user, "u");
+    cr_expect_str_eq(u.pass, "p#w");
+    hl_url_free(&u);
+    cr_expect_null(u.master);
+    /* A password with a bare '#': the master is after the last one. */
+    cr_assert_eq(hl_url_parse("redis-sentinel://:a#b@h#m", &u), 0);
+    cr_expect_str_eq(u.pass, "a#b");
+    cr_expect_str_eq(u.master, "m");
+    hl_url_free(&u);
+    expect_bad("redis-sentinel://h:26379");       /* no master name */
+    expect_bad("redis-sentinel://h:26379#");
+    expect_bad("redis-sentinel://h#my%20master"); /* +switch-master splits on spaces */
+    expect_bad("redis-sentinel://#m");
+    expect_bad("redis-sentinel://h:0#m");
+}
+
+Test(url, redlock) {
+    hl_url u;
+    cr_assert_eq(hl_url_parse("redlock://:pw@127.0.0.1:7001,127.0.0.1:7002,127.0.0.1/2", &u), 0);
+    cr_expect_eq(u.kind, HL_URL_REDLOCK);
+    cr_expect_null(u.master);
+    cr_expect_eq(u.port, 7001);
+    cr_expect_eq(u.nmore, 2);
+    cr_expect_eq(u.more[1].port, 6379);
+    cr_expect_eq(u.db, 2);
+    cr_expect_str_eq(u.pass, "pw");
+    hl_url_free(&u);
+    /* redis:// keeps a bare '#' in a password, as before. */
+    expect_tcp("redis://:a#b@h:1", "h", 1, 0, NULL, "a#b");
+    expect_bad("redlock://");
+    expect_bad("redlock://h:99999");
+    expect_bad("redlock://h1,");
+    expect_bad("redlock://h#m");
+}

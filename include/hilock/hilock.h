@@ -45,7 +45,7 @@ extern "C" {
  * versioning for the API. HILOCK_SOVERSION is the N of libhilock.so.N: it
  * counts ABI breaks and is bumped on every one (see CHANGELOG.md). */
 #define HILOCK_VERSION_MAJOR 0
-#define HILOCK_VERSION_MINOR 3
+#define HILOCK_VERSION_MINOR 4
 #define HILOCK_VERSION_PATCH 0
 #define HILOCK_SOVERSION     2
 #define HILOCK_VERSION_STR_(x) #x
@@ -170,7 +170,13 @@ typedef struct hilock_config {
      * [ipv6]; several hosts are seeds of a Redis Cluster, and any node of a
      * cluster will do) or "unix:///path/to/socket[?db=N]". NULL means
      * redis://127.0.0.1:6379. A TCP server is asked CLUSTER SLOTS once:
-     * without cluster support it is used as one server. */
+     * without cluster support it is used as one server.
+     * "redis-sentinel://[user:pass@]host[:port][,...][/db]#MASTER": the
+     * master MASTER that these sentinels (port 26379 by default) name,
+     * followed through failovers; the credentials and db are the master's.
+     * "redlock://[user:pass@]host[:port],host[:port],...[/db]": Redlock
+     * over independent masters (up to 16; a quorum of N/2+1 answers every
+     * request). See the README's sections of those names. */
     const char *url;
     /* Prefix of every key and channel. Must not contain '{' or '}'. NULL
      * means "hilock:". */

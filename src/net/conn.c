@@ -277,7 +277,7 @@ static void conn_retry(hl_timer *t) {
 
 /* A try-once that has not gone out yet asked for one attempt: a failed
  * connection attempt is its answer, not a reason to wait for the next. */
-static void conn_fail_fast(hl_conn *k, int err) {
+void hl_conn_fail_fast(hl_conn *k, int err) {
     hl_link *l = k->queue.next;
     while (l != &k->queue) {
         hl_req *r = HL_CONTAINER(l, hl_req, link);
@@ -292,7 +292,7 @@ void hl_conn_retry_later(hl_conn *k) {
     hl_net *net = k->net;
     if (net->loop->freeing || net->loop->forked) return;
     int err = k->last_err ? k->last_err : HILOCK_ECONN;
-    conn_fail_fast(k, err);
+    hl_conn_fail_fast(k, err);
     if (net->closing) {
         /* Closing does not wait for a server that is away. */
         conn_fail_queue(k, err);

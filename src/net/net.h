@@ -130,6 +130,9 @@ void hl_conn_init(hl_conn *k, hl_net *net, const hl_addr *addr, int is_sub,
 void hl_conn_connect(hl_conn *k);
 /* Drop the connection now (never from inside a hiredis callback). */
 void hl_conn_teardown(hl_conn *k);
+/* End the queued try-once requests that never went out with `err`: the
+ * attempt they asked for has failed. */
+void hl_conn_fail_fast(hl_conn *k, int err);
 /* End every queued request with HILOCK_ECANCELED and stop reconnecting. */
 void hl_conn_cancel_queue(hl_conn *k);
 /* The error of a request on `k` that got no answer: the connection's, or

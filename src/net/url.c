@@ -72,7 +72,7 @@ static char *parse_hostport(const char *p, const char *end, int *port, int defau
     }
     if (host == NULL) return NULL;
     for (const char *h = host; *h; h++)
-        if (isspace((unsigned char)*h) || *h == '/' || *h == '@' || *h == ',') { free(host); return NULL; }
+        if (isspace((unsigned char)*h) || strchr("/@,#", *h)) { free(host); return NULL; }
     if (hend < end && parse_int(hend + 1, (size_t)(end - hend - 1), 1, 65535, port) < 0) {
         free(host);
         return NULL;

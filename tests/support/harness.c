@@ -101,6 +101,8 @@ static int make_dir(char *out, size_t n) {
     return mkdtemp(out) ? 0 : -1;
 }
 
+int test_make_dir(char *out, size_t n) { return make_dir(out, n); }
+
 /* ---- Server processes ----------------------------------------------------- */
 
 static void close_fds_from(int lowfd) {
@@ -203,6 +205,8 @@ static int probe(const test_redis *r) {
     if (ok == 1 && waitpid(r->pid, &status, WNOHANG) != 0) ok = -1;
     return ok;
 }
+
+int test_redis_probe(const test_redis *r) { return probe(r); }
 
 static void dump_file(const char *dir, const char *name) {
     char path[256], line[512];

@@ -54,6 +54,14 @@ void test_cluster_stop(test_cluster *cl);
 /* The node that is master of `slot` now (by CLUSTER SLOTS), or NULL. */
 test_redis *test_cluster_master_of(test_cluster *cl, unsigned slot);
 
+/* A new temporary dir, named as the servers' are (scripts/run-tests.sh
+ * finds leftovers by it), into out. Returns 0 or -1. */
+int test_make_dir(char *out, size_t n);
+
+/* Is the server r->pid (a child of ours) up on r->port? 1: it answers
+ * PING; 0: not yet; -1: it exited; -2: another process answers there. */
+int test_redis_probe(const test_redis *r);
+
 /* SIGKILL the server if it is running and wait for it; remove its dir. */
 void test_redis_stop(test_redis *r);
 
