@@ -815,6 +815,8 @@ Test(redlock, undo_of_a_lost_vote_keeps_the_next_grant) {
         void *rep = NULL;
         if (redisGetReply(k, &rep) == REDIS_OK && rep) freeReplyObject(rep);
     }
+    test_loop_for(e.base, 100); /* and one more while try 1 waits for the stalled nodes */
+    freeReplyObject(redisCommand(k, "PUBLISH %s r", ch));
     redisFree(k);
     test_loop_until(e.base, &gb.calls, 3000);
     cr_expect_eq(test_wait(s1, 3000), 0);
