@@ -940,6 +940,73 @@ Test(redlock, waiter_woken_with_a_master_down) {
     }
 }
 
+/* Someone else's lock, set by hand on `r` with `pttl_ms`. */
+static void hold_by_hand(const test_redis *r, const char *name, const char *token, int pttl_ms) {
+    char key[256], ms[16];
+    lock_key(name, key, sizeof(key));
+    snprintf(ms, sizeof(ms), "%d", pttl_ms);
+    redisContext *k = test_redis_connect(r);
+    cr_assert_not_null(k);
+    freeReplyObject(redisCommand(k, "HSET %s token %s fence 1", key, token));
+    freeReplyObject(redisCommand(k, "PEXPIRE %s %s", key, ms));
+    redisFree(k);
+}
+
+/* One holder with a majority: the waiter looks again when that majority
+ * lapses (the earlier of its keys' expiries here; an expiry sends no
+ * message), not before and not by polling. */
+Test(redlock, waiter_retries_when_the_holders_majority_lapses) {
+    const char *name = "rl-lapse";
+    hilock_client *b = rl_client(3);
+    got w = acquire_timed(b, "rl-lapse-warm", NULL, 5000, NULL);
+    cr_assert_eq(w.status, 0);
+    cr_expect_eq(release_now(&e, w.hold), 0);
+    long long t0 = test_now_ms();
+    hold_by_hand(&srv[0], name, "someone-else", 400);
+    hold_by_hand(&srv[1], name, "someone-else", 5000);
+    long long calls0 = script_calls(&srv[2]);
+    hilock_acquire_opts o = opts_wait(3000);
+    long long took;
+    got g = acquire_timed(b, name, &o, 4000, &took);
+    long long at = g.at_ms - t0, tries = script_calls(&srv[2]) - calls0;
+    cr_log_info("redlock, a holder's majority lapsing at 400 ms: %s at %lld ms, %lld script calls on a free node",
+                hilock_strerror(g.status), at, tries);
+    cr_expect_eq(g.status, 0, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(b));
+    cr_expect(at >= 390 && at < 1000, "granted at %lld ms; the holder's majority lapsed at 400 ms", at);
+    cr_expect_leq(tries, 12, "%lld script calls on node 2 while waiting for the lapse (polling?)", tries);
+    if (g.status == 0) cr_expect_eq(release_now(&e, g.hold), 0);
+    hilock_client_free(b);
+}
+
+/* A split vote (no holder has a majority): tried again after 10-60 ms,
+ * each grant short of a quorum undone; the wait ends ETIMEDOUT (the lock
+ * was seen held), leaving the others' keys alone and the free node free. */
+Test(redlock, split_vote_retried_after_a_short_delay) {
+    const char *name = "rl-split";
+    hilock_client *b = rl_client(3);
+    got w = acquire_timed(b, "rl-split-warm", NULL, 5000, NULL);
+    cr_assert_eq(w.status, 0);
+    cr_expect_eq(release_now(&e, w.hold), 0);
+    hold_by_hand(&srv[1], name, "holder-x", 10000);
+    hold_by_hand(&srv[2], name, "holder-y", 10000);
+    long long calls0 = script_calls(&srv[1]);
+    hilock_acquire_opts o = opts_wait(1000);
+    long long took;
+    got g = acquire_timed(b, name, &o, 4000, &took);
+    long long calls = script_calls(&srv[1]) - calls0;
+    cr_log_info("redlock, split vote for 1000 ms: %s in %lld ms, %lld script calls on a held node", hilock_strerror(g.status),
+                took, calls);
+    cr_expect_eq(g.status, HILOCK_ETIMEDOUT, "%s", hilock_strerror(g.status));
+    if (g.status == 0) release_now(&e, g.hold);
+    /* A try and an undo per round, a round every 10-60 ms. */
+    cr_expect(calls >= 2 * 12 && calls <= 2 * 110, "%lld script calls in 1 s of split votes", calls);
+    test_loop_for(e.base, 50);
+    cr_expect_eq(lock_exists(&srv[0], name), 0, "a grant short of a quorum left on node 0");
+    cr_expect_eq(lock_exists(&srv[1], name), 1);
+    cr_expect_eq(lock_exists(&srv[2], name), 1);
+    hilock_client_free(b);
+}
+
 /* ---- h. A hold lost by quorum ------------------------------------------------ */
 
 Test(redlock, hold_lost_when_a_majority_loses_the_key) {
