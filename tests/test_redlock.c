@@ -1,10 +1,13 @@
 /* Redlock mode (redlock://h1:p1,...,hN:pN): N independent masters, a grant
  * needs a quorum (N/2+1) within the validity time. Real redis-servers on
- * loopback: keys on every master, fences from the majority, one master
- * down, a minority and a majority down, a master restarted empty under a
- * holder, a stalled master (DEBUG SLEEP) against the validity time, waiters
- * woken by pub/sub rather than polling, a hold lost by quorum, mutual
- * exclusion across clients and processes, the CLI, and URL errors. */
+ * loopback: keys on every master, fences from the majority (and raised on
+ * every node), one master down, a minority and a majority down, a master
+ * restarted empty under a holder, stalled masters (DEBUG SLEEP) against the
+ * validity time and the request deadline, the undo of a lost vote, waiters
+ * woken by pub/sub rather than polling (also with a master down), split
+ * votes and a holder's lapsing majority, a hold lost by quorum, extend and
+ * break on every node, mutual exclusion across clients and processes, the
+ * CLI, and URL errors. */
 #include <limits.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -1154,7 +1157,17 @@ Test(redlock, cli) {
     char *busy[] = {(char *)cli, "-u", url, "-w", "0", "rl-cli", "--", "true", NULL};
     rc = test_wait(test_spawn(busy, NULL, out, NULL), 20000);
     cr_expect_eq(rc, 75, "hilock -w 0 on a held lock exited %d: %s", rc, test_slurp(out, log, sizeof(log)));
-    cr_expect_eq(release_now(&e, g.hold), 0);
+
+    /* unlock: removes it on every node and names its fence. */
+    char fence[32];
+    snprintf(fence, sizeof(fence), "(fence %llu)", (unsigned long long)hilock_hold_fence(g.hold));
+    char *unlock[] = {(char *)cli, "-u", url, "unlock", "rl-cli", NULL};
+    rc = test_wait(test_spawn(unlock, NULL, out, NULL), 20000);
+    test_slurp(out, log, sizeof(log));
+    cr_expect_eq(rc, 0, "hilock unlock exited %d: %s", rc, log);
+    cr_expect(strstr(log, fence) != NULL, "hilock unlock said '%s', want the holder's %s", log, fence);
+    cr_expect_eq(holding_settled(3, "rl-cli", 0, 1000), 0, "hilock unlock left the lock on a node");
+    release_now(&e, g.hold); /* ELOST by now, or soon */
     hilock_client_free(c);
 }
 
