@@ -345,8 +345,13 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
     }
     if (err == 0) err = n->prim->try_parse(c, reply, &t);
     /* Redlock: some nodes granted, short of a quorum. Undo it without a
-     * message: nothing was free for anyone else. */
-    if (err == 0 && !t.granted && r->partial) hl_release_quiet(n, w->token);
+     * message (nothing was free for anyone else), and try again with a new
+     * token: an undo that a node runs late (re-sent after NOSCRIPT, behind
+     * the next try) must not delete the next grant. */
+    if (err == 0 && !t.granted && r->partial) {
+        hl_release_quiet(n, w->token);
+        hl_token_new(c, w->token);
+    }
     if (err != 0) {
         /* If the try may have run, its outcome is unknown: make sure no lock
          * of ours stays behind. */

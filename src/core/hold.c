@@ -35,8 +35,8 @@ static void on_token_released(hl_req *r, redisReply *reply, int err) {
         hl_req *again = hl_req_copy(r, on_token_released, NULL);
         if (again != NULL) {
             again->rounds = 2;
-            hl_req_submit_within(r->conn, again, r->deadline.when > now ? r->deadline.when - now
-                                                                        : net->request_timeout_ms);
+            hl_topo_submit(hl_topo_of(net), again, r->deadline.when > now ? r->deadline.when - now
+                                                                          : net->request_timeout_ms);
         }
     }
 }

@@ -178,6 +178,8 @@ struct hl_req {
     unsigned wait_replicas : 7;/* then WAIT for this many replicas */
     unsigned partial : 1;      /* Redlock: a try some nodes granted, short of a
                                   quorum (its grants must be undone) */
+    unsigned everywhere : 1;   /* Redlock: to a node that is down too, sent when
+                                  it is back (a release must leave no key) */
     uint32_t lease_ms;         /* the lease it sets, if any: a quorum counts
                                   only within it (Redlock's validity) */
     int acked;                 /* replicas that WAIT said have its write */
@@ -198,7 +200,8 @@ hl_req *hl_req_new(hl_net *net, const hl_script *s, int nkeys, size_t bytes,
 /* Append one argument: a followed by b (either may be empty). */
 void hl_req_arg(hl_req *r, const char *a, size_t alen, const char *b, size_t blen);
 void hl_req_arg_u64(hl_req *r, uint64_t v);
-/* A new request with the same script and arguments. */
+/* A new request with the same script, arguments, slot, and publish and
+ * everywhere flags. */
 hl_req *hl_req_copy(const hl_req *r, hl_req_done done, void *owner);
 /* Queue or send on `k`; its deadline is request_timeout_ms, or `ms`. */
 void hl_req_submit(hl_conn *k, hl_req *r);

@@ -93,6 +93,8 @@ hl_req *hl_req_copy(const hl_req *r, hl_req_done done, void *owner) {
     hl_req *c = hl_req_new(r->net, r->script, r->nkeys, r->cap, done, owner);
     if (c == NULL) return NULL;
     c->slot = r->slot;
+    c->publishes = r->publishes;
+    c->everywhere = r->everywhere;
     for (int i = 0; i < r->nargs; i++) hl_req_arg(c, r->argv[i], r->argl[i], "", 0);
     return c;
 }
