@@ -120,6 +120,12 @@ typedef struct hl_conn {
     int failures;       /* consecutive failed attempts, for the backoff */
     int last_err;       /* HILOCK_ECONN, HILOCK_EPROTO, HILOCK_EAUTH... */
     int handshake_left; /* AUTH/SELECT/INFO replies still due */
+    /* Scripts this connection has sent with EVAL: the server has them for
+     * what follows on it (EVALSHA). Sending EVAL first, rather than waiting
+     * for NOSCRIPT, keeps a pipeline in order: a NOSCRIPT's EVAL would go
+     * out behind requests sent after it (a release behind the next try). */
+    const hl_script *loaded[8];
+    int nloaded;
     hl_timer retry;     /* reconnect backoff */
     hl_timer connect_to;/* connect timeout */
     hl_link queue;      /* requests waiting for the connection */
