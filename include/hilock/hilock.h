@@ -392,8 +392,10 @@ HILOCK_API int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_rele
 /* ---- Breaking a lock (operators) --------------------------------------- */
 
 /* status 0: done; `fence` is the fence of the lock that was removed, or 0
- * if nobody held it. Otherwise a connection or reply error, or
- * HILOCK_ECANCELED if the client was freed first. */
+ * if nobody held it (Redlock: the largest fence among the quorum of
+ * masters that answered first, 0 if fewer than a quorum held it).
+ * Otherwise a connection or reply error, or HILOCK_ECANCELED if the client
+ * was freed first. */
 typedef void (*hilock_break_cb)(int status, uint64_t fence, void *data);
 
 /* Remove the lock `name` whoever holds it, and wake its waiters: an
