@@ -9,9 +9,9 @@
 #   STRESS_MODE=sentinel    a master, its replica, 3 sentinels: SENTINEL
 #                           FAILOVER (writes paused, and plain), kill -9 of
 #                           the master or of a sentinel, connection kills
-#   STRESS_MODE=redlock     5 independent masters: kill -9 of one or two,
-#                           restarted empty after more than a lease, DEBUG
-#                           SLEEP stalls, connection kills
+#   STRESS_MODE=redlock     5 independent masters, 4x the names: kill -9 of
+#                           one or two, restarted empty after more than a
+#                           lease, DEBUG SLEEP stalls, connection kills
 #   STRESS_MODE=all         the default: every mode in turn (standalone 15%
 #                           of the time, cluster 35%, sentinel 25%, redlock
 #                           25%)

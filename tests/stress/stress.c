@@ -18,7 +18,8 @@
  * kills. Sentinel (sentinel.c): a master, its replica, three sentinels;
  * faults are SENTINEL FAILOVER with writes paused and plain, kill -9 of
  * the master (restarted as a replica) or of a sentinel (restarted later),
- * connection kills. Redlock (redlock.c): five independent masters; faults
+ * connection kills. Redlock (redlock.c): five independent masters and four
+ * times the names (a contended hand-off costs a split vote there); faults
  * are kill -9 of one or two (restarted empty after more than a lease),
  * stalls, connection kills. Every invariant must hold in each (worker.c):
  *   - no two holders of a name at once,
