@@ -13,6 +13,9 @@
  *               the request timeout, and nearly the lease): tries and
  *               renewals answered by the other four, a late answer (or none)
  *               from the sleeper;
+ *   script_flush  SCRIPT FLUSH on one master: its next EVALSHA of each
+ *               script meets NOSCRIPT and is sent again as EVAL, as after
+ *               a restart, with the keys still there;
  *   kill_normal, kill_pubsub   CLIENT KILL TYPE normal|pubsub on one master.
  * Faults overlap in time (a master stays down while others stall or lose
  * their connections), within the minority. Overlaps and fence
@@ -145,10 +148,25 @@ static int tend(stress_faults *f) {
     return 0;
 }
 
+/* SCRIPT FLUSH: the next EVALSHA of each script there meets NOSCRIPT and
+ * goes again as EVAL, as after a restart, but with every key still there. */
+static int fault_script_flush(stress_faults *f, unsigned *rnd) {
+    int i = pick_up(rnd);
+    if (i < 0) return 0;
+    redisContext *k = test_redis_connect(&m[i]);
+    redisReply *rep = k ? redisCommand(k, "SCRIPT FLUSH") : NULL;
+    if (rep) freeReplyObject(rep);
+    if (k) redisFree(k);
+    stress_fault(f, "script_flush");
+    stress_say("script_flush: SCRIPT FLUSH on :%d", port[i]);
+    return 0;
+}
+
 static int one_fault(stress_faults *f, unsigned *rnd) {
     int roll = rnd_in(rnd, 0, 99);
-    if (roll < 35) return fault_kill(f, rnd);
-    if (roll < 60) return fault_stall(f, rnd);
+    if (roll < 30) return fault_kill(f, rnd);
+    if (roll < 50) return fault_stall(f, rnd);
+    if (roll < 60) return fault_script_flush(f, rnd);
     return fault_client_kill(f, rnd);
 }
 
