@@ -9,6 +9,9 @@
  *   cluster.c       the cluster scenarios: handoff, throughput and
  *                   cluster-bus messages on a Redis Cluster, each beside
  *                   the standalone server of the same run
+ *   redlock.c       the Redlock scenarios: acquire latency and handoff on
+ *                   N independent masters, each beside one master of the
+ *                   same run
  */
 #ifndef HILOCK_BENCH_H
 #define HILOCK_BENCH_H
@@ -40,6 +43,10 @@ typedef struct bench_opts {
     int cluster_handoffs;      /* per cluster handoff run */
     int cluster_reps;          /* cluster scenarios: alternations */
     int bus_releases;          /* cluster bus scenario: releases per mode */
+    const char *redlock_url;   /* -r redlock://...: N masters (NULL: no Redlock) */
+    int redlock_reps;          /* Redlock scenarios: alternations */
+    int redlock_cycles;        /* redlock_acquire: cycles per run */
+    int redlock_handoffs;      /* redlock_handoff: handoffs per run */
 } bench_opts;
 
 extern bench_opts g_opts;
@@ -182,6 +189,11 @@ typedef struct bench_results {
     int wv_errors, wv_subs, wv_waiters;
     int throughput_run;
     double tp_scripts, tp_rb, tp_ratio, tp_locks;
+    int rl_masters;
+    int rl_acq_run;           /* redlock_acquire */
+    double rl_acq_p50, rl_acq_one_p50, rl_acq_ratio;
+    int rl_ho_run;            /* redlock_handoff */
+    double rl_ho_p50, rl_ho_one_p50, rl_ho_ratio;
 } bench_results;
 
 extern bench_results g_res;
@@ -220,5 +232,8 @@ int scenario_throughput(void);
 int scenario_cluster_handoff(void);
 int scenario_cluster_throughput(void);
 int scenario_cluster_bus(void);
+/* redlock.c: on the -r masters, beside the first of them alone (see there). */
+int scenario_redlock_acquire(void);
+int scenario_redlock_handoff(void);
 
 #endif

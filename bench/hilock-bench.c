@@ -2,7 +2,7 @@
  * the machine itself can do, measured in the same run.
  *
  *     hilock-bench [-u redis://HOST:PORT] [-c redis://HOST:PORT,HOST:PORT...]
- *                  [-s SCENARIOS] [-o DIR] [-q]
+ *                  [-r redlock://HOST:PORT,HOST:PORT,...] [-s SCENARIOS] [-o DIR] [-q]
  *
  * Scenarios (comma-separated, default all, in this order):
  *   handoff     two processes hand one lock back and forth; beside it the
@@ -19,6 +19,10 @@
  *               cluster_throughput and cluster_bus, each in classic and
  *               sharded pub/sub, beside the -u server (see cluster.c);
  *               each of the three can also be named alone
+ *   redlock     (with -r, the masters of a Redlock) redlock_acquire and
+ *               redlock_handoff: acquire latency, uncontended, and the
+ *               handoff, on the N masters beside the first of them alone
+ *               (see redlock.c); each can also be named alone
  *
  * Each scenario prints one JSON object per line on stdout; progress and
  * the check of the targets go to stderr. -o DIR writes the raw handoff
@@ -43,13 +47,17 @@ bench_results g_res;
 static void usage(FILE *f) {
     fprintf(f,
             "usage: hilock-bench [-u redis://HOST:PORT] [-c redis://HOST:PORT,HOST:PORT...]\n"
-            "                    [-s SCENARIOS] [-o DIR] [-q]\n"
+            "                    [-r redlock://HOST:PORT,HOST:PORT,...] [-s SCENARIOS] [-o DIR] [-q]\n"
             "                    [-n HANDOFFS] [-w WAITERS] [-N NAMES] [-k IN_FLIGHT]\n"
             "                    [-t SECONDS] [-r REPS] [-b REDIS_BENCHMARK]\n"
             "  SCENARIOS: comma-separated of handoff,herd,waiters,throughput,polling,\n"
-            "             cluster (= cluster_handoff,cluster_throughput,cluster_bus)\n"
-            "             (default all; the cluster ones need -c)\n"
+            "             cluster (= cluster_handoff,cluster_throughput,cluster_bus),\n"
+            "             redlock (= redlock_acquire,redlock_handoff)\n"
+            "             (default all; the cluster ones need -c, the Redlock ones -r URL)\n"
             "  -c URL  a Redis Cluster's seeds, for the cluster scenarios\n"
+            "  -r redlock://H:P,...  the masters of a Redlock (e.g. 5), for the Redlock\n"
+            "          scenarios, each figure beside the first master alone\n"
+            "  -r REPS blocks / repetitions (a number: not a URL)\n"
             "  -o DIR  write raw handoff latencies there (handoff-CLIENT.dat)\n"
             "  -q      quick: small counts, for a smoke test\n");
 }
@@ -140,6 +148,20 @@ static void targets(void) {
                 100 * g_res.tp_ratio, g_res.tp_rb, verdict(a));
         json_bool("throughput_ge_half_redis_benchmark", a);
     }
+    if (g_res.rl_acq_run) {
+        int a = g_res.rl_acq_ratio <= 1.3;
+        fprintf(stderr, "  redlock acquire p50 %.0f us on %d masters = %.2fx one master %.0f us, "
+                "goal <= 1.3x: %s\n", g_res.rl_acq_p50, g_res.rl_masters, g_res.rl_acq_ratio,
+                g_res.rl_acq_one_p50, verdict(a));
+        json_bool("redlock_acquire_p50_le_1_3x_one_master", a);
+    }
+    if (g_res.rl_ho_run) {
+        int a = g_res.rl_ho_ratio <= 1.3;
+        fprintf(stderr, "  redlock handoff p50 %.0f us on %d masters = %.2fx one master %.0f us, "
+                "goal <= 1.3x: %s\n", g_res.rl_ho_p50, g_res.rl_masters, g_res.rl_ho_ratio,
+                g_res.rl_ho_one_p50, verdict(a));
+        json_bool("redlock_handoff_p50_le_1_3x_one_master", a);
+    }
     if (g_res.poll_p50 > 0 && g_res.handoff_run)
         fprintf(stderr, "  polling baseline: handoff p50 %.0f us, p99 %.0f us (hilock: %.0f, %.0f)\n",
                 g_res.poll_p50, g_res.poll_p99, g_res.ho_p50, g_res.ho_p99);
@@ -151,7 +173,7 @@ static void targets(void) {
 
 int main(int argc, char **argv) {
     const char *url = "redis://127.0.0.1:6379";
-    const char *scen = "handoff,herd,waiters,throughput,polling,cluster";
+    const char *scen = "handoff,herd,waiters,throughput,polling,cluster,redlock";
     int scen_given = 0;
     g_opts.redis_benchmark = getenv("REDIS_BENCHMARK") ? getenv("REDIS_BENCHMARK") : "redis-benchmark";
     g_opts.handoffs = 1500;
@@ -165,6 +187,9 @@ int main(int argc, char **argv) {
     g_opts.cluster_handoffs = 250;
     g_opts.cluster_reps = 3;
     g_opts.bus_releases = 2000;
+    g_opts.redlock_reps = 5;
+    g_opts.redlock_cycles = 1000;
+    g_opts.redlock_handoffs = 300;
     int n = 0, w = 0, N = 0, k = 0, r = 0, t = 0, opt;
     while ((opt = getopt(argc, argv, "u:c:s:o:qn:w:N:k:t:r:b:h")) != -1) {
         switch (opt) {
@@ -178,7 +203,10 @@ int main(int argc, char **argv) {
         case 'N': if (positive(optarg, "-N", &N)) return 2; break;
         case 'k': if (positive(optarg, "-k", &k)) return 2; break;
         case 't': if (positive(optarg, "-t", &t)) return 2; break;
-        case 'r': if (positive(optarg, "-r", &r)) return 2; break;
+        case 'r': /* a Redlock's masters, or the repetitions */
+            if (strncmp(optarg, "redlock://", 10) == 0) g_opts.redlock_url = optarg;
+            else if (positive(optarg, "-r", &r)) return 2;
+            break;
         case 'b': g_opts.redis_benchmark = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -196,6 +224,16 @@ int main(int argc, char **argv) {
         }
         cl_handoff = cl_tp = cl_bus = 0; /* the default list: no cluster given */
     }
+    int rl_all = has(scen, "redlock");
+    int rl_acq = rl_all || has(scen, "redlock_acquire");
+    int rl_ho = rl_all || has(scen, "redlock_handoff");
+    if ((rl_acq || rl_ho) && g_opts.redlock_url == NULL) {
+        if (scen_given) {
+            fprintf(stderr, "hilock-bench: the Redlock scenarios need -r redlock://...\n");
+            return 2;
+        }
+        rl_acq = rl_ho = 0; /* the default list: no Redlock given */
+    }
     if (g_opts.quick) {
         g_opts.handoffs = 200;
         g_opts.poll_handoffs = 60;
@@ -206,6 +244,9 @@ int main(int argc, char **argv) {
         g_opts.cluster_handoffs = 50;
         g_opts.cluster_reps = 2;
         g_opts.bus_releases = 300;
+        g_opts.redlock_reps = 2;
+        g_opts.redlock_cycles = 200;
+        g_opts.redlock_handoffs = 50;
     }
     if (n) g_opts.handoffs = n;
     if (w) g_opts.waiters = w;
@@ -268,6 +309,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "== cluster bus: %d releases per mode, CLUSTER INFO of every node\n",
                 g_opts.bus_releases);
         failed |= scenario_cluster_bus();
+    }
+    if (rl_acq) {
+        fprintf(stderr, "== redlock acquire: uncontended, one master, %s, a Redlock of one alternated, "
+                "%d x %d cycles each\n", g_opts.redlock_url, g_opts.redlock_reps, g_opts.redlock_cycles);
+        failed |= scenario_redlock_acquire();
+    }
+    if (rl_ho) {
+        fprintf(stderr, "== redlock handoff: one master, %s alternated, %d x %d handoffs each\n",
+                g_opts.redlock_url, g_opts.redlock_reps, g_opts.redlock_handoffs);
+        failed |= scenario_redlock_handoff();
     }
     targets();
     fprintf(stderr, "== %.1f s%s\n", (double)(now_ns() - t0) / 1e9,

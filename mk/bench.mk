@@ -1,15 +1,19 @@
 # Benchmarks (see BENCHMARKS.md).
-#   make bench        build/hilock-bench against a throwaway redis-server and
-#                     a throwaway Redis Cluster (3 masters + 3 replicas),
-#                     results in $(BUILD)/bench/ (results.jsonl, handoff.png)
+#   make bench        build/hilock-bench against a throwaway redis-server,
+#                     a throwaway Redis Cluster (3 masters + 3 replicas) and
+#                     5 throwaway Redlock masters, results in $(BUILD)/bench/
+#                     (results.jsonl, handoff.png)
 #   make bench-peers  the same handoff and herd beside npm's redis-semaphore
-#                     and redlock (needs node and npm)
+#                     and redlock, and the Redlock scenarios beside npm's
+#                     redlock on 5 masters (needs node and npm)
+#   BENCH_QUICK=1     either as a smoke test: small counts (hilock-bench -q)
 # Included by the Makefile before its own rules: keep `all` the default goal.
 .DEFAULT_GOAL := all
 
 BENCH     := $(BUILD)/hilock-bench
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_OUT ?= $(BUILD)/bench
+BENCH_QUICK ?= 0
 EXTRA_TARGETS += $(BENCH)
 
 # -Isrc: the benchmark reads the embedded acquire script (prim/prim.h) to
@@ -20,8 +24,8 @@ $(BENCH): $(BENCH_SRC) $(wildcard bench/*.h) $(STATIC) $(HDRS)
 .PHONY: bench bench-peers
 bench: deps
 	$(MAKE) $(BENCH)
-	sh scripts/bench.sh $(BENCH) $(BENCH_OUT)
+	BENCH_QUICK=$(BENCH_QUICK) sh scripts/bench.sh $(BENCH) $(BENCH_OUT)
 
 bench-peers: deps
 	$(MAKE) $(BENCH)
-	sh scripts/bench-peers.sh $(BENCH) $(BENCH_OUT)
+	BENCH_QUICK=$(BENCH_QUICK) sh scripts/bench-peers.sh $(BENCH) $(BENCH_OUT)

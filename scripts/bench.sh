@@ -7,15 +7,22 @@
 #              stderr, and the plot OUT_DIR/handoff.png. The cluster
 #              scenarios run on a throwaway Redis Cluster (3 masters + 3
 #              replicas, scripts/redis-cluster-throwaway.sh) started beside
-#              the server, in the same run.
+#              the server, in the same run; the Redlock scenarios on 5
+#              throwaway independent masters (scripts/redis-many-throwaway.sh).
 #   --peers    the handoff and herd scenarios with hilock, the polling
 #              baseline and npm's redis-semaphore and redlock side by side,
-#              on one server in one run: OUT_DIR/peers.jsonl and the plot.
+#              on one server in one run: OUT_DIR/peers.jsonl and the plot;
+#              and hilock's Redlock scenarios beside npm's redlock on the
+#              same 5 masters (redlock_acquire, redlock_handoff).
 #              Skipped (exit 0) when node and npm are not installed.
+#
+# BENCH_QUICK=1 (make bench BENCH_QUICK=1): the smoke test, hilock-bench -q
+# and small counts for the peers (a few seconds per scenario).
 #
 # OUT_DIR defaults to build/bench. The server listens on a free loopback port,
 # keeps nothing (--save "" --appendonly no, data in a temporary directory) and
-# is always stopped by its pid, as is every node of the cluster. Missing tools
+# is always stopped by its pid, as is every node of the cluster and every
+# Redlock master. Missing tools
 # (redis-server, redis-benchmark, gnuplot) are installed with apt-get, through
 # sudo when not root.
 set -u
@@ -85,8 +92,13 @@ fi
 mkdir -p "$OUT" || exit 1
 . "$ROOT/scripts/redis-throwaway.sh"
 . "$ROOT/scripts/redis-cluster-throwaway.sh"
+. "$ROOT/scripts/redis-many-throwaway.sh"
 throwaway_setup hilock-bench  # TMP, PID, CHILD, and the traps that stop them
 cluster_setup                 # CLUSTER_PIDS, stopped by the same EXIT trap
+many_setup                    # MANY_PIDS, the same
+
+QUICK=
+[ "${BENCH_QUICK:-0}" = 1 ] && QUICK=-q
 
 # run CMD... with stdout appended to $RESULTS; in the background, so that
 # INT/TERM reach our traps at once.
@@ -118,31 +130,53 @@ echo "== redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'
 rm -f "$OUT"/handoff-*.dat
 
 FAILED=0
+# The Redlock's 5 independent masters, beside the server (both modes).
+# Without them, the rest runs.
+if start_many 5 11000; then
+    echo "== Redlock: 5 masters, $MANY_URL (pids$MANY_PIDS)"
+else
+    echo "bench: no Redlock masters; the Redlock scenarios are skipped" >&2
+    FAILED=1
+fi
 if [ "$MODE" = bench ]; then
     # The cluster beside the server, so that each cluster figure has the
     # standalone one of the same run beside it. Without it, the rest runs.
-    # Its option goes in the positional parameters (BENCH and OUT are read).
+    # The options go in the positional parameters (BENCH and OUT are read).
+    set --
     if start_cluster 21000; then
         echo "== Redis Cluster, 3 masters + 3 replicas, seeds $CLUSTER_URL (pids$CLUSTER_PIDS)"
         set -- -c "$CLUSTER_URL"
     else
         echo "bench: no cluster; the cluster scenarios are skipped" >&2
         FAILED=1
-        set --
     fi
+    [ -n "$MANY_URL" ] && set -- "$@" -r "$MANY_URL"
     RESULTS=$OUT/results.jsonl
     : >"$RESULTS"
-    run "$BENCH" -u "$URL" "$@" -o "$OUT" || FAILED=1
+    run "$BENCH" -u "$URL" "$@" $QUICK -o "$OUT" || FAILED=1
 else
     RESULTS=$OUT/peers.jsonl
     : >"$RESULTS"
+    if [ -n "$QUICK" ]; then
+        HANDOFFS=60 HERD=2:16,4:16 ACQUIRES=200 RL_HANDOFFS=50 RL_REPS=2
+    else
+        HANDOFFS=300 HERD=2:16,2:128,4:16,4:128 ACQUIRES=1000 RL_HANDOFFS=300 RL_REPS=3
+    fi
     # hilock and the polling baseline first, then the peers: one server, one run.
-    run "$BENCH" -u "$URL" -o "$OUT" -s handoff,herd,polling -n 600 || FAILED=1
+    run "$BENCH" -u "$URL" -o "$OUT" -s handoff,herd,polling -n $((HANDOFFS * 2)) $QUICK || FAILED=1
     for client in redis-semaphore redlock; do
         echo "== peers: $client (handoff, herd)" >&2
-        run node "$PEERS/peers.js" --url "$URL" --client "$client" --handoffs 300 \
-            --herd 2:16,2:128,4:16,4:128 --hold-us 1000 --lat-dir "$OUT" || FAILED=1
+        run node "$PEERS/peers.js" --url "$URL" --client "$client" --handoffs "$HANDOFFS" \
+            --herd "$HERD" --hold-us 1000 --lat-dir "$OUT" || FAILED=1
     done
+    # Redlock: hilock, then npm's redlock, on the same 5 masters, each
+    # beside the first master alone.
+    if [ -n "$MANY_URL" ]; then
+        run "$BENCH" -u "$URL" -r "$MANY_URL" -s redlock $QUICK || FAILED=1
+        echo "== peers: redlock on 5 masters (acquire, handoff; retryDelay 10 ms, no jitter)" >&2
+        run node "$PEERS/peers.js" --client redlock --urls "$MANY_URL" --acquire "$ACQUIRES" \
+            --handoffs "$RL_HANDOFFS" --reps "$RL_REPS" || FAILED=1
+    fi
 fi
 echo
 echo "== $RESULTS"

@@ -441,6 +441,8 @@ Test(sentinel, all_sentinels_down) {
         cr_expect(g.status == HILOCK_ECONN || g.status == HILOCK_EDEADLINE, "wait %lld: %s (%s)",
                   (long long)waits[i], hilock_strerror(g.status), hilock_client_errstr(c));
         cr_expect_lt(g.at_ms - t0, 4000, "wait %lld: ended after %lld ms", (long long)waits[i], g.at_ms - t0);
+        /* A try-once has had its attempt when no sentinel answered. */
+        if (waits[i] == 0) cr_expect_lt(g.at_ms - t0, 1000, "try-once ended after %lld ms", g.at_ms - t0);
         cr_log_info("all sentinels down, wait %lld: %s after %lld ms (%s)", (long long)waits[i],
                     hilock_strerror(g.status), g.at_ms - t0, hilock_client_errstr(c));
         long long t1 = test_now_ms();
@@ -463,6 +465,31 @@ Test(sentinel, unknown_master_name) {
     cr_expect_not_null(strstr(hilock_client_errstr(c), "nosuch"), "errstr: %s", hilock_client_errstr(c));
     cr_log_info("unknown master name: %s after %lld ms (%s)", hilock_strerror(g.status), g.at_ms - t0,
                 hilock_client_errstr(c));
+    hilock_client_free(c);
+}
+
+/* WAIT applies under Sentinel: with the replica up an acquire that waits
+ * for it is granted; with the replica gone it ends with HILOCK_EREPLICAS
+ * and leaves no lock on the master. */
+Test(sentinel, wait_replicas) {
+    up();
+    hilock_config cfg;
+    hilock_client *c = NULL;
+    hilock_config_init(&cfg);
+    cfg.url = s.url;
+    cfg.request_timeout_ms = 8000;
+    cfg.wait_replicas = 1;
+    cfg.wait_timeout_ms = 300;
+    cr_assert_eq(hilock_client_new(&c, &cfg, &loop), 0);
+    got g = take(c, "waited");
+    cr_assert_eq(g.status, 0, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
+    cr_expect_eq(give_back(g.hold), 0);
+    test_redis *replica = &s.node[1];
+    cr_assert_eq(test_sentinel_master(&s), &s.node[0]);
+    test_redis_stop(replica);
+    g = take(c, "waited-alone");
+    cr_expect_eq(g.status, HILOCK_EREPLICAS, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
+    cr_expect_eq(exists_on(&s.node[0], "waited-alone"), 0, "a lock left behind");
     hilock_client_free(c);
 }
 

@@ -5,6 +5,8 @@
 //
 //   node peers.js --url redis://127.0.0.1:PORT --client redis-semaphore|redlock
 //                 [--handoffs N] [--herd P:W,P:W,...] [--hold-us US] [--lat-dir DIR]
+//   node peers.js --client redlock --urls redlock://H:P,H:P,... [--acquire N]
+//                 [--handoffs N] [--reps R]
 //
 // handoff: two processes hand one lock back and forth. The holder keeps it
 //   1..11 ms (uniform, and at least 1 ms after the other process asked),
@@ -19,6 +21,19 @@
 //   counting only the commands the client sends itself (scripts' inner
 //   calls are left out, as for hilock).
 //
+// With --urls (the masters of a Redlock, e.g. 5 from
+// scripts/redis-many-throwaway.sh), npm's redlock runs as a Redlock: one
+// ioredis client per master, new Redlock([...]); its figures are given
+// beside the same redlock on ONE master (the first, Redlock([client])),
+// runs alternated --reps times, medians over the repetitions (as
+// hilock-bench's redlock scenarios, whose lines carry the same names):
+// redlock_acquire: one process, one name, nobody else: lock(), then
+//   unlock(), then a pause of 1 ms (a setTimeout(0.5) is 1 ms in node),
+//   again; latency of the lock() alone. PINGs to the first master through
+//   its ioredis client at the start of each run. redlock 4.2.0 decides once
+//   EVERY master has answered (not at the quorum).
+// redlock_handoff: the handoff above, on the N masters and on one.
+//
 // Both peers poll: redis-semaphore's Mutex tries SET NX PX and sleeps
 // retryInterval (10 ms, its default) between tries; redlock retries after
 // retryDelay, set here to 10 ms with no jitter (its defaults are 200 ms
@@ -31,11 +46,15 @@ const path = require('path');
 const Redis = require('ioredis');
 
 const LEASE_MS = 30000;
+// redlock's retry settings here (its defaults: retryDelay 200, retryJitter
+// 100, retryCount 10): every polling client polls every 10 ms.
+const REDLOCK_RETRY = { driftFactor: 0.01, retryCount: -1, retryDelay: 10, retryJitter: 0 };
+const ACQ_GAP_MS = 0.5; // node makes it 1 ms
 const PING_N = 300;
 const BLOCKS = 3;
 
 function args(argv) {
-    const a = { client: 'redis-semaphore', handoffs: 300, herd: '', holdUs: 1000, latDir: '' };
+    const a = { client: 'redis-semaphore', handoffs: 300, herd: '', holdUs: 1000, latDir: '', acquire: 0, reps: 3 };
     for (let i = 0; i < argv.length; i++) {
         const k = argv[i], v = argv[i + 1];
         if (k === '--url') a.url = v, i++;
@@ -44,6 +63,9 @@ function args(argv) {
         else if (k === '--herd') a.herd = v, i++;
         else if (k === '--hold-us') a.holdUs = parseInt(v, 10), i++;
         else if (k === '--lat-dir') a.latDir = v, i++;
+        else if (k === '--urls') a.urls = v, i++;
+        else if (k === '--acquire') a.acquire = parseInt(v, 10), i++;
+        else if (k === '--reps') a.reps = parseInt(v, 10), i++;
         else if (k === '--child') a.child = v, i++;
         else throw new Error('unknown argument ' + k);
     }
@@ -67,7 +89,20 @@ const round = (x, d) => Number(x.toFixed(d));
 
 // ---- The two peers behind one interface ----------------------------------
 
+// "redlock://h:p,h:p" -> ['redis://h:p', ...]
+function redlockUrls(urls) {
+    const m = /^redlock:\/\/(.*)$/.exec(urls);
+    if (!m) throw new Error('--urls wants redlock://HOST:PORT,HOST:PORT,...');
+    return m[1].split(',').filter(Boolean).map((hp) => 'redis://' + hp);
+}
+
+// One ioredis client per URL (the first takes the PINGs).
+function connect(urls) {
+    return urls.map((u) => new Redis(u, { enableOfflineQueue: true, lazyConnect: false }));
+}
+
 // A lock client: newLock(name) -> { acquire(): Promise, release(): Promise }
+// `redis` is one ioredis client, or (redlock) an array of them: its masters.
 function makeClient(kind, redis) {
     if (kind === 'redis-semaphore') {
         const { Mutex } = require('redis-semaphore');
@@ -84,7 +119,7 @@ function makeClient(kind, redis) {
     }
     if (kind === 'redlock') {
         const Redlock = require('redlock');
-        const rl = new Redlock([redis], { driftFactor: 0.01, retryCount: -1, retryDelay: 10, retryJitter: 0 });
+        const rl = new Redlock(Array.isArray(redis) ? redis : [redis], REDLOCK_RETRY);
         return {
             commands: ['evalsha', 'eval'],
             newLock(name) {
@@ -102,10 +137,11 @@ function makeClient(kind, redis) {
 // ---- Children --------------------------------------------------------------
 
 async function handoffChild(a) {
-    const redis = new Redis(a.url, { enableOfflineQueue: true, lazyConnect: false });
-    const client = makeClient(a.client, redis);
+    const all = connect(a.urls || [a.url]);
+    const redis = all[0];
+    const client = makeClient(a.client, a.urls ? all : redis);
     const lock = client.newLock(a.name);
-    await redis.ping();
+    await Promise.all(all.map((r) => r.ping()));
     let issuedPeerAt = 0n; // when the other process asked, as told by the parent
     process.on('message', async (m) => {
         try {
@@ -135,7 +171,7 @@ async function handoffChild(a) {
                 await lock.release();
                 process.send({ t: 'released' });
             } else if (m.t === 'quit') {
-                redis.disconnect();
+                all.forEach((r) => r.disconnect());
                 process.exit(0);
             }
         } catch (e) {
@@ -191,9 +227,11 @@ function waitFor(child, type, timeoutMs) {
     });
 }
 
-async function handoff(a) {
-    const name = `hb-peer-handoff:${a.client}:${process.pid}`;
-    const kids = [0, 1].map(() => spawn(a, { url: a.url, client: a.client, name, role: 'handoff' }));
+// Two processes hand `name` over a.handoffs times, on a.url or (redlock)
+// on the masters `urls`. Returns the figures, the sorted latencies and
+// the error count.
+async function handoffRun(a, name, urls) {
+    const kids = [0, 1].map(() => spawn(a, { url: a.url, urls, client: a.client, name, role: 'handoff' }));
     await Promise.all(kids.map((k) => waitFor(k, 'ready', 15000)));
     const rel = [], acq = [], pingBlocks = [];
     const block = Math.max(1, Math.floor(a.handoffs / BLOCKS));
@@ -239,13 +277,18 @@ async function handoff(a) {
         ping50s.push(pct([...pingBlocks[b]].sort((x, y) => x - y), 50));
     }
     const sorted = [...lat].sort((x, y) => x - y);
-    const p50 = median(p50s), ping = median(ping50s);
+    return { p50: median(p50s), ping: median(ping50s), sorted, blocks: p50s.length, errors };
+}
+
+async function handoff(a) {
+    const name = `hb-peer-handoff:${a.client}:${process.pid}`;
+    const { p50, ping, sorted, blocks, errors } = await handoffRun(a, name, null);
     print({
         scenario: 'handoff', client: a.client,
         p50_us: round(p50, 1), p99_us: round(pct(sorted, 99), 1), ping_rtt_p50_us: round(ping, 1),
         p50_over_ping: round(ping > 0 ? p50 / ping : 0, 2), handoffs: sorted.length,
         p90_us: round(pct(sorted, 90), 1), max_us: round(sorted.length ? sorted[sorted.length - 1] : 0, 1),
-        ping_client: 'ioredis', blocks: p50s.length, hold_ms: '1..11 uniform',
+        ping_client: 'ioredis', blocks, hold_ms: '1..11 uniform',
         retry_ms: 10, errors,
     });
     if (a.latDir && sorted.length) {
@@ -315,6 +358,103 @@ async function herd(a, procs, waiters) {
     return errors + overlaps;
 }
 
+// ---- Redlock: N masters beside one ---------------------------------------------
+
+function redlockRetry() {
+    return { retry_delay_ms: REDLOCK_RETRY.retryDelay, retry_jitter_ms: REDLOCK_RETRY.retryJitter,
+        retry_count: REDLOCK_RETRY.retryCount, drift_factor: REDLOCK_RETRY.driftFactor };
+}
+
+// One run of uncontended lock() + unlock() cycles on `urls`.
+async function acquireRun(a, name, urls) {
+    const all = connect(urls);
+    const client = makeClient('redlock', all);
+    const lock = client.newLock(name);
+    const acq = [], ping = [];
+    let errors = 0;
+    try {
+        await Promise.all(all.map((r) => r.ping()));
+        await lock.acquire(); // warm-up: scripts, connections
+        await lock.release();
+        for (let i = 0; i < PING_N; i++) {
+            const t0 = now();
+            await all[0].ping();
+            ping.push(Number(now() - t0) / 1000);
+        }
+        for (let i = 0; i < a.acquire; i++) {
+            const t0 = now();
+            await lock.acquire();
+            acq.push(Number(now() - t0) / 1000);
+            await lock.release();
+            await sleep(ACQ_GAP_MS);
+        }
+    } catch (e) {
+        process.stderr.write(`peers: redlock acquire on ${urls.length}: ${e.message}\n`);
+        errors++;
+    }
+    all.forEach((r) => r.disconnect());
+    acq.sort((x, y) => x - y);
+    ping.sort((x, y) => x - y);
+    return { p50: pct(acq, 50), p99: pct(acq, 99), ping: pct(ping, 50), n: acq.length, errors };
+}
+
+async function redlockScenarios(a) {
+    const many = redlockUrls(a.urls), one = [many[0]];
+    let bad = 0;
+    if (a.acquire > 0) {
+        const name = `hb-peer-rlacq:${process.pid}`;
+        const o = [], m = [], ratio = [], ratio99 = [];
+        let cycles = 0, errors = 0;
+        for (let r = 0; r < a.reps; r++) {
+            const x = await acquireRun(a, name, one), y = await acquireRun(a, name, many);
+            errors += x.errors + y.errors;
+            cycles += y.n;
+            o.push(x), m.push(y);
+            if (x.p50 > 0) ratio.push(y.p50 / x.p50), ratio99.push(y.p99 / x.p99);
+        }
+        const med = (v, k) => median(v.map((x) => x[k]));
+        print({
+            scenario: 'redlock_acquire', client: 'redlock', masters: many.length,
+            quorum: Math.floor(many.length / 2) + 1,
+            p50_us: round(med(m, 'p50'), 1), p99_us: round(med(m, 'p99'), 1),
+            one_master_p50_us: round(med(o, 'p50'), 1), one_master_p99_us: round(med(o, 'p99'), 1),
+            p50_over_one_master: round(median(ratio), 2), p99_over_one_master: round(median(ratio99), 2),
+            ping_rtt_p50_us: round(med(o, 'ping'), 1), ping_client: 'ioredis',
+            cycles, reps: m.length, gap_ms: 1, decides: 'when every master answered',
+            ...redlockRetry(), errors,
+        });
+        bad += errors;
+    }
+    if (a.handoffs > 0) {
+        const name = `hb-peer-rlhandoff:${process.pid}`;
+        const o = [], m = [], ratio = [];
+        let handoffs = 0, errors = 0;
+        for (let r = 0; r < a.reps; r++) {
+            const x = await handoffRun(a, name, one), y = await handoffRun(a, name, many);
+            errors += x.errors + y.errors;
+            handoffs += y.sorted.length;
+            const p99 = (h) => pct(h.sorted, 99);
+            o.push({ p50: x.p50, p99: p99(x), ping: x.ping });
+            m.push({ p50: y.p50, p99: p99(y), ping: y.ping });
+            if (x.p50 > 0) ratio.push(y.p50 / x.p50);
+        }
+        const med = (v, k) => median(v.map((x) => x[k]));
+        print({
+            scenario: 'redlock_handoff', client: 'redlock', masters: many.length,
+            quorum: Math.floor(many.length / 2) + 1,
+            p50_us: round(med(m, 'p50'), 1), p99_us: round(med(m, 'p99'), 1),
+            one_master_p50_us: round(med(o, 'p50'), 1), one_master_p99_us: round(med(o, 'p99'), 1),
+            p50_over_one_master: round(median(ratio), 2),
+            ping_rtt_p50_us: round(med(m, 'ping'), 1), one_master_ping_rtt_p50_us: round(med(o, 'ping'), 1),
+            ping_client: 'ioredis', handoffs, reps: m.length, hold_ms: '1..11 uniform',
+            ...redlockRetry(), errors,
+        });
+        bad += errors;
+    }
+    // What the runs left: lock keys are gone (unlocked); nothing else is written.
+    return bad;
+}
+
 function print(o) {
     process.stdout.write(JSON.stringify(o) + '\n');
 }
@@ -324,6 +464,11 @@ async function main() {
     if (a.child) {
         const c = JSON.parse(a.child);
         return c.role === 'handoff' ? handoffChild(c) : herdChild(c);
+    }
+    if (a.urls) {
+        if (a.client !== 'redlock') throw new Error('--urls is for --client redlock');
+        process.exitCode = (await redlockScenarios(a)) ? 1 : 0;
+        return;
     }
     if (!a.url) throw new Error('--url is required');
     let bad = 0;

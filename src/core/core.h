@@ -228,7 +228,10 @@ hilock_hold *hl_owner_hold(hilock_owner *o, hl_name *n, uint64_t now);
  * short of a quorum: the lock was not free for anyone). */
 void hl_release_quiet(hl_name *n, const char *token);
 /* Redlock: make every node's next fence of `n` larger than `fence` (the
- * nodes' counters differ; a grant's fence is the largest of its quorum). */
+ * nodes' counters differ; a grant's fence is the largest of its quorum's).
+ * Sent ahead of each renewal and of the release, on the same connections,
+ * so that a node the next holder takes after a release has it; nothing in
+ * other modes. */
 void hl_fence_raise(hl_name *n, uint64_t fence);
 /* Release a lock that `token` may hold, with nobody to tell. unknown_lease_ms
  * > 0: the try's outcome is unknown; keep at it for that long. */

@@ -273,7 +273,6 @@ void hl_engine_kick(hl_name *n) {
 static void grant(hilock_wait *w, uint64_t fence, uint64_t sent_at) {
     hl_name *n = w->name;
     hilock_hold *h = hl_hold_new(n, w->token, fence, sent_at, w);
-    if (hl_topo_quorum(&n->c->topo)) hl_fence_raise(n, fence);
     if (h == NULL) {
         hl_release_token(n, w->token, 0);
         hl_wait_finish(w, HILOCK_ENOMEM, NULL);
@@ -346,8 +345,13 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
     }
     if (err == 0) err = n->prim->try_parse(c, reply, &t);
     /* Redlock: some nodes granted, short of a quorum. Undo it without a
-     * message: nothing was free for anyone else. */
-    if (err == 0 && !t.granted && r->partial) hl_release_quiet(n, w->token);
+     * message (nothing was free for anyone else), and try again with a new
+     * token: an undo that a node runs late (re-sent after NOSCRIPT, behind
+     * the next try) must not delete the next grant. */
+    if (err == 0 && !t.granted && r->partial) {
+        hl_release_quiet(n, w->token);
+        hl_token_new(c, w->token);
+    }
     if (err != 0) {
         /* If the try may have run, its outcome is unknown: make sure no lock
          * of ours stays behind. */

@@ -35,8 +35,8 @@ static void on_token_released(hl_req *r, redisReply *reply, int err) {
         hl_req *again = hl_req_copy(r, on_token_released, NULL);
         if (again != NULL) {
             again->rounds = 2;
-            hl_req_submit_within(r->conn, again, r->deadline.when > now ? r->deadline.when - now
-                                                                        : net->request_timeout_ms);
+            hl_topo_submit(hl_topo_of(net), again, r->deadline.when > now ? r->deadline.when - now
+                                                                          : net->request_timeout_ms);
         }
     }
 }
@@ -68,7 +68,8 @@ static void on_fence_raised(hl_req *r, redisReply *reply, int err) {
 }
 
 void hl_fence_raise(hl_name *n, uint64_t fence) {
-    hl_req *r = n->prim->fence_req ? n->prim->fence_req(n, fence, on_fence_raised, NULL) : NULL;
+    if (!hl_topo_quorum(&n->c->topo) || n->prim->fence_req == NULL) return;
+    hl_req *r = n->prim->fence_req(n, fence, on_fence_raised, NULL);
     if (r != NULL) hl_name_submit(n, r);
 }
 
@@ -149,6 +150,7 @@ static void watchdog_fired(hl_timer *t) {
     }
     if (h->renew == NULL) {
         h->renew_lease = h->terms.lease_ms;
+        hl_fence_raise(n, h->fence);
         h->renew = n->prim->renew_req(n, h->token, h->renew_lease, on_renewed, h);
         if (h->renew) h->renew->wait_replicas = h->c->cfg.wait_replicas & 127;
         if (h->renew) h->renew->lease_ms = h->renew_lease;
@@ -262,6 +264,7 @@ static void on_released(hl_req *r, redisReply *reply, int err) {
 
 /* From here on the hold is neither renewed, reported lost, nor reentrant. */
 void hl_hold_begin_release(hilock_hold *h) {
+    hl_fence_raise(h->name, h->fence); /* ahead of the release, on each connection */
     h->releasing = 1;
     hl_timer_stop(&h->c->loop, &h->watchdog);
     hl_defer_cancel(&h->lost_defer);

@@ -15,6 +15,14 @@ static hl_conn *conn_of(const redisAsyncContext *ac) { return (hl_conn *)ac->dat
  * NOSCRIPT -> EVAL retry after an ASK hop needs it too). A request that
  * waits for replicas is followed by WAIT on the same connection, which
  * covers its write; its own reply is kept until WAIT's comes. */
+/* Whether `s` went out on k as EVAL already; if not, it will now. */
+static int script_loaded(hl_conn *k, const hl_script *s) {
+    for (int i = 0; i < k->nloaded; i++)
+        if (k->loaded[i] == s) return 1;
+    if (k->nloaded < (int)(sizeof(k->loaded) / sizeof(k->loaded[0]))) k->loaded[k->nloaded++] = s;
+    return 0;
+}
+
 void hl_conn_send(hl_conn *k, hl_req *r) {
     const hl_script *s = r->script;
     const char *argv[HL_REQ_MAXARGS + 4];
@@ -22,8 +30,9 @@ void hl_conn_send(hl_conn *k, hl_req *r) {
     char nkeys[8];
     int argc = 0;
     if (s != NULL) {
-        argv[0] = r->use_eval ? "EVAL" : "EVALSHA";
-        argv[1] = r->use_eval ? s->body : s->sha;
+        int eval = !script_loaded(k, s) || r->use_eval;
+        argv[0] = eval ? "EVAL" : "EVALSHA";
+        argv[1] = eval ? s->body : s->sha;
         argv[2] = nkeys;
         snprintf(nkeys, sizeof(nkeys), "%d", r->nkeys);
         argc = 3;
@@ -220,6 +229,7 @@ static void send_handshake(hl_conn *k) {
 static void on_connect(const redisAsyncContext *ac, int status) {
     hl_conn *k = conn_of(ac);
     hl_loop *l = k->net->loop;
+    k->nloaded = 0; /* maybe another server process: load again */
     if (status != REDIS_OK) {
         /* hiredis frees the context after this returns. */
         hl_set_error(l, "connect: %s", ac->errstr);
@@ -277,7 +287,7 @@ static void conn_retry(hl_timer *t) {
 
 /* A try-once that has not gone out yet asked for one attempt: a failed
  * connection attempt is its answer, not a reason to wait for the next. */
-static void conn_fail_fast(hl_conn *k, int err) {
+void hl_conn_fail_fast(hl_conn *k, int err) {
     hl_link *l = k->queue.next;
     while (l != &k->queue) {
         hl_req *r = HL_CONTAINER(l, hl_req, link);
@@ -292,7 +302,7 @@ void hl_conn_retry_later(hl_conn *k) {
     hl_net *net = k->net;
     if (net->loop->freeing || net->loop->forked) return;
     int err = k->last_err ? k->last_err : HILOCK_ECONN;
-    conn_fail_fast(k, err);
+    hl_conn_fail_fast(k, err);
     if (net->closing) {
         /* Closing does not wait for a server that is away. */
         conn_fail_queue(k, err);

@@ -120,6 +120,12 @@ typedef struct hl_conn {
     int failures;       /* consecutive failed attempts, for the backoff */
     int last_err;       /* HILOCK_ECONN, HILOCK_EPROTO, HILOCK_EAUTH... */
     int handshake_left; /* AUTH/SELECT/INFO replies still due */
+    /* Scripts this connection has sent with EVAL: the server has them for
+     * what follows on it (EVALSHA). Sending EVAL first, rather than waiting
+     * for NOSCRIPT, keeps a pipeline in order: a NOSCRIPT's EVAL would go
+     * out behind requests sent after it (a release behind the next try). */
+    const hl_script *loaded[8];
+    int nloaded;
     hl_timer retry;     /* reconnect backoff */
     hl_timer connect_to;/* connect timeout */
     hl_link queue;      /* requests waiting for the connection */
@@ -130,6 +136,9 @@ void hl_conn_init(hl_conn *k, hl_net *net, const hl_addr *addr, int is_sub,
 void hl_conn_connect(hl_conn *k);
 /* Drop the connection now (never from inside a hiredis callback). */
 void hl_conn_teardown(hl_conn *k);
+/* End the queued try-once requests that never went out with `err`: the
+ * attempt they asked for has failed. */
+void hl_conn_fail_fast(hl_conn *k, int err);
 /* End every queued request with HILOCK_ECANCELED and stop reconnecting. */
 void hl_conn_cancel_queue(hl_conn *k);
 /* The error of a request on `k` that got no answer: the connection's, or
@@ -175,6 +184,8 @@ struct hl_req {
     unsigned wait_replicas : 7;/* then WAIT for this many replicas */
     unsigned partial : 1;      /* Redlock: a try some nodes granted, short of a
                                   quorum (its grants must be undone) */
+    unsigned everywhere : 1;   /* Redlock: to a node that is down too, sent when
+                                  it is back (a release must leave no key) */
     uint32_t lease_ms;         /* the lease it sets, if any: a quorum counts
                                   only within it (Redlock's validity) */
     int acked;                 /* replicas that WAIT said have its write */
@@ -195,7 +206,8 @@ hl_req *hl_req_new(hl_net *net, const hl_script *s, int nkeys, size_t bytes,
 /* Append one argument: a followed by b (either may be empty). */
 void hl_req_arg(hl_req *r, const char *a, size_t alen, const char *b, size_t blen);
 void hl_req_arg_u64(hl_req *r, uint64_t v);
-/* A new request with the same script and arguments. */
+/* A new request with the same script, arguments, slot, and publish and
+ * everywhere flags. */
 hl_req *hl_req_copy(const hl_req *r, hl_req_done done, void *owner);
 /* Queue or send on `k`; its deadline is request_timeout_ms, or `ms`. */
 void hl_req_submit(hl_conn *k, hl_req *r);

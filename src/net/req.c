@@ -93,6 +93,8 @@ hl_req *hl_req_copy(const hl_req *r, hl_req_done done, void *owner) {
     hl_req *c = hl_req_new(r->net, r->script, r->nkeys, r->cap, done, owner);
     if (c == NULL) return NULL;
     c->slot = r->slot;
+    c->publishes = r->publishes;
+    c->everywhere = r->everywhere;
     for (int i = 0; i < r->nargs; i++) hl_req_arg(c, r->argv[i], r->argl[i], "", 0);
     return c;
 }
@@ -125,11 +127,13 @@ int hl_reply_error(hl_loop *l, const redisReply *reply) {
 }
 
 /* LOADING (a server reading its data), TRYAGAIN (a slot migrating with
- * some of our keys on each side) and CLUSTERDOWN (a failover under way)
- * pass: try again shortly, within the request's deadline. */
+ * some of our keys on each side), CLUSTERDOWN (a failover under way) and
+ * NOREPLICAS (min-replicas-to-write: a master cut off from its replicas,
+ * e.g. one that Sentinel is replacing) pass: try again shortly, within the
+ * request's deadline, by which time the client may have moved. */
 static int req_retry_later(hl_req *r, const redisReply *reply) {
     static const struct { const char *word; uint64_t ms; } passing[] = {
-        {"LOADING", 50}, {"TRYAGAIN", 25}, {"CLUSTERDOWN", 100},
+        {"LOADING", 50}, {"TRYAGAIN", 25}, {"CLUSTERDOWN", 100}, {"NOREPLICAS", 100},
     };
     for (size_t i = 0; i < sizeof(passing) / sizeof(passing[0]); i++) {
         size_t n = strlen(passing[i].word);

@@ -44,6 +44,7 @@ int hilock_break(hilock_client *c, const char *name, hilock_break_cb cb, void *d
     if (r != NULL) {
         hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
         r->publishes = 1; /* PUBLISH or SPUBLISH, as the client's pub/sub mode says */
+        r->everywhere = 1;
     }
     if (r == NULL) {
         free(op);

@@ -52,6 +52,7 @@ static hl_req *mutex_release_req(hl_name *n, const char *token, hl_req_done done
     hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
     hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
     r->publishes = 1;
+    r->everywhere = 1;
     return r;
 }
 
@@ -71,6 +72,7 @@ static hl_req *mutex_fence_req(hl_name *n, uint64_t fence, hl_req_done done, voi
     if (r == NULL) return NULL;
     hl_req_arg_u64(r, fence);
     hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
+    r->everywhere = 1; /* ahead of the release there */
     return r;
 }
 

@@ -19,8 +19,13 @@
  *    holder (the array's third element, its token) holds a quorum, when its
  *    quorum could lapse (the right one of its keys' PTTLs); when nobody
  *    does (a split vote), a short random delay, as Redlock prescribes.
- *  - a node whose connection is down (and has failed to come back) counts
- *    as a failure at once, so a dead node never holds a decision up.
+ *  - while a quorum of nodes is connected, a node whose connection is
+ *    down (and has failed to come back) counts as a failure at once, so a
+ *    dead node never holds a decision up; its copy is not sent, unless the
+ *    request must reach every node (r->everywhere: releases, fence raises)
+ *    and then waits there for the node to come back. With fewer connected
+ *    than a quorum, copies wait for their nodes like any request for its
+ *    server, until their deadline.
  *
  * Subscriptions. Every node carries every channel (a release publishes on
  * each node it reaches, and any one may be down). `all`, a node without
@@ -58,8 +63,11 @@ typedef struct hl_fan {
     hl_req_done done;       /* r's own done and owner, while we hold r */
     void *owner;
     uint64_t start;
-    int pending, yes, no, errs, err, sending;
+    int pending;            /* copies alive (f is freed with the last) */
+    int awaited;            /* copies whose answer is still counted */
+    int yes, no, errs, err, sending;
     int n_minus_q;          /* failures a quorum survives */
+    int everywhere;         /* r->everywhere */
     int array;              /* the answers are arrays ({1, fence}, {0, pttl, holder}) */
     int ever_sent, lost_reply;
     uint64_t fence;
@@ -78,6 +86,10 @@ static int node_down(const hl_node *n) {
     return n->cmd.state != HL_CONN_READY && n->cmd.failures > 0;
 }
 
+static int quorum_connected(const hl_redlock *rl) {
+    return rl->all->cmd.state == HL_CONN_READY;
+}
+
 /* ---- Combining the answers ------------------------------------------------------ */
 
 static void fan_count(hl_fan *f, hl_req *c, const redisReply *reply, int err) {
@@ -85,9 +97,10 @@ static void fan_count(hl_fan *f, hl_req *c, const redisReply *reply, int err) {
     f->ever_sent |= c->ever_sent;
     f->lost_reply |= c->lost_reply;
     if (err == 0 && reply->type == REDIS_REPLY_ERROR) err = hl_reply_error(l, reply);
-    if (err == 0 && reply->type == REDIS_REPLY_INTEGER) {
-        if (reply->integer == 1) f->acked[f->yes++] = c->acked;
+    if (err == 0 && reply->type == REDIS_REPLY_INTEGER) { /* 1 (or a fence): yes, 0: no */
+        if (reply->integer > 0) f->acked[f->yes++] = c->acked;
         else f->refused[f->no++].pttl = -2;
+        if (reply->integer > 0 && (uint64_t)reply->integer > f->fence) f->fence = (uint64_t)reply->integer;
         return;
     }
     if (err == 0 && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 2 &&
@@ -171,7 +184,7 @@ static void fan_answer(hl_fan *f, int won) {
         el[1].integer = won ? (long long)f->fence : (long long)fan_retry_ms(f);
     } else {
         top.type = REDIS_REPLY_INTEGER;
-        top.integer = won;
+        top.integer = won ? (long long)f->fence : 0; /* 1, or the largest fence (break) */
     }
     hl_req_end(r, &top, 0);
 }
@@ -181,7 +194,7 @@ static void fan_decide(hl_fan *f) {
     hl_redlock *rl = f->t->redlock;
     if (f->r == NULL || f->sending) return;
     int won = f->yes >= rl->quorum;
-    if (!won && f->pending > 0) return;
+    if (!won && f->awaited > 0) return;
     if (won && f->r->lease_ms > 0) {
         uint64_t lease = f->r->lease_ms, drift = lease / 100 + 2, elapsed = hl_now_ms() - f->start;
         if (elapsed + drift >= lease) {
@@ -207,15 +220,26 @@ static void fan_answered(hl_req *r, redisReply *reply, int err) {
     if (f->pending == 0) free(f);
 }
 
+/* A copy's answer: counted (c->rounds 0) unless it was counted already as
+ * a failure of its node (c->rounds 1). */
 static void fan_part_done(hl_req *c, redisReply *reply, int err) {
     hl_fan *f = c->owner;
     f->pending--;
-    if (f->r != NULL) {
+    if (f->r != NULL && c->rounds == 0) {
+        f->awaited--;
         fan_count(f, c, reply, err);
         fan_decide(f); /* may free f */
-    } else if (f->pending == 0) {
+    } else if (f->r == NULL && f->pending == 0) {
         free(f);
     }
+}
+
+/* A node down: its copy counts as a failure now. */
+static void fan_fail_copy(hl_fan *f, hl_req *c, int err) {
+    c->rounds = 1;
+    f->awaited--;
+    if (f->r != NULL && f->errs++ == 0) f->err = err;
+    fan_decide(f); /* never frees f: c is still alive */
 }
 
 static void redlock_submit(hl_topo *t, hl_req *r, uint64_t ms) {
@@ -230,21 +254,26 @@ static void redlock_submit(hl_topo *t, hl_req *r, uint64_t ms) {
     f->done = r->done;
     f->owner = r->owner;
     f->n_minus_q = rl->n - rl->quorum;
+    f->everywhere = r->everywhere;
     r->done = fan_answered;
     r->owner = f;
     f->start = hl_now_ms();
     f->sending = 1;
+    int skip_down = quorum_connected(rl);
     for (int i = 0; i < rl->n; i++) {
         hl_node *n = rl->node[i];
-        hl_req *c = node_down(n) ? NULL : hl_req_copy(r, fan_part_done, f);
+        int down = skip_down && node_down(n);
+        hl_req *c = down && !f->everywhere ? NULL : hl_req_copy(r, fan_part_done, f);
         if (c == NULL) {
-            if (f->errs++ == 0) f->err = node_down(n) ? hl_node_error(n) : HILOCK_ENOMEM;
+            if (f->errs++ == 0) f->err = down ? hl_node_error(n) : HILOCK_ENOMEM;
             continue;
         }
         c->publishes = r->publishes;
         c->wait_replicas = r->wait_replicas;
         c->fail_fast = r->fail_fast;
         f->pending++;
+        f->awaited++;
+        if (down) fan_fail_copy(f, c, hl_node_error(n)); /* sent if it comes back */
         hl_node_submit_within(n, c, ms);
     }
     f->sending = 0;
@@ -321,11 +350,15 @@ static void rl_cmd_changed(void *arg) {
     if (hl_node_cmd_ready(n) || n->topo->net.loop->freeing) return;
     int err = n->cmd.last_err ? n->cmd.last_err : HILOCK_ECONN;
     rl->all->cmd.last_err = err;
+    if (!quorum_connected(rl)) return; /* the copies wait for their nodes */
     hl_link *l = n->cmd.queue.next;
     while (l != &n->cmd.queue) {
         hl_req *c = HL_CONTAINER(l, hl_req, link);
+        hl_fan *f = c->owner;
         l = l->next;
-        if (c->done == fan_part_done) hl_req_end(c, NULL, err);
+        if (c->done != fan_part_done) continue;
+        if (c->rounds == 0) fan_fail_copy(f, c, err);
+        if (!f->everywhere) hl_req_end(c, NULL, err);
     }
 }
 

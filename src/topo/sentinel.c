@@ -114,6 +114,7 @@ static void nobody_named(hl_topo *t) {
         m->cmd.last_err = HILOCK_ECONN;
         hl_set_error(t->net.loop, "sentinel: no sentinel named a master \"%s\" (%d asked)",
                      master_name(t), s->n);
+        hl_conn_fail_fast(&m->cmd, HILOCK_ECONN); /* a try-once has had its attempt */
     }
     uint64_t d = (uint64_t)SENTINEL_ASK_MIN_MS << (s->failures < 4 ? s->failures : 4);
     if (d > t->net.reconnect_max_ms && t->net.reconnect_max_ms >= SENTINEL_ASK_MIN_MS)

@@ -101,6 +101,8 @@ hl_node *hl_topo_find(hl_topo *t, const char *host, int port);
 void hl_node_submit(hl_node *n, hl_req *r);
 /* Submit a request on `slot`'s keys: to its node, or as the topology says. */
 void hl_topo_submit(hl_topo *t, hl_req *r, uint64_t ms);
+/* The topology whose settings `net` is. */
+static inline hl_topo *hl_topo_of(hl_net *net) { return HL_CONTAINER(net, hl_topo, net); }
 void hl_node_submit_within(hl_node *n, hl_req *r, uint64_t ms);
 void hl_node_subscribe(hl_node *n, const char *ch, size_t len, int on);
 int hl_node_sub_ready(const hl_node *n);

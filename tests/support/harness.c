@@ -136,7 +136,10 @@ static pid_t spawn(const test_redis *r, const char *const *extra, int nextra) {
     argv[a++] = "--logfile"; argv[a++] = logfile;
     for (int i = 0; i < nextra; i++) argv[a++] = extra[i];
     argv[a] = NULL;
+    return test_spawn_server(argv, outfile, NULL);
+}
 
+pid_t test_spawn_server(const char *const *argv, const char *outfile, const char *dir) {
     pid_t parent = getpid();
     fflush(stdout);
     fflush(stderr);
@@ -157,7 +160,8 @@ static pid_t spawn(const test_redis *r, const char *const *extra, int nextra) {
     if (in >= 0) dup2(in, 0);
     if (out >= 0) { dup2(out, 1); dup2(out, 2); }
     close_fds_from(3);
-    execvp(bin, (char *const *)argv);
+    if (dir != NULL && chdir(dir) != 0) _exit(127);
+    execvp(argv[0], (char *const *)argv);
     _exit(127);
 }
 

@@ -94,6 +94,11 @@ char *test_slurp(const char *path, char *buf, size_t n);
  * Returns its pid, or -1. */
 pid_t test_spawn(char *const argv[], char *const env[], const char *out, const char *err);
 
+/* fork + exec a server: argv[0] searched in PATH, stdin from /dev/null,
+ * stdout and stderr into `outfile`, in `dir` (NULL: here); it dies with
+ * the test process. The pid, or -1. */
+pid_t test_spawn_server(const char *const *argv, const char *outfile, const char *dir);
+
 /* Its exit status (128+N if signal N killed it), or -1 if it is still
  * running after ms (it is left running: kill it, or wait again). */
 int test_wait(pid_t pid, int ms);

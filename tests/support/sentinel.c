@@ -98,28 +98,7 @@ static pid_t spawn_sentinel(const test_redis *r, const char *conf) {
     const char *bin = getenv("HILOCK_REDIS_SERVER");
     if (bin == NULL || bin[0] == '\0') bin = "redis-server";
     const char *argv[] = {bin, conf, "--sentinel", NULL};
-    pid_t parent = getpid();
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid != 0) return pid;
-    /* Child: die with the test process, with nothing of ours open. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    signal(SIGPIPE, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    int in = open("/dev/null", O_RDONLY);
-    int o = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
-    if (in >= 0) dup2(in, 0);
-    if (o >= 0) { dup2(o, 1); dup2(o, 2); }
-#ifdef SYS_close_range
-    if (syscall(SYS_close_range, 3U, ~0U, 0) != 0)
-#endif
-        for (int fd = 3; fd < 1024; fd++) close(fd);
-    if (chdir(r->dir) != 0) _exit(127);
-    execvp(bin, (char *const *)argv);
-    _exit(127);
+    return test_spawn_server(argv, out, r->dir);
 }
 
 int test_sentinel_spawn(test_redis *r, const char *name, int master_port, int quorum) {
