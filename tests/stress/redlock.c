@@ -18,8 +18,12 @@
  *               a restart, with the keys still there;
  *   kill_normal, kill_pubsub   CLIENT KILL TYPE normal|pubsub on one master.
  * Faults overlap in time (a master stays down while others stall or lose
- * their connections), within the minority. Overlaps and fence
- * regressions must be zero. */
+ * their connections). Kills and stalls stay within the minority, counting
+ * a master back for less than a second as still out (the clients are
+ * reconnecting); connection kills do not: one on a third master while two
+ * are out leaves the clients a minority for a moment, and requests then
+ * wait for the masters or end in error (counted by cause). Overlaps and
+ * fence regressions must be zero. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,12 +38,13 @@
 #define MAX_DOWN 2                /* a minority of NM */
 #define DRAIN_RESERVE_MS 8000
 #define RESTART_TRIES_MS 10000    /* a restart on the same port, retried this long */
+#define BACK_GRACE_MS 1000        /* a master back counts as out this long */
 
 enum { UP, KILLED, STALLED };
 
 static test_redis m[NM];
 static int port[NM], state[NM];
-static long long since[NM];       /* when it went down */
+static long long since[NM];       /* when it went down, or came back */
 static long long back_at[NM];     /* KILLED: when it restarts (empty) */
 static pid_t sleeper[NM];         /* STALLED: the DEBUG SLEEP child */
 static const stress_cfg *wcfg;
@@ -50,17 +55,24 @@ static int rnd_in(unsigned *rnd, int lo, int hi) {
     return lo + (int)(rand_r(rnd) % (unsigned)(hi - lo + 1));
 }
 
+/* Out of reach for the clients: killed, stalled, or back less than a
+ * second ago (their connections come back within reconnect_max_ms). */
+static int out(int i) {
+    return state[i] != UP || test_now_ms() - since[i] < BACK_GRACE_MS;
+}
+
 static int unavailable(void) {
     int n = 0;
-    for (int i = 0; i < NM; i++) n += state[i] != UP;
+    for (int i = 0; i < NM; i++) n += out(i);
     return n;
 }
 
-/* A master that is up, at random, or -1. */
-static int pick_up(unsigned *rnd) {
+/* A master that is up (and has been for a second, if `settled`), at
+ * random, or -1. */
+static int pick_up(unsigned *rnd, int settled) {
     int up[NM], n = 0;
     for (int i = 0; i < NM; i++)
-        if (state[i] == UP) up[n++] = i;
+        if (settled ? !out(i) : state[i] == UP) up[n++] = i;
     return n ? up[rand_r(rnd) % (unsigned)n] : -1;
 }
 
@@ -84,10 +96,10 @@ static void kill_one(int i, unsigned *rnd) {
 
 static int fault_kill(stress_faults *f, unsigned *rnd) {
     int room = MAX_DOWN - unavailable(), two = room >= 2 && rand_r(rnd) % 3 == 0;
-    int a = room > 0 ? pick_up(rnd) : -1;
+    int a = room > 0 ? pick_up(rnd, 1) : -1;
     if (a < 0) return 0;
     kill_one(a, rnd);
-    int b = two ? pick_up(rnd) : -1;
+    int b = two ? pick_up(rnd, 1) : -1;
     if (b >= 0) kill_one(b, rnd);
     stress_fault(f, b >= 0 ? "kill9_pair" : "kill9");
     if (b >= 0)
@@ -99,7 +111,7 @@ static int fault_kill(stress_faults *f, unsigned *rnd) {
 }
 
 static int fault_stall(stress_faults *f, unsigned *rnd) {
-    int i = unavailable() < MAX_DOWN ? pick_up(rnd) : -1;
+    int i = unavailable() < MAX_DOWN ? pick_up(rnd, 1) : -1;
     if (i < 0) return 0;
     int ms = rnd_in(rnd, 200, 3000);
     char secs[16];
@@ -114,7 +126,7 @@ static int fault_stall(stress_faults *f, unsigned *rnd) {
 }
 
 static int fault_client_kill(stress_faults *f, unsigned *rnd) {
-    int i = pick_up(rnd), pubsub = rand_r(rnd) % 3 == 0;
+    int i = pick_up(rnd, 0), pubsub = rand_r(rnd) % 3 == 0;
     if (i < 0) return 0;
     long long n = test_redis_int(&m[i], pubsub ? "CLIENT KILL TYPE pubsub" : "CLIENT KILL TYPE normal");
     stress_fault(f, pubsub ? "kill_pubsub" : "kill_normal");
@@ -131,6 +143,7 @@ static int tend(stress_faults *f) {
             if (st < 0) continue;
             if (st != 0) stress_fault(&incidents, "stall_not_ok");
             state[i] = UP;
+            since[i] = test_now_ms();
             sleeper[i] = 0;
             stress_say("stall: :%d awake after %lld ms", port[i], test_now_ms() - since[i]);
         } else if (state[i] == KILLED && test_now_ms() >= back_at[i]) {
@@ -143,6 +156,7 @@ static int tend(stress_faults *f) {
             state[i] = UP;
             stress_fault(f, "restart_empty");
             stress_say("restart_empty: :%d back, empty, %lld ms after its kill", port[i], test_now_ms() - since[i]);
+            since[i] = test_now_ms();
         }
     }
     return 0;
@@ -151,7 +165,7 @@ static int tend(stress_faults *f) {
 /* SCRIPT FLUSH: the next EVALSHA of each script there meets NOSCRIPT and
  * goes again as EVAL, as after a restart, but with every key still there. */
 static int fault_script_flush(stress_faults *f, unsigned *rnd) {
-    int i = pick_up(rnd);
+    int i = pick_up(rnd, 0);
     if (i < 0) return 0;
     redisContext *k = test_redis_connect(&m[i]);
     redisReply *rep = k ? redisCommand(k, "SCRIPT FLUSH") : NULL;
@@ -206,6 +220,7 @@ int stress_redlock(stress_cfg *cfg, long long end_ms, stress_faults *faults, lon
     memset(m, 0, sizeof(m));
     memset(state, 0, sizeof(state));
     memset(sleeper, 0, sizeof(sleeper));
+    memset(since, 0, sizeof(since));
     snprintf(logdir, sizeof(logdir), "/tmp/hilock-stress-redlock-XXXXXX");
     if (mkdtemp(logdir) == NULL) { perror("mkdtemp"); return -1; }
     snprintf(events, sizeof(events), "%s/events.log", logdir);
