@@ -11,7 +11,8 @@
 #                           the master or of a sentinel, connection kills
 #   STRESS_MODE=redlock     5 independent masters, 4x the names: kill -9 of
 #                           one or two, restarted empty after more than a
-#                           lease, DEBUG SLEEP stalls, connection kills
+#                           lease, DEBUG SLEEP stalls, SCRIPT FLUSH,
+#                           connection kills
 #   STRESS_MODE=all         the default: every mode in turn (standalone 15%
 #                           of the time, cluster 35%, sentinel 25%, redlock
 #                           25%)
