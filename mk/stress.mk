@@ -6,16 +6,27 @@
 #                           step, redis-cli reshards, CLUSTER FAILOVER,
 #                           kill -9 of a master (half of them after its
 #                           replication was cut), connection kills
-#   STRESS_MODE=both        the default: standalone (30% of the time), then
-#                           cluster
+#   STRESS_MODE=sentinel    a master, its replica, 3 sentinels: SENTINEL
+#                           FAILOVER (writes paused, and plain), kill -9 of
+#                           the master or of a sentinel, connection kills
+#   STRESS_MODE=redlock     5 independent masters, 4x the names: kill -9 of
+#                           one or two, restarted empty after more than a
+#                           lease, DEBUG SLEEP stalls, SCRIPT FLUSH,
+#                           connection kills
+#   STRESS_MODE=all         the default: every mode in turn (standalone 15%
+#                           of the time, cluster 35%, sentinel 25%, redlock
+#                           25%)
+#   STRESS_MODE=both        standalone (30%), then cluster (70%)
 STRESS := $(BUILD)/hilock-stress
 STRESS_SRC := $(wildcard tests/stress/*.c)
 EXTRA_TARGETS += $(STRESS)
 STRESS_SECONDS ?= 110
-STRESS_MODE ?= both
+STRESS_MODE ?= all
 
-$(STRESS): $(STRESS_SRC) tests/stress/stress.h tests/support/harness.c tests/support/harness.h $(STATIC) $(HDRS)
-	$(CC) $(ALL_CFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $(STRESS_SRC) tests/support/harness.c $(STATIC) $(LDLIBS_LIB)
+STRESS_SUPPORT := tests/support/harness.c tests/support/sentinel.c
+
+$(STRESS): $(STRESS_SRC) $(STRESS_SUPPORT) tests/stress/stress.h tests/support/harness.h tests/support/sentinelenv.h $(STATIC) $(HDRS)
+	$(CC) $(ALL_CFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $(STRESS_SRC) $(STRESS_SUPPORT) $(STATIC) $(LDLIBS_LIB)
 
 .PHONY: stress
 stress: deps

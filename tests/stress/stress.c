@@ -1,28 +1,37 @@
 /* hilock-stress: several processes, thousands of waiters, random faults for
  * a bounded time, then a report. Not part of `make test`; run `make stress`.
  *
- *   hilock-stress [-m standalone|cluster|both] [-s SECONDS] [-p PROCS]
- *                 [-w WAITERS] [-n NAMES]
+ *   hilock-stress [-m all|standalone|cluster|sentinel|redlock|both]
+ *                 [-s SECONDS] [-p PROCS] [-w WAITERS] [-n NAMES]
  *
- * SECONDS (at most 120) bounds the whole run. With -m both (the default)
- * the standalone phase gets 30% of it and the cluster phase, which also
- * starts six servers and waits for them to settle after each fault, the
- * rest.
+ * SECONDS (at most 120) bounds the whole run. With -m all (the default)
+ * every mode runs, one after the other, each until its share of the time
+ * (standalone 15%, cluster 35%, sentinel 25%, redlock 25%); -m both is
+ * standalone and cluster alone (30% and 70%), as it was before Sentinel and
+ * Redlock; one mode gets the whole time.
  *
  * Standalone: one server with appendfsync always, so a restart keeps the
  * locks and fence counters; faults are connection kills, stalls, restarts.
  * Cluster (cluster.c): 3 masters + 3 replicas; faults are slot migrations
  * step by step, redis-cli reshards, CLUSTER FAILOVER, kill -9 of a master
  * (half of them with its last writes kept from its replica), connection
- * kills. Every invariant must hold in both (worker.c):
+ * kills. Sentinel (sentinel.c): a master, its replica, three sentinels;
+ * faults are SENTINEL FAILOVER with writes paused and plain, kill -9 of
+ * the master (restarted as a replica) or of a sentinel (restarted later),
+ * connection kills. Redlock (redlock.c): five independent masters and four
+ * times the names (a contended hand-off costs a split vote there); faults
+ * are kill -9 of one or two (restarted empty after more than a lease),
+ * stalls, connection kills. Every invariant must hold in each (worker.c):
  *   - no two holders of a name at once,
  *   - fencing tokens strictly increasing per name, as a resource sees them,
  *   - every acquire request ends with exactly one callback.
  * The one exception is the documented limit of asynchronous replication: an
  * overlap that starts right after a kill -9 of the master that served the
- * name is counted apart (see stress.h, limit_from). Errors (a request that
- * met a dead connection) are allowed and counted by cause; violations are
- * not. Exit status 0 only with zero violations in every phase; 1 on a
+ * name (cluster, sentinel), or during a plain SENTINEL FAILOVER (whose old
+ * master takes writes that are lost), is counted apart (see stress.h,
+ * limit_from). Redlock has no such window. Errors (a request that met a
+ * dead connection) are allowed and counted by cause; violations are not.
+ * Exit status 0 only with zero violations in every phase; 1 on a
  * violation; 2 when a phase could not run to its end (a harness problem). */
 #include <getopt.h>
 #include <stdio.h>
@@ -137,8 +146,26 @@ static void print_events(const stress_cfg *cfg, const phase *ph) {
         printf("hilock-stress:   [%6.1f s] %s on %s%s: holder %d, then %d; fence %llu after %llu\n",
                (double)(e->at_ms - ph->started_ms) / 1000.0,
                e->kind == 'o' ? "overlap" : "fence regression", cfg->name[e->name],
-               e->limit ? " (within a kill -9 window: asynchronous replication)" : "", e->prev,
+               e->limit ? " (within a limit window: asynchronous replication)" : "", e->prev,
                e->next, e->fence, e->last_fence);
+        if (e->kind == 'o')
+            printf("hilock-stress:     holder %d, granted %lld ms before, %s\n", e->prev, e->at_ms - e->prev_since_ms,
+                   e->prev_left_how == 0 ? "was not seen leaving"
+                   : e->prev_left_how == 'l' ? "left by its lost callback"
+                   : e->prev_left_lost ? "left when its hold ended, hilock_hold_lost() saying 1"
+                                       : "left when its hold ended, hilock_hold_lost() saying 0");
+        if (e->kind == 'o' && e->prev_left_how)
+            printf("hilock-stress:     ... %+lld ms after the overlap began\n", e->prev_left_ms - e->at_ms);
+        for (int k = e->ntrace > 10 ? e->ntrace - 10 : 0; k < e->ntrace; k++) {
+            const stress_trace *t = &e->trace[k];
+            printf("hilock-stress:     %+7lld ms  %-6d %s", t->at_ms - e->at_ms, t->id,
+                   t->kind == 'g' ? "granted" : t->kind == 'e' ? "hold ended" : t->kind == 'l' ? "lost callback"
+                                                                  : "release answered");
+            if (t->kind == 'g') printf(", fence %llu", t->fence);
+            if (t->kind == 'e') printf(", hilock_hold_lost() %d", t->arg);
+            if (t->kind == 'l' || t->kind == 'r') printf(", %s", t->arg ? hilock_strerror(t->arg) : "ok");
+            printf("\n");
+        }
     }
 }
 
@@ -153,10 +180,10 @@ static long report(const stress_cfg *cfg, const phase *ph) {
     for (int i = 0; i < ph->faults.count; i++)
         printf("%s\"%s\":%ld", i ? "," : "", ph->faults.kind[i], ph->faults.n[i]);
     printf("},\"violations\":%ld,\"overlaps\":%ld,\"fence_regressions\":%ld,\"double_callbacks\":%ld,"
-           "\"stranded_waiters\":%ld,\"workers_unfinished\":%d,\"phase_failed\":%d,"
+           "\"stranded_waiters\":%ld,\"workers_unfinished\":%d,\"workers_crashed\":%d,\"phase_failed\":%d,"
            "\"async_replication_overlaps\":%ld,\"async_replication_regressions\":%ld,\"lost_holds\":%ld",
            violations, sh->overlaps, sh->regressions, sh->double_callbacks, ph->stranded,
-           ph->bad_exits, ph->failed, sh->overlaps_limit, sh->regressions_limit, sh->lost);
+           ph->bad_exits, sh->crashed, ph->failed, sh->overlaps_limit, sh->regressions_limit, sh->lost);
     print_codes("errors", sh->errors);
     print_codes("release_errors", sh->release_errors);
     printf("}\n");
@@ -164,15 +191,20 @@ static long report(const stress_cfg *cfg, const phase *ph) {
            "error, %.1f s\n",
            ph->mode, sh->acquisitions, stress_faults_total(&ph->faults), violations,
            sum_codes(sh->errors), secs);
+    if (sh->crashed)
+        printf("hilock-stress: %s: %d workers crashed (their stacks are above: `addr2line -f -i -e\n"
+               "  hilock-stress +0x...` names the functions); the phase stopped there\n", ph->mode, sh->crashed);
     if (ph->failed)
         printf("hilock-stress: %s: the phase could not run to its end (see above): not a violation\n"
                "  of the lock, but the run fails\n", ph->mode);
     if (sh->overlaps_limit + sh->regressions_limit > 0)
         printf("hilock-stress: %s: %ld overlaps began within one lease after a kill -9 of the master\n"
-               "  that served the name: a grant that master had not yet replicated is lost with it,\n"
-               "  and its promoted replica grants the name again. That is the documented limit of\n"
-               "  asynchronous replication (README, Redis Cluster), not counted as a violation;\n"
-               "  fencing tokens (still increasing) are what protects a resource then.\n",
+               "  that served the name (or, under Sentinel, of the end of a plain SENTINEL FAILOVER,\n"
+               "  whose old master takes writes until it is made a replica): a grant that master had\n"
+               "  not replicated is lost with it, and the new master grants the name again. That is\n"
+               "  the documented limit of asynchronous replication (README, Redis Cluster, Redis\n"
+               "  Sentinel), not counted as a violation; fencing tokens are what protects a resource\n"
+               "  then.\n",
                ph->mode, sh->overlaps_limit + sh->regressions_limit);
     for (int i = 0; i < NCODES; i++)
         if (sh->sampled[i] && sh->errors[i])
@@ -190,14 +222,40 @@ static void plain_names(stress_cfg *cfg) {
 }
 
 static int usage(const char *argv0) {
-    fprintf(stderr, "usage: %s [-m standalone|cluster|both] [-s SECONDS<=120] [-p PROCS] "
+    fprintf(stderr, "usage: %s [-m all|standalone|cluster|sentinel|redlock|both] [-s SECONDS<=120] [-p PROCS] "
                     "[-w WAITERS/PROC] [-n NAMES<=%d]\n", argv0, MAX_NAMES);
     return 64;
 }
 
+/* The modes, in the order they run, and their shares of the time when
+ * several run (the cluster's is the largest: six servers to start, and a
+ * settle after each fault). `both` is standalone + cluster, as before
+ * Sentinel and Redlock came: 30% and 70%. */
+enum { STANDALONE, CLUSTER, SENTINEL, REDLOCK, NMODES };
+static const char *const mode_name[NMODES] = {"standalone", "cluster", "sentinel", "redlock"};
+static const int mode_share[NMODES] = {15, 35, 25, 25};
+
+static int parse_mode(const char *mode, int run[NMODES]) {
+    memset(run, 0, NMODES * sizeof(int));
+    if (strcmp(mode, "all") == 0) {
+        for (int i = 0; i < NMODES; i++) run[i] = 1;
+        return 0;
+    }
+    if (strcmp(mode, "both") == 0) {
+        run[STANDALONE] = run[CLUSTER] = 1;
+        return 0;
+    }
+    for (int i = 0; i < NMODES; i++)
+        if (strcmp(mode, mode_name[i]) == 0) {
+            run[i] = 1;
+            return 0;
+        }
+    return -1;
+}
+
 int main(int argc, char **argv) {
-    int seconds = 60, opt;
-    const char *mode = "both";
+    int seconds = 60, opt, run[NMODES];
+    const char *mode = "all";
     stress_cfg cfg;
     memset(&cfg, 0, sizeof(cfg));
     cfg.procs = 4;
@@ -213,9 +271,7 @@ int main(int argc, char **argv) {
         default: return usage(argv[0]);
         }
     }
-    int do_standalone = strcmp(mode, "standalone") == 0 || strcmp(mode, "both") == 0;
-    int do_cluster = strcmp(mode, "cluster") == 0 || strcmp(mode, "both") == 0;
-    if (!do_standalone && !do_cluster) return usage(argv[0]);
+    if (parse_mode(mode, run) != 0) return usage(argv[0]);
     if (seconds < 1 || seconds > 120 || cfg.procs < 1 || cfg.procs > MAX_PROCS || cfg.per_proc < 1 ||
         cfg.per_proc > 99999 || cfg.names < 1 || cfg.names > MAX_NAMES) {
         fprintf(stderr, "hilock-stress: out of range (seconds 1..120, procs 1..%d, waiters 1..99999, "
@@ -224,38 +280,73 @@ int main(int argc, char **argv) {
     }
     sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (sh == MAP_FAILED) { perror("mmap"); return 1; }
-    long long start = test_now_ms(), end = start + seconds * 1000LL;
+    long long start = test_now_ms();
     long violations = 0;
-    int failed = 0;
+    int names = cfg.names;
+    int failed = 0, total = 0, upto = 0;
+    for (int i = 0; i < NMODES; i++) total += run[i] ? mode_share[i] : 0;
 
-    if (do_standalone) {
-        phase ph = {.mode = "standalone", .started_ms = test_now_ms()};
+    for (int i = 0; i < NMODES; i++) {
+        if (!run[i]) continue;
+        upto += mode_share[i];
+        /* Each phase ends at its share of the whole, counted from the
+         * start: one that ran over (a drain) takes from the next. */
+        long long end = start + seconds * 1000LL * upto / total;
+        phase ph = {.mode = mode_name[i], .started_ms = test_now_ms()};
         stress_reset();
         plain_names(&cfg);
-        cfg.lease_ms = 3000;
-        cfg.request_timeout_ms = 1500;
-        cfg.long_hold_permille = 0;
-        run_standalone(&cfg, do_cluster ? start + seconds * 300LL : end, &ph);
+        switch (i) {
+        case STANDALONE:
+            cfg.lease_ms = 3000;
+            cfg.request_timeout_ms = 1500;
+            cfg.long_hold_permille = 0;
+            run_standalone(&cfg, end, &ph);
+            break;
+        case CLUSTER:
+            stress_cluster_names(&cfg);
+            /* Longer than a failover (about 3 s at node timeout 2000), as a
+             * cluster deployment should set it; a lease that outlives most
+             * failovers, so long holds (some longer than the lease, some
+             * longer than a failover) are renewed on the promoted replica. */
+            cfg.request_timeout_ms = 6000;
+            cfg.lease_ms = 5000;
+            cfg.long_hold_permille = 1;
+            cfg.long_hold_max_ms = 5000;
+            ph.failed = stress_cluster(&cfg, end, &ph.faults, &ph.stranded, &ph.bad_exits) != 0;
+            break;
+        case SENTINEL:
+            /* Above a failover (down-after 1000 ms + the election, 2-4 s
+             * after a kill -9), as the README says to set it; long holds
+             * renewed across failovers. */
+            cfg.request_timeout_ms = 8000;
+            cfg.lease_ms = 5000;
+            cfg.long_hold_permille = 1;
+            cfg.long_hold_max_ms = 5000;
+            ph.failed = stress_sentinel(&cfg, end, &ph.faults, &ph.stranded, &ph.bad_exits) != 0;
+            break;
+        case REDLOCK:
+            /* Four times the names: a hand-off under contention is
+             * slower here (the woken processes split the vote more often
+             * than not, and Redlock retries after 10-60 ms), so the rate
+             * grows with the names, and the drain, which must fit in the
+             * phase, shrinks with it. */
+            cfg.names = cfg.names * 4 < MAX_NAMES ? cfg.names * 4 : MAX_NAMES;
+            plain_names(&cfg);
+            /* A short lease, so killed masters come back (after more than
+             * a lease) within the phase; long holds, some longer than the
+             * lease, renewed while masters die and stall; a request
+             * timeout that some stalls outlast. */
+            cfg.request_timeout_ms = 2000;
+            cfg.lease_ms = 3000;
+            cfg.long_hold_permille = 1;
+            cfg.long_hold_max_ms = 4000;
+            ph.failed = stress_redlock(&cfg, end, &ph.faults, &ph.stranded, &ph.bad_exits) != 0;
+            break;
+        }
         ph.ended_ms = test_now_ms();
         violations += report(&cfg, &ph);
         failed |= ph.failed;
-    }
-    if (do_cluster) {
-        phase ph = {.mode = "cluster", .started_ms = test_now_ms()};
-        stress_reset();
-        stress_cluster_names(&cfg);
-        /* Longer than a failover (about 3 s at node timeout 2000), as a
-         * cluster deployment should set it; a lease that outlives most
-         * failovers, so long holds (some longer than the lease, some
-         * longer than a failover) are renewed on the promoted replica. */
-        cfg.request_timeout_ms = 6000;
-        cfg.lease_ms = 5000;
-        cfg.long_hold_permille = 1;
-        cfg.long_hold_max_ms = 5000;
-        ph.failed = stress_cluster(&cfg, end, &ph.faults, &ph.stranded, &ph.bad_exits) != 0;
-        ph.ended_ms = test_now_ms();
-        violations += report(&cfg, &ph);
-        failed |= ph.failed;
+        cfg.names = names;
     }
     printf("hilock-stress: %ld violations in %.1f s%s\n", violations, (double)(test_now_ms() - start) / 1000.0,
            failed ? "; a phase could not run to its end" : "");

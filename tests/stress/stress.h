@@ -14,6 +14,18 @@
 #define MAX_EVENTS 16  /* overlaps and fence regressions kept for the report */
 #define MAX_FAULT_KINDS 16
 
+#define TRACE_LEN 24    /* the last steps of each name, for the events */
+
+/* One step of a name, as a worker saw it (the trace of an event). */
+typedef struct stress_trace {
+    long long at_ms;            /* test_now_ms() */
+    int id;                     /* the waiter */
+    char kind;                  /* 'g' granted, 'e' hold ended (release sent),
+                                 * 'l' lost callback, 'r' release answered */
+    int arg;                    /* 'e': hilock_hold_lost() then; 'l': why; 'r': status */
+    unsigned long long fence;   /* 'g' */
+} stress_trace;
+
 /* One overlap or fence regression, as a worker saw it. */
 typedef struct stress_event {
     char kind;                  /* 'o' overlap, 'r' fence regression */
@@ -22,6 +34,15 @@ typedef struct stress_event {
     int prev, next;             /* holder ids (proc * 100000 + waiter + 1) */
     long long at_ms;            /* test_now_ms() */
     unsigned long long fence, last_fence;
+    /* An overlap: when and how the previous holder left ('e' its hold
+     * ended, 'l' its lost callback; 0 not seen), and whether
+     * hilock_hold_lost() said 1 then. */
+    long long prev_since_ms;    /* when the previous holder was granted */
+    volatile long long prev_left_ms;
+    volatile char prev_left_how;
+    volatile int prev_left_lost;
+    int ntrace;                 /* the name's last steps up to the event */
+    stress_trace trace[TRACE_LEN];
 } stress_event;
 
 typedef struct stress_shared {
@@ -29,6 +50,7 @@ typedef struct stress_shared {
      * holder clears only its own id, so a late lost callback never hides
      * the next holder. */
     volatile int inside[MAX_NAMES];
+    volatile long long inside_since[MAX_NAMES]; /* when its holder was granted */
     volatile unsigned long long last_fence[MAX_NAMES];
     /* Asynchronous replication: a grant the killed master had not yet sent
      * to its replica is gone after the promotion, and the name can be
@@ -47,7 +69,12 @@ typedef struct stress_shared {
     volatile long issued[MAX_PROCS], ended[MAX_PROCS];
     volatile int nevents;
     stress_event events[MAX_EVENTS];
+    volatile unsigned trace_n[MAX_NAMES];  /* steps of each name so far */
+    stress_trace trace[MAX_NAMES][TRACE_LEN];
+    volatile int watch_id[MAX_NAMES];      /* a holder some overlap met, and */
+    volatile int watch_ev[MAX_NAMES];      /* that event's index + 1 */
     volatile int stop;                     /* workers issue no new requests */
+    volatile int crashed;                  /* workers that crashed (a fatal signal) */
 } stress_shared;
 
 extern stress_shared *sh;
@@ -98,5 +125,39 @@ int stress_cluster(stress_cfg *cfg, long long end_ms, stress_faults *faults, lon
  * (which `redis-cli --cluster reshard` moves first) alternate with plain
  * ones, so reshards move busy slots too. */
 void stress_cluster_names(stress_cfg *cfg);
+
+/* The Sentinel phase (sentinel.c): a master, its replica and three
+ * sentinels, the workers on the redis-sentinel:// URL, random failovers
+ * (writes paused, and plain), kill -9 of the master or of a sentinel,
+ * connection kills, until end_ms. The same contract as stress_cluster. */
+int stress_sentinel(stress_cfg *cfg, long long end_ms, stress_faults *faults, long *stranded,
+                    int *bad_exits);
+
+/* The Redlock phase (redlock.c): five independent masters, the workers on
+ * the redlock:// URL, random kill -9 of a minority restarted empty after
+ * more than a lease, stalls, connection kills, until end_ms. The same
+ * contract as stress_cluster. */
+int stress_redlock(stress_cfg *cfg, long long end_ms, stress_faults *faults, long *stranded,
+                   int *bad_exits);
+
+/* Shared by the sentinel and redlock phases (worker.c). */
+/* Lines of the phase's event log: on stdout, "[  12.3 s] ..." from t0, and
+ * into the file `path` (NULL: none) until stress_log_close. */
+void stress_log_open(long long t0, const char *path);
+void stress_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void stress_log_close(void);
+/* A line with the acquire requests that ended in error since it last said
+ * so, if any: which faults the errors follow. */
+void stress_say_errors(void);
+/* Acquire requests issued and not yet ended, over the workers. */
+long stress_pending(int procs);
+/* How long the workers will take to drain once stopped: the pending
+ * requests at the grant rate since `since`, times `slowdown`, + 2 s, in
+ * 3..30 s; reserve_ms for the first 3 s. */
+long long stress_drain_estimate(const stress_cfg *cfg, long long since, double slowdown, long long reserve_ms);
+/* Copy (or append) a file, best effort: the servers' logs kept. */
+void stress_copy_file(const char *from, const char *to, int append);
+/* rm -rf of one of our /tmp/hilock-stress-* dirs. */
+void stress_rm_rf(const char *dir);
 
 #endif

@@ -5,7 +5,9 @@
  *   - fencing tokens strictly increasing per name, as a resource sees them,
  *   - every acquire request ends with exactly one callback. */
 #include <errno.h>
+#include <execinfo.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,7 @@ typedef struct slot {
     int pending;
     hilock_hold *hold;
     struct event *hold_timer;
+    struct event *retry_timer; /* after an error: a short pause, then again */
 } slot;
 
 typedef struct worker {
@@ -51,6 +54,17 @@ static void sample_error(worker *w, int status) {
     snprintf(sh->err_sample[code], sizeof(sh->err_sample[code]), "%s", hilock_client_errstr(w->client));
 }
 
+/* A step of a name into its ring (racy between processes: a diagnosis). */
+static void trace(int name, int id, char kind, int arg, unsigned long long fence) {
+    unsigned i = __atomic_fetch_add(&sh->trace_n[name], 1, __ATOMIC_SEQ_CST) % TRACE_LEN;
+    stress_trace *t = &sh->trace[name][i];
+    t->at_ms = test_now_ms();
+    t->id = id;
+    t->kind = kind;
+    t->arg = arg;
+    t->fence = fence;
+}
+
 static void note_event(char kind, int name, int limit, int prev, int next, unsigned long long fence,
                        unsigned long long last) {
     int i = __atomic_fetch_add(&sh->nevents, 1, __ATOMIC_SEQ_CST);
@@ -64,6 +78,14 @@ static void note_event(char kind, int name, int limit, int prev, int next, unsig
     e->at_ms = test_now_ms();
     e->fence = fence;
     e->last_fence = last;
+    e->prev_since_ms = sh->inside_since[name];
+    unsigned n = sh->trace_n[name], from = n > TRACE_LEN ? n - TRACE_LEN : 0;
+    e->ntrace = 0;
+    for (unsigned k = from; k < n; k++) e->trace[e->ntrace++] = sh->trace[name][k % TRACE_LEN];
+    if (kind == 'o') {
+        sh->watch_ev[name] = i + 1;
+        sh->watch_id[name] = prev;
+    }
 }
 
 /* Inside the window after a kill -9 of the master of this name's slot? */
@@ -74,20 +96,31 @@ static int in_limit(int name) {
 
 /* The holder leaves (end of its hold, or its lock was lost): clear its own
  * id only, never that of a holder that came in meanwhile. */
-static void leave(slot *s) {
+static void leave(slot *s, char how, int lost) {
     int mine = s->id;
+    trace(s->name, s->id, how, lost, 0);
+    if (sh->watch_id[s->name] == s->id) { /* an overlap met us: say when we left */
+        int ev = sh->watch_ev[s->name] - 1;
+        sh->watch_id[s->name] = 0;
+        if (ev >= 0 && ev < MAX_EVENTS) {
+            sh->events[ev].prev_left_ms = test_now_ms();
+            sh->events[ev].prev_left_lost = how == 'l' || lost;
+            sh->events[ev].prev_left_how = how;
+        }
+    }
     __atomic_compare_exchange_n(&sh->inside[s->name], &mine, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }
 
 static void lost_cb(hilock_hold *h, int why, void *data) {
     slot *s = data;
-    (void)h; (void)why;
+    (void)h;
     __atomic_add_fetch(&sh->lost, 1, __ATOMIC_SEQ_CST);
-    leave(s); /* no longer ours: say so before another takes it */
+    leave(s, 'l', why); /* no longer ours: say so before another takes it */
 }
 
 static void released(int status, void *data) {
     slot *s = data;
+    trace(s->name, s->id, 'r', status, 0);
     if (status != 0) count_code(sh->release_errors, status);
     if (!sh->stop) issue(s);
 }
@@ -95,7 +128,7 @@ static void released(int status, void *data) {
 static void end_hold(evutil_socket_t fd, short what, void *arg) {
     slot *s = arg;
     (void)fd; (void)what;
-    leave(s);
+    leave(s, 'e', hilock_hold_lost(s->hold));
     if (hilock_release(s->hold, released, s) != 0) {
         count_code(sh->release_errors, 0);
         if (!sh->stop) issue(s);
@@ -106,10 +139,12 @@ static void enter(slot *s, hilock_hold *h) {
     int limit = in_limit(s->name);
     int prev = __atomic_exchange_n(&sh->inside[s->name], s->id, __ATOMIC_SEQ_CST);
     unsigned long long f = hilock_hold_fence(h), last = sh->last_fence[s->name];
+    trace(s->name, s->id, 'g', 0, f);
     if (prev != 0) {
         __atomic_add_fetch(limit ? &sh->overlaps_limit : &sh->overlaps, 1, __ATOMIC_SEQ_CST);
         note_event('o', s->name, limit, prev, s->id, f, last);
     }
+    sh->inside_since[s->name] = test_now_ms();
     if (f <= last) {
         __atomic_add_fetch(limit ? &sh->regressions_limit : &sh->regressions, 1, __ATOMIC_SEQ_CST);
         note_event('r', s->name, limit, prev, s->id, f, last);
@@ -140,7 +175,11 @@ static void acquired(hilock_hold *h, int status, void *data) {
     if (status != 0) {
         count_code(sh->errors, status);
         sample_error(w, status);
-        if (!sh->stop) issue(s);
+        /* Not at once: while a quorum or the master is out of reach, a
+         * request fails at once, and a thousand waiters coming straight
+         * back would only spin (and starve the holders' timers). */
+        struct timeval tv = {0, 1000 + (long)(rand_r(&w->rnd) % 19000)};
+        if (!sh->stop) evtimer_add(s->retry_timer, &tv);
         return;
     }
     __atomic_add_fetch(&sh->acquisitions, 1, __ATOMIC_SEQ_CST);
@@ -167,10 +206,44 @@ static void issue(slot *s) {
     }
 }
 
+static void retry(evutil_socket_t fd, short what, void *arg) {
+    slot *s = arg;
+    (void)fd; (void)what;
+    if (!sh->stop) issue(s);
+}
+
 static void stop_check(evutil_socket_t fd, short what, void *arg) {
     worker *w = arg;
     (void)fd; (void)what;
     if (sh->stop && sh->ended[w->proc] == sh->issued[w->proc]) event_base_loopbreak(w->base);
+}
+
+/* A worker that crashes says so, with its stack (addresses: resolve them
+ * with `addr2line -f -e hilock-stress +0x...`), then dies of the same
+ * signal (a core file where the system keeps them). */
+static int my_proc = -1;
+
+static void on_crash(int sig) {
+    char head[96];
+    void *frames[48];
+    __atomic_add_fetch(&sh->crashed, 1, __ATOMIC_SEQ_CST); /* the fault loop stops */
+    for (int k = 0; k < MAX_NAMES; k++) { /* a dead process holds nothing */
+        int id = sh->inside[k];
+        if (id / 100000 == my_proc)
+            __atomic_compare_exchange_n(&sh->inside[k], &id, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+    int n = snprintf(head, sizeof(head), "hilock-stress: worker pid %d: signal %d; its stack:\n", (int)getpid(), sig);
+    if (write(2, head, (size_t)n) < 0) { /* nothing to do */ }
+    backtrace_symbols_fd(frames, backtrace(frames, 48), 2);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void catch_crashes(void) {
+    void *warm[1];
+    backtrace(warm, 1); /* loads libgcc now, not in the handler */
+    int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) signal(sigs[i], on_crash);
 }
 
 static int run_worker(const stress_cfg *cfg, int proc) {
@@ -193,6 +266,7 @@ static int run_worker(const stress_cfg *cfg, int proc) {
         w.slots[i].w = &w;
         w.slots[i].id = proc * 100000 + i + 1;
         w.slots[i].hold_timer = evtimer_new(w.base, end_hold, &w.slots[i]);
+        w.slots[i].retry_timer = evtimer_new(w.base, retry, &w.slots[i]);
         issue(&w.slots[i]);
     }
     struct event *tick = event_new(w.base, -1, EV_PERSIST, stop_check, &w);
@@ -203,7 +277,10 @@ static int run_worker(const stress_cfg *cfg, int proc) {
     hilock_client_close(w.client, NULL, NULL);
     event_base_dispatch(w.base);
     event_free(tick);
-    for (int i = 0; i < cfg->per_proc; i++) event_free(w.slots[i].hold_timer);
+    for (int i = 0; i < cfg->per_proc; i++) {
+        event_free(w.slots[i].hold_timer);
+        event_free(w.slots[i].retry_timer);
+    }
     free(w.slots);
     event_base_free(w.base);
     return sh->ended[proc] == sh->issued[proc] ? 0 : 3;
@@ -224,6 +301,9 @@ pid_t *stress_workers_start(const stress_cfg *cfg) {
             /* A worker outlives no parent: nothing would stop it. */
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != parent) _exit(127);
+            my_proc = p;
+            catch_crashes();
+            signal(SIGPIPE, SIG_IGN); /* as the README asks of programs (hiredis writes) */
             _exit(run_worker(cfg, p));
         }
     }
@@ -247,6 +327,10 @@ int stress_workers_finish(pid_t *kids, int procs, int drain_ms, long *stranded) 
                     p, drain_ms, sh->issued[p] - sh->ended[p]);
         }
         if (st != 0) bad++;
+        if (st > 0) {
+            fprintf(stderr, "hilock-stress: worker %d (pid %d) %s %d\n", p, (int)kids[p],
+                    st > 128 ? "was killed by signal" : "exited with status", st > 128 ? st - 128 : st);
+        }
     }
     free(kids);
     return bad;
@@ -264,4 +348,74 @@ long stress_faults_total(const stress_faults *f) {
     long t = 0;
     for (int i = 0; i < f->count; i++) t += f->n[i];
     return t;
+}
+
+/* ---- Shared by the sentinel and redlock phases --------------------------- */
+
+static long long log_t0;
+static FILE *log_file;
+
+void stress_log_open(long long t0, const char *path) {
+    log_t0 = t0;
+    log_file = path ? fopen(path, "w") : NULL;
+}
+
+void stress_log_close(void) {
+    if (log_file) fclose(log_file);
+    log_file = NULL;
+}
+
+void stress_say(const char *fmt, ...) {
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    double at = (double)(test_now_ms() - log_t0) / 1000.0;
+    printf("hilock-stress: [%6.1f s] %s\n", at, line);
+    fflush(stdout);
+    if (log_file) {
+        fprintf(log_file, "[%6.1f s] %s\n", at, line);
+        fflush(log_file);
+    }
+}
+
+void stress_say_errors(void) {
+    static long seen;
+    long n = 0;
+    for (int i = 0; i < NCODES; i++) n += sh->errors[i];
+    if (n < seen) seen = 0; /* a new phase */
+    if (n > seen) stress_say("  (%ld requests ended in error since the last line of this kind)", n - seen);
+    seen = n;
+}
+
+long stress_pending(int procs) {
+    long pending = 0;
+    for (int p = 0; p < procs; p++) pending += sh->issued[p] - sh->ended[p];
+    return pending;
+}
+
+long long stress_drain_estimate(const stress_cfg *cfg, long long since, double slowdown, long long reserve_ms) {
+    long long elapsed = test_now_ms() - since;
+    if (elapsed < 3000 || sh->acquisitions == 0) return reserve_ms; /* the first grants come slower */
+    double per_ms = (double)sh->acquisitions / (double)elapsed;
+    long long est = (long long)((double)stress_pending(cfg->procs) / per_ms * slowdown) + 2000;
+    return est < 3000 ? 3000 : est > 30000 ? 30000 : est;
+}
+
+void stress_copy_file(const char *from, const char *to, int append) {
+    char buf[65536];
+    FILE *in = fopen(from, "r"), *out = in ? fopen(to, append ? "a" : "w") : NULL;
+    size_t n;
+    while (out && (n = fread(buf, 1, sizeof(buf), in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) break;
+    if (out) fclose(out);
+    if (in) fclose(in);
+}
+
+void stress_rm_rf(const char *dir) {
+    char cmd[256];
+    if (dir == NULL || strncmp(dir, "/tmp/hilock-stress-", 19) != 0 || strchr(dir, '\'') != NULL) return;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0) { /* a leftover temp dir is harmless */ }
 }

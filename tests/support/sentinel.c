@@ -341,3 +341,21 @@ int test_sentinel_node_restart(test_sentinel *s, test_redis *r, const test_redis
     if (data_node_start(r, port, master) != 0) return -1;
     return wait_link(r, master, LINK_WAIT_MS);
 }
+
+int test_sentinel_respawn(test_redis *r) {
+    char conf[192], path[192], buf[2048];
+    if (r->pid > 0 || r->port <= 0 || r->dir[0] == '\0') return -1;
+    snprintf(conf, sizeof(conf), "%s/sentinel.conf", r->dir);
+    r->pid = spawn_sentinel(r, conf); /* the file names its port, and what it learned */
+    if (r->pid < 0) { r->pid = 0; return -1; }
+    long long deadline = test_now_ms() + SPAWN_WAIT_MS;
+    int st;
+    while ((st = test_redis_probe(r)) == 0 && test_now_ms() < deadline) test_msleep(10);
+    if (st == 1) return 0;
+    snprintf(path, sizeof(path), "%s/sentinel.log", r->dir);
+    fprintf(stderr, "harness: sentinel on port %d %s after a restart:\n%s\n", r->port,
+            st == -2 ? "lost its port" : st == -1 ? "exited" : "did not answer PING",
+            test_slurp(path, buf, sizeof(buf)));
+    test_redis_kill(r); /* its dir stays, for test_sentinel_stop */
+    return -1;
+}

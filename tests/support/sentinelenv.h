@@ -76,4 +76,10 @@ test_redis *test_sentinel_wait_new_master(test_sentinel *s, const test_redis *ol
  * -1. */
 int test_sentinel_node_restart(test_sentinel *s, test_redis *r, const test_redis *master);
 
+/* Start a sentinel again that was killed with test_redis_kill (its dir
+ * kept): on its port, from its sentinel.conf, which holds what it had
+ * learned (the master, the replicas, the other sentinels, the epoch).
+ * Waits until it answers PING. Returns 0, or -1 (nothing left running). */
+int test_sentinel_respawn(test_redis *r);
+
 #endif
