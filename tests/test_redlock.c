@@ -646,6 +646,66 @@ Test(redlock, master_restarted_empty_under_holder) {
     hilock_client_free(b);
 }
 
+/* The subscriber connections dropped one after the other (CLIENT KILL
+ * TYPE pubsub), the leader's among them: the waiter is still subscribed
+ * on every node once they are back, is woken by the release, and when the
+ * name goes idle it is unsubscribed everywhere (nothing left behind on the
+ * nodes that kept their subscription through a leader's loss). */
+Test(redlock, subscriber_connections_dropped_one_by_one) {
+    const char *name = "rl-subkill";
+    hilock_client *a = rl_client(3), *b = rl_client(3);
+    hilock_acquire_opts o = opts_lease(HILOCK_WAIT_FOREVER, 30000);
+    got ga = acquire_timed(a, name, &o, 5000, NULL);
+    cr_assert_eq(ga.status, 0, "%s", hilock_strerror(ga.status));
+    got gb = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(b, name, NULL, got_cb, &gb, NULL), 0);
+    test_loop_for(e.base, 200);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(run_on(&srv[i], "CLIENT KILL TYPE %s", "pubsub"), 1);
+        test_loop_for(e.base, 300); /* back, and subscribed again */
+    }
+    for (int i = 0; i < 3; i++)
+        cr_expect_geq(numsub(&srv[i], name), 1, "the waiter is not subscribed on node %d", i);
+    cr_expect_eq(gb.calls, 0, "granted while held");
+    long long t0 = test_now_ms();
+    cr_expect_eq(release_now(&e, ga.hold), 0);
+    cr_assert(test_loop_until(e.base, &gb.calls, 3000), "the waiter was not woken");
+    cr_expect_eq(gb.status, 0, "%s", hilock_strerror(gb.status));
+    cr_expect_lt(gb.at_ms - t0, 300, "granted %lld ms after the release", gb.at_ms - t0);
+    if (gb.status == 0) cr_expect_eq(release_now(&e, gb.hold), 0);
+    test_loop_for(e.base, 600); /* linger (lockenv: 100 ms), then unsubscribe */
+    for (int i = 0; i < 3; i++)
+        cr_expect_eq(numsub(&srv[i], name), 0, "a subscription left on node %d", i);
+    hilock_client_free(a);
+    hilock_client_free(b);
+
+    /* A lingering name (no waiter, still subscribed) while one node's
+     * subscriber connection drops, each node in turn (one of them leads):
+     * when the linger ends it is unsubscribed on every node. */
+    char url[512];
+    hilock_client *c = lockenv_client_url(&e, url_of(url, sizeof(url), 3), 1500);
+    for (int k = 0; k < 3; k++) {
+        char idle[32];
+        snprintf(idle, sizeof(idle), "rl-linger-%d", k);
+        hilock_client *h = rl_client(3);
+        got gh = acquire_timed(h, idle, NULL, 5000, NULL);
+        cr_assert_eq(gh.status, 0);
+        got gc = {0, 0, NULL, 0};
+        cr_assert_eq(hilock_acquire(c, idle, NULL, got_cb, &gc, NULL), 0);
+        test_loop_for(e.base, 200); /* c waits, subscribed on every node */
+        cr_expect_eq(release_now(&e, gh.hold), 0);
+        cr_assert(test_loop_until(e.base, &gc.calls, 3000));
+        cr_assert_eq(gc.status, 0);
+        cr_expect_eq(release_now(&e, gc.hold), 0); /* c's name lingers */
+        cr_assert_eq(run_on(&srv[k], "CLIENT KILL TYPE %s", "pubsub"), 1);
+        test_loop_for(e.base, 2500); /* the linger ends */
+        for (int i = 0; i < 3; i++)
+            cr_expect_eq(numsub(&srv[i], idle), 0, "node %d dropped: a subscription left on node %d", k, i);
+        hilock_client_free(h);
+    }
+    hilock_client_free(c);
+}
+
 /* ---- f. Validity against a stalled master ----------------------------------- */
 
 Test(redlock, stalled_master_and_validity) {

@@ -127,12 +127,14 @@ static void on_sub_lost(void *arg, hl_node *node) {
     }
 }
 
-/* Redlock: `to` (re)connected; subscribe there what goes through `via`. */
+/* Redlock: send `to` what goes through `via`: the subscriptions, and the
+ * unsubscriptions under way (a node that reconnected, or the new leader,
+ * whose acks now stand for `via`). */
 static void on_replay(void *arg, hl_node *via, hl_node *to) {
     hilock_client *c = arg;
     for (hl_name *n = hl_names_first(c); n; n = hl_names_next(c, n))
-        if (n->sub_node == via && (n->sub == HL_SUB_PENDING || n->sub == HL_SUB_ACTIVE))
-            hl_node_subscribe(to, hl_name_channel(n), n->chlen, 1);
+        if (n->sub_node == via && n->sub != HL_SUB_NONE)
+            hl_node_subscribe(to, hl_name_channel(n), n->chlen, n->sub != HL_SUB_LEAVING);
 }
 
 static void on_resubscribe(void *arg, hl_node *node, int slot) {

@@ -31,9 +31,10 @@
  * each node it reaches, and any one may be down). `all`, a node without
  * connections, is what route and sub_route name: subscribing through it
  * subscribes on every node whose subscriber connection is up. One of
- * those, the leader, stands for `all` towards the engine: its acks and its
- * loss are `all`'s. A node that (re)connects and is not the leader has the
- * engine's channels replayed to it. Messages from any node wake waiters.
+ * those, the leader, stands for `all` towards the engine: its acks are
+ * `all`'s. A node that (re)connects and is not the leader has the engine's
+ * channels replayed to it; so does a new leader, whose acks then answer
+ * what is under way. Only when no node is up is it `all`'s loss. Messages from any node wake waiters.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -318,17 +319,19 @@ static void rl_sub_ready(void *arg, hl_node *node) {
     }
 }
 
-/* The leader's loss is `all`'s: the engine forgets its subscriptions, and
- * subscribes again through the next leader, if a node is up. */
+/* The leader's loss: another node that is up leads, and gets what is under
+ * way sent again so that its acks answer it (the other nodes keep their
+ * subscriptions). With none up, it is `all`'s loss: the engine forgets
+ * its subscriptions and subscribes again when a node is back. */
 static void rl_sub_lost(void *arg, hl_node *node) {
     hl_topo *t = arg;
     hl_redlock *rl = t->redlock;
     if (node != rl->leader) return;
     set_leader(rl, NULL);
-    rl->up.lost(rl->up.arg, rl->all);
     for (int i = 0; i < rl->n && rl->leader == NULL; i++)
         if (rl->node[i] != node && hl_node_sub_ready(rl->node[i])) set_leader(rl, rl->node[i]);
-    if (rl->leader) rl->up.ready(rl->up.arg, rl->all);
+    if (rl->leader) rl->up.replay(rl->up.arg, rl->all, rl->leader);
+    else rl->up.lost(rl->up.arg, rl->all);
 }
 
 static void rl_resubscribe(void *arg, hl_node *node, int slot) {
