@@ -151,7 +151,7 @@ static void watchdog_fired(hl_timer *t) {
     if (h->renew == NULL) {
         h->renew_lease = h->terms.lease_ms;
         hl_fence_raise(n, h->fence);
-        h->renew = n->prim->renew_req(n, h->token, h->renew_lease, on_renewed, h);
+        h->renew = n->prim->renew_req(n, h->token, h->fence, h->renew_lease, on_renewed, h);
         if (h->renew) h->renew->wait_replicas = h->c->cfg.wait_replicas & 127;
         if (h->renew) h->renew->lease_ms = h->renew_lease;
         if (h->renew) hl_name_submit(n, h->renew);
@@ -348,7 +348,7 @@ int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb, 
     if (!hl_hold_live(h, hl_now_ms())) return HILOCK_ELOST;
     hl_extendop *op = calloc(1, sizeof(*op));
     if (op == NULL) return HILOCK_ENOMEM;
-    hl_req *r = h->name->prim->renew_req(h->name, h->token, lease_ms, on_extended, op);
+    hl_req *r = h->name->prim->renew_req(h->name, h->token, h->fence, lease_ms, on_extended, op);
     if (r == NULL) { free(op); return HILOCK_ENOMEM; }
     r->wait_replicas = h->c->cfg.wait_replicas & 127;
     r->lease_ms = lease_ms;

@@ -56,13 +56,17 @@ static hl_req *mutex_release_req(hl_name *n, const char *token, hl_req_done done
     return r;
 }
 
-/* renew(lock; token, lease_ms) */
-static hl_req *mutex_renew_req(hl_name *n, const char *token, uint32_t lease_ms,
+/* renew(lock; token, lease_ms[, fence]). Redlock: with the fence, a master
+ * that lost the key (restarted empty, or it expired there alone) gets it
+ * back while the quorum holds, so the hold does not wear away master by
+ * master. */
+static hl_req *mutex_renew_req(hl_name *n, const char *token, uint64_t fence, uint32_t lease_ms,
                                hl_req_done done, void *owner) {
-    hl_req *r = hl_name_req(n, &renew_cmd, HL_TOKEN_LEN + 20, done, owner);
+    hl_req *r = hl_name_req(n, &renew_cmd, HL_TOKEN_LEN + 2 * 20, done, owner);
     if (r == NULL) return NULL;
     hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
     hl_req_arg_u64(r, lease_ms);
+    if (hl_topo_quorum(&n->c->topo)) hl_req_arg_u64(r, fence);
     return r;
 }
 

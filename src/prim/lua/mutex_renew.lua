@@ -1,7 +1,18 @@
--- renew: KEYS[1] lock; ARGV[1] token, ARGV[2] lease_ms
+-- renew: KEYS[1] lock; ARGV[1] token, ARGV[2] lease_ms[, ARGV[3] fence]
 -- Extend the lease only if the lock is still ours. Returns 1 or 0.
-if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
+-- Redlock passes the hold's fence: a master where the key is gone (it
+-- restarted empty, or the key expired there alone) gets it back, but the
+-- answer is still 0. Only the masters that kept the key count: if they
+-- are a quorum, the hold never lapsed, so nobody else can have held the
+-- lock meanwhile, and the key taken back counts from the next renewal on.
+-- Never where another token holds it.
+local token = redis.call('HGET', KEYS[1], 'token')
+if token == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
+end
+if token == false and ARGV[3] then
+  redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
