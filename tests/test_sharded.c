@@ -343,6 +343,35 @@ static hilock_client *one_client(int pubsub, uint32_t replicas) {
     return lockenv_client_cfg(&one, &cfg);
 }
 
+/* A cancel while the try's WAIT is still out (no replica: WAIT runs its
+ * whole timeout): one ECANCELED callback, and the lock the script took is
+ * not left behind. So does a client freed at that moment. */
+Test(pubsub, cancel_and_free_while_wait_is_out) {
+    hilock_config cfg;
+    lockenv_config(&cfg, one.r.url);
+    cfg.wait_replicas = 1;
+    cfg.wait_timeout_ms = 300;
+    hilock_client *c = lockenv_client_cfg(&one, &cfg);
+    got g = {0, 0, NULL, 0};
+    hilock_wait *w = NULL;
+    cr_assert_eq(hilock_acquire(c, "wait-cancel", NULL, got_cb, &g, &w), 0);
+    test_loop_for(one.base, 100); /* the script ran; WAIT is waiting */
+    cr_expect_eq(lock_exists(&one.r, "wait-cancel"), 1, "the try has not run yet");
+    cr_assert_eq(hilock_wait_cancel(w), 0);
+    test_loop_for(one.base, 600);
+    cr_expect_eq(g.calls, 1, "%d callbacks", g.calls);
+    cr_expect_eq(g.status, HILOCK_ECANCELED, "%s", hilock_strerror(g.status));
+    cr_expect_eq(lock_exists(&one.r, "wait-cancel"), 0, "the cancelled try's lock was left behind");
+
+    got g2 = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(c, "wait-free", NULL, got_cb, &g2, NULL), 0);
+    test_loop_for(one.base, 100);
+    hilock_client_free(c); /* WAIT still out */
+    cr_expect_eq(g2.calls, 1, "%d callbacks", g2.calls);
+    cr_expect_eq(g2.status, HILOCK_ECANCELED, "%s", hilock_strerror(g2.status));
+    test_loop_for(one.base, 400);
+}
+
 /* Sharded pub/sub asked for on a single Redis 7: SSUBSCRIBE/SPUBLISH. */
 Test(pubsub, sharded_on_one_server) {
     hilock_client *a = one_client(HILOCK_PUBSUB_SHARDED, 0), *b = one_client(HILOCK_PUBSUB_SHARDED, 0);
