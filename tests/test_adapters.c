@@ -197,7 +197,7 @@ static void check_timeout(int kind) {
 static void check_refused(int kind) {
     tloop l;
     char url[64];
-    int port = test_free_port(); /* nobody listens there */
+    int port = test_refused_port(); /* nobody listens there */
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
     tloop_init(&l, kind);
     hilock_config cfg;

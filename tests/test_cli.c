@@ -639,7 +639,7 @@ Test(cli, unlock_then_dashdash_is_a_lock_named_unlock, .timeout = 30) {
 Test(cli, unlock_without_redis_exits_69, .timeout = 30) {
     char url[64], err[1024];
 
-    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_free_port());
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_refused_port());
     cr_assert_eq(unlock_run(url, "nope"), 69);
     cr_assert_not_null(strstr(test_slurp(tmp("err"), err, sizeof(err)), "hilock: cannot unlock nope: "), "%s", err);
 }
@@ -650,7 +650,7 @@ Test(cli, unreachable_server_exits_69, .timeout = 30) {
     char url[64], out[1024];
     long long t0, took;
 
-    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_free_port());
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_refused_port());
     t0 = test_now_ms();
     cr_assert_eq(RUN("-u", url, "nope", "--", "touch", tmp("ran")), 69);
     took = test_now_ms() - t0;

@@ -291,7 +291,7 @@ Test(cluster, first_seed_killed_under_contention, .timeout = 120) { failover_und
  * seed (the map, the subscriptions), and waiters are woken as usual. */
 Test(cluster, next_seed_when_the_first_is_down) {
     char url[160];
-    snprintf(url, sizeof(url), "redis://127.0.0.1:%d,127.0.0.1:%d", test_free_port(), cl.node[2].port);
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d,127.0.0.1:%d", test_refused_port(), cl.node[2].port);
     hilock_client *a = cluster_client(url), *b = cluster_client(url);
     got ga = take(a, "next-seed");
     cr_assert_eq(ga.status, 0, "%s (%s)", hilock_strerror(ga.status), hilock_client_errstr(a));

@@ -458,7 +458,7 @@ static got acquire_with_url(const char *url) {
 
 Test(input, unreachable_server) {
     char url[64];
-    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_free_port());
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_refused_port());
     long long t0 = test_now_ms();
     got g = acquire_with_url(url);
     cr_expect_eq(g.status, HILOCK_ECONN, "got %s", hilock_strerror(g.status));

@@ -485,7 +485,7 @@ Test(redlock, five_masters_exclusion_across_processes, .timeout = 90) {
 /* A port where nothing listens, from the start. */
 Test(redlock, one_master_never_up) {
     char url[256];
-    int ports[3] = {srv[0].port, srv[1].port, test_free_port()};
+    int ports[3] = {srv[0].port, srv[1].port, test_refused_port()};
     hilock_client *c = rl_client_url(url_of_ports(url, sizeof(url), ports, 3));
     for (int round = 0; round < 2; round++) {
         long long took;
@@ -567,7 +567,7 @@ Test(redlock, majority_down_of_three) {
 
     /* Never up at all, from the client's start. */
     char url[256];
-    int ports[3] = {srv[0].port, test_free_port(), test_free_port()};
+    int ports[3] = {srv[0].port, test_refused_port(), test_refused_port()};
     c = rl_client_url(url_of_ports(url, sizeof(url), ports, 3));
     expect_no_quorum(c, "rl-majority", NULL, "never up, wait forever");
     o = opts_wait(0);

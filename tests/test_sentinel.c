@@ -375,7 +375,7 @@ static long long quick_lock(const char *url, const char *name) {
 Test(sentinel, one_sentinel_down) {
     char url[300], first[64];
     up();
-    snprintf(first, sizeof(first), "127.0.0.1:%d,", test_free_port());
+    snprintf(first, sizeof(first), "127.0.0.1:%d,", test_refused_port());
     long long ms = quick_lock(url_with(url, sizeof(url), first, NULL), "refused-first");
     cr_expect_lt(ms, 1000, "a refused sentinel first: %lld ms", ms);
     cr_log_info("a refused sentinel first: %lld ms", ms);
@@ -432,7 +432,7 @@ static got acquire_failing(const char *url, int64_t wait_ms, hilock_client **out
 Test(sentinel, all_sentinels_down) {
     char url[200];
     snprintf(url, sizeof(url), "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d#%s",
-             test_free_port(), test_free_port(), test_free_port(), TEST_SENTINEL_NAME);
+             test_refused_port(), test_refused_port(), test_refused_port(), TEST_SENTINEL_NAME);
     int64_t waits[] = {HILOCK_WAIT_FOREVER, 0};
     for (int i = 0; i < 2; i++) {
         hilock_client *c;

@@ -47,6 +47,25 @@ static void sleep_ms(int ms) {
 
 /* ---- Ports ---------------------------------------------------------------- */
 
+int test_refused_port(void) {
+    /* Bound, never listening: a connection there is refused, and no other
+     * process (a server a parallel test starts) can take the port while
+     * this one lives, as the socket stays open until the process ends. */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof(sa);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0) return -1;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
+        close(fd);
+        return -1;
+    }
+    return ntohs(sa.sin_port);
+}
+
 int test_free_port(void) {
     /* Keep port + 10000 (the Redis Cluster bus port) a valid port too, so a
      * server started with --cluster-enabled yes can use the same helper. */

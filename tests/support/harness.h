@@ -20,6 +20,11 @@ typedef struct test_redis {
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
 int test_free_port(void);
 
+/* A TCP port on 127.0.0.1 where connections are refused (bound, never
+ * listening) for the rest of the process: "a server that is down", which
+ * no server started meanwhile can take. */
+int test_refused_port(void);
+
 /* Start redis-server on a free port (or `port` if > 0) with no persistence,
  * plus the extra argv pairs (NULL-terminated, e.g. "--requirepass", "pw",
  * NULL). Waits until it answers PING (up to 5 s). Returns 0 or -1. */
