@@ -101,6 +101,10 @@ typedef struct hl_cmd {
 hl_req *hl_name_req(hl_name *n, const hl_cmd *cmd, size_t tail, hl_req_done done, void *owner);
 void hl_name_submit(hl_name *n, hl_req *r);
 void hl_name_submit_within(hl_name *n, hl_req *r, uint64_t ms);
+/* Submit a request that sets n's lease (a try, a renewal): WAIT for the
+ * configured replicas follows it, and a quorum (Redlock) counts it only
+ * within lease_ms. */
+void hl_name_submit_leased(hl_name *n, hl_req *r, uint32_t lease_ms);
 
 /* ---- What waits and holds share -------------------------------------------- */
 

@@ -386,10 +386,8 @@ static void try_send(hilock_wait *w) {
     n->woken = 0;
     n->refs++; /* until on_try_done has finished with n */
     r->fail_fast = w->try_once;
-    r->wait_replicas = n->c->cfg.wait_replicas & 127;
-    r->lease_ms = w->terms.lease_ms;
     w->req = r;
-    hl_name_submit(n, r);
+    hl_name_submit_leased(n, r, w->terms.lease_ms);
 }
 
 /* ---- Starting and ending waits ------------------------------------------------ */

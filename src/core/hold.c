@@ -152,9 +152,7 @@ static void watchdog_fired(hl_timer *t) {
         h->renew_lease = h->terms.lease_ms;
         hl_fence_raise(n, h->fence);
         h->renew = n->prim->renew_req(n, h->token, h->fence, h->renew_lease, on_renewed, h);
-        if (h->renew) h->renew->wait_replicas = h->c->cfg.wait_replicas & 127;
-        if (h->renew) h->renew->lease_ms = h->renew_lease;
-        if (h->renew) hl_name_submit(n, h->renew);
+        if (h->renew) hl_name_submit_leased(n, h->renew, h->renew_lease);
     }
     watchdog_arm(h);
 }
@@ -350,8 +348,6 @@ int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb, 
     if (op == NULL) return HILOCK_ENOMEM;
     hl_req *r = h->name->prim->renew_req(h->name, h->token, h->fence, lease_ms, on_extended, op);
     if (r == NULL) { free(op); return HILOCK_ENOMEM; }
-    r->wait_replicas = h->c->cfg.wait_replicas & 127;
-    r->lease_ms = lease_ms;
     op->defer.run = extendop_run;
     op->c = h->c;
     op->hold = h;
@@ -359,7 +355,7 @@ int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb, 
     op->cb = cb;
     op->data = data;
     op->lease_ms = lease_ms;
-    hl_name_submit(h->name, r);
+    hl_name_submit_leased(h->name, r, lease_ms);
     return 0;
 }
 

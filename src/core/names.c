@@ -148,6 +148,12 @@ void hl_name_submit(hl_name *n, hl_req *r) {
     hl_name_submit_within(n, r, n->c->topo.net.request_timeout_ms);
 }
 
+void hl_name_submit_leased(hl_name *n, hl_req *r, uint32_t lease_ms) {
+    r->wait_replicas = n->c->cfg.wait_replicas & 127;
+    r->lease_ms = lease_ms;
+    hl_name_submit(n, r);
+}
+
 void hl_name_submit_within(hl_name *n, hl_req *r, uint64_t ms) {
     r->slot = n->slot; /* so that the topology can send it elsewhere */
     hl_topo_submit(&n->c->topo, r, ms);

@@ -311,8 +311,7 @@ void hl_conn_retry_later(hl_conn *k) {
     uint64_t cap = net->reconnect_max_ms ? net->reconnect_max_ms : 1;
     uint64_t d = k->failures >= 16 ? cap : (uint64_t)25 << k->failures;
     if (d > cap) d = cap;
-    net->rng ^= net->rng << 13; net->rng ^= net->rng >> 7; net->rng ^= net->rng << 17;
-    d = d / 2 + net->rng % (d / 2 + 1);
+    d = d / 2 + hl_net_random(net) % (d / 2 + 1);
     k->failures++;
     hl_timer_start(net->loop, &k->retry, d);
 }

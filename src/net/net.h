@@ -47,6 +47,11 @@ typedef struct hl_url {
 } hl_url;
 
 int hl_url_parse(const char *s, hl_url *u);
+/* The URL's i-th TCP address (0: host/port, then more[]), 0 <= i <= nmore. */
+static inline hl_addr hl_url_addr(const hl_url *u, int i) {
+    hl_addr a = {i == 0 ? u->host : u->more[i - 1].host, i == 0 ? u->port : u->more[i - 1].port, NULL};
+    return a;
+}
 void hl_url_free(hl_url *u);
 
 /* ---- Scripts (embedded from src/lua and src/prim at build time) --------- */
@@ -86,6 +91,8 @@ typedef struct hl_net {
 } hl_net;
 
 void hl_net_init(hl_net *net, hl_loop *loop);
+/* The next number of the client's jitter source (xorshift64). */
+uint64_t hl_net_random(hl_net *net);
 
 /* ---- Connections ---------------------------------------------------------- */
 

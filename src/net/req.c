@@ -275,6 +275,13 @@ void hl_net_cancel_all(hl_net *net) {
     }
 }
 
+uint64_t hl_net_random(hl_net *net) {
+    net->rng ^= net->rng << 13;
+    net->rng ^= net->rng >> 7;
+    net->rng ^= net->rng << 17;
+    return net->rng;
+}
+
 void hl_net_init(hl_net *net, hl_loop *loop) {
     memset(net, 0, sizeof(*net));
     net->loop = loop;

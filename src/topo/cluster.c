@@ -170,8 +170,8 @@ static void next_seed(hl_topo *t) {
     hl_slotmap *m = t->map;
     if (u->nmore == 0 || m->known || m->standalone) return;
     m->seed_index = (m->seed_index + 1) % (u->nmore + 1);
-    const hl_addr *a = m->seed_index == 0 ? NULL : &u->more[m->seed_index - 1];
-    hl_node *n = node_at(t, a ? a->host : u->host, a ? a->port : u->port);
+    hl_addr a = hl_url_addr(u, m->seed_index);
+    hl_node *n = node_at(t, a.host, a.port);
     if (n == NULL || n == t->seed) return;
     if (t->subnode == t->seed && !hl_node_sub_ready(t->seed)) {
         t->subnode = n;

@@ -67,7 +67,6 @@ typedef struct hl_fan {
     int pending;            /* copies alive (f is freed with the last) */
     int awaited;            /* copies whose answer is still counted */
     int yes, no, errs, err, sending;
-    int n_minus_q;          /* failures a quorum survives */
     int everywhere;         /* r->everywhere */
     int array;              /* the answers are arrays ({1, fence}, {0, pttl, holder}) */
     int ever_sent, lost_reply;
@@ -148,9 +147,7 @@ static uint64_t fan_retry_ms(hl_fan *f) {
         long long p = pttl[k - rl->quorum]; /* its quorum lasts while this one does */
         return p >= 0 ? (uint64_t)p + 1 : p == -2 ? 0 : 1000;
     }
-    hl_net *net = &f->t->net;
-    net->rng ^= net->rng << 13; net->rng ^= net->rng >> 7; net->rng ^= net->rng << 17;
-    return SPLIT_RETRY_MIN_MS + net->rng % SPLIT_RETRY_SPAN_MS;
+    return SPLIT_RETRY_MIN_MS + hl_net_random(&f->t->net) % SPLIT_RETRY_SPAN_MS;
 }
 
 /* The acked count a quorum of the yes answers reaches (WAIT per node). */
@@ -171,7 +168,7 @@ static void fan_answer(hl_fan *f, int won) {
     r->ever_sent = (unsigned)f->ever_sent;
     r->lost_reply = (unsigned)f->lost_reply;
     r->partial = !won && f->yes > 0;
-    if (!won && f->errs > f->n_minus_q) {
+    if (!won && f->errs > rl->n - rl->quorum) { /* more failures than a quorum survives */
         hl_req_end(r, NULL, f->err);
         return;
     }
@@ -254,7 +251,6 @@ static void redlock_submit(hl_topo *t, hl_req *r, uint64_t ms) {
     f->r = r;
     f->done = r->done;
     f->owner = r->owner;
-    f->n_minus_q = rl->n - rl->quorum;
     f->everywhere = r->everywhere;
     r->done = fan_answered;
     r->owner = f;
@@ -269,7 +265,6 @@ static void redlock_submit(hl_topo *t, hl_req *r, uint64_t ms) {
             if (f->errs++ == 0) f->err = down ? hl_node_error(n) : HILOCK_ENOMEM;
             continue;
         }
-        c->publishes = r->publishes;
         c->wait_replicas = r->wait_replicas;
         c->fail_fast = r->fail_fast;
         f->pending++;
@@ -382,8 +377,7 @@ int hl_topo_redlock(hl_topo *t, const hl_sub_events *sub) {
     if ((rl->all = hl_node_new(t, &none)) == NULL) return HILOCK_ENOMEM;
     t->seed = rl->all;
     for (int i = 0; i <= u->nmore; i++) {
-        const hl_addr *a = i == 0 ? NULL : &u->more[i - 1];
-        hl_addr at = {a ? a->host : u->host, a ? a->port : u->port, NULL};
+        hl_addr at = hl_url_addr(u, i);
         hl_node *n = hl_node_new(t, &at);
         if (n == NULL) return HILOCK_ENOMEM;
         n->cmd.ev.ready = n->cmd.ev.lost = rl_cmd_changed;

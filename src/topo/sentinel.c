@@ -226,9 +226,8 @@ static void sentinel_sub_ready(void *arg) {
 
 /* ---- Set-up ------------------------------------------------------------------- */
 
-static hl_node *sentinel_node(hl_topo *t, const char *host, int port) {
-    hl_addr a = {(char *)host, port, NULL};
-    hl_node *n = hl_node_new(t, &a);
+static hl_node *sentinel_node(hl_topo *t, const hl_addr *a) {
+    hl_node *n = hl_node_new(t, a);
     if (n == NULL) return NULL;
     hl_conn_events sub_ev = {sentinel_sub_ready, NULL, sentinel_push, n};
     n->cmd.bare = n->sub.bare = 1;
@@ -249,8 +248,8 @@ int hl_topo_sentinel(hl_topo *t, const hl_sub_events *sub) {
     t->seed->cmd.ev.lost = master_lost;
     t->seed->cmd.ev.arg = t;
     for (int i = 0; i <= u->nmore; i++) {
-        const hl_addr *a = i == 0 ? NULL : &u->more[i - 1];
-        if ((s->node[i] = sentinel_node(t, a ? a->host : u->host, a ? a->port : u->port)) == NULL)
+        hl_addr a = hl_url_addr(u, i);
+        if ((s->node[i] = sentinel_node(t, &a)) == NULL)
             return HILOCK_ENOMEM;
         s->n++;
     }
