@@ -103,16 +103,7 @@ static int live(int i) {
 
 /* A command on node i over a fresh connection: its reply (caller frees),
  * or NULL when the node cannot be reached. */
-static redisReply *on(int i, const char *fmt, ...) {
-    redisContext *k = live(i) ? test_redis_connect(&cl.node[i]) : NULL;
-    if (k == NULL) return NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *rep = redisvCommand(k, fmt, ap);
-    va_end(ap);
-    redisFree(k);
-    return rep;
-}
+#define on(i, ...) test_redis_cmd(&cl.node[i], __VA_ARGS__)
 
 /* The same, for commands whose reply is only OK or an error: 1 if OK. */
 static int ok_on(int i, const char *fmt, ...) {
@@ -131,16 +122,7 @@ static int ok_on(int i, const char *fmt, ...) {
 
 /* Does node i's reply to `cmd` (a bulk string, as CLUSTER INFO and INFO
  * give) contain every needle of the NULL-terminated list? */
-static int says(int i, const char *cmd, ...) {
-    redisReply *rep = on(i, cmd);
-    int yes = rep != NULL && rep->type == REDIS_REPLY_STRING;
-    va_list ap;
-    va_start(ap, cmd);
-    for (const char *n; yes && (n = va_arg(ap, const char *)) != NULL;) yes = strstr(rep->str, n) != NULL;
-    va_end(ap);
-    if (rep) freeReplyObject(rep);
-    return yes;
-}
+#define says(i, ...) test_redis_says(&cl.node[i], __VA_ARGS__)
 
 /* ---- The slot map, as one node sees it (CLUSTER NODES) ---------------------- */
 

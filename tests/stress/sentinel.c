@@ -61,34 +61,9 @@ static void pause_ms(unsigned *rnd, int lo, int hi) {
     test_msleep(rnd_in(rnd, lo, hi));
 }
 
-/* A command on a fresh connection (caller frees), or NULL. */
-static redisReply *on(const test_redis *r, const char *fmt, ...) {
-    redisContext *k = r->pid > 0 ? test_redis_connect(r) : NULL;
-    if (k == NULL) return NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *rep = redisvCommand(k, fmt, ap);
-    va_end(ap);
-    redisFree(k);
-    return rep;
-}
-
-/* Does r's reply to `cmd` (a bulk string: INFO) contain every needle of
- * the NULL-terminated list? */
-static int says(const test_redis *r, const char *cmd, ...) {
-    redisReply *rep = on(r, cmd);
-    int yes = rep != NULL && rep->type == REDIS_REPLY_STRING;
-    va_list ap;
-    va_start(ap, cmd);
-    for (const char *n; yes && (n = va_arg(ap, const char *)) != NULL;) yes = strstr(rep->str, n) != NULL;
-    va_end(ap);
-    if (rep) freeReplyObject(rep);
-    return yes;
-}
-
 /* The number `name` in r's INFO replication, or -1. */
 static long long info_num(const test_redis *r, const char *name) {
-    redisReply *rep = on(r, "INFO replication");
+    redisReply *rep = test_redis_cmd(r, "INFO replication");
     char needle[64];
     snprintf(needle, sizeof(needle), "\n%s:", name);
     const char *p = rep && rep->type == REDIS_REPLY_STRING ? strstr(rep->str, needle) : NULL;
@@ -156,9 +131,9 @@ static int sentinel_sees(const test_redis *sent, int mport, int rport, int peers
                  test_sentinel_named_port(sent, S.name));
         return 0;
     }
-    redisReply *m = on(sent, "SENTINEL MASTER %s", S.name);
-    redisReply *rs = on(sent, "SENTINEL REPLICAS %s", S.name);
-    redisReply *ss = on(sent, "SENTINEL SENTINELS %s", S.name);
+    redisReply *m = test_redis_cmd(sent, "SENTINEL MASTER %s", S.name);
+    redisReply *rs = test_redis_cmd(sent, "SENTINEL REPLICAS %s", S.name);
+    redisReply *ss = test_redis_cmd(sent, "SENTINEL SENTINELS %s", S.name);
     int ok = strcmp(field(m, "flags"), "master") == 0, replica = 0, up = 0;
     if (!ok) snprintf(why_not, sizeof(why_not), "sentinel :%d: master flags %s", sent->port, field(m, "flags"));
     for (size_t i = 0; ok && rs && rs->type == REDIS_REPLY_ARRAY && i < rs->elements; i++) {
@@ -197,9 +172,9 @@ static int settled(void) {
     }
     char mport[32];
     snprintf(mport, sizeof(mport), "master_port:%d\r", m->port);
-    if (!says(r, "INFO replication", "role:slave", mport, "master_link_status:up", "master_sync_in_progress:0",
+    if (!test_redis_says(r, "INFO replication", "role:slave", mport, "master_link_status:up", "master_sync_in_progress:0",
               NULL) ||
-        !says(m, "INFO replication", "connected_slaves:1", "state=online", NULL)) {
+        !test_redis_says(m, "INFO replication", "connected_slaves:1", "state=online", NULL)) {
         snprintf(why_not, sizeof(why_not), "replica :%d not in step with :%d", r->port, m->port);
         return 0;
     }
@@ -262,7 +237,7 @@ static void demote(test_redis *old, const test_redis *nm, unsigned *rnd, int *by
     *by_us = rand_r(rnd) % 4 != 0;
     if (!*by_us) return;
     pause_ms(rnd, 0, 2000);
-    redisReply *rep = on(old, "REPLICAOF 127.0.0.1 %d", nm->port);
+    redisReply *rep = test_redis_cmd(old, "REPLICAOF 127.0.0.1 %d", nm->port);
     if (rep == NULL || rep->type == REDIS_REPLY_ERROR) *by_us = 0;
     if (rep) freeReplyObject(rep);
 }

@@ -326,12 +326,39 @@ redisContext *test_redis_connect(const test_redis *r) {
     return c;
 }
 
-long long test_redis_int(const test_redis *r, const char *fmt, ...) {
+/* One command on a fresh connection: its reply (caller frees), or NULL. */
+static redisReply *vcmd(const test_redis *r, const char *fmt, va_list ap) {
     redisContext *c = test_redis_connect(r);
-    if (c == NULL) return -1;
+    if (c == NULL) return NULL;
+    redisReply *rep = redisvCommand(c, fmt, ap);
+    redisFree(c);
+    return rep;
+}
+
+redisReply *test_redis_cmd(const test_redis *r, const char *fmt, ...) {
+    if (r == NULL || r->pid <= 0) return NULL;
     va_list ap;
     va_start(ap, fmt);
-    redisReply *rep = redisvCommand(c, fmt, ap);
+    redisReply *rep = vcmd(r, fmt, ap);
+    va_end(ap);
+    return rep;
+}
+
+int test_redis_says(const test_redis *r, const char *cmd, ...) {
+    redisReply *rep = test_redis_cmd(r, cmd); /* cmd without arguments */
+    int yes = rep != NULL && rep->type == REDIS_REPLY_STRING;
+    va_list ap;
+    va_start(ap, cmd);
+    for (const char *n; yes && (n = va_arg(ap, const char *)) != NULL;) yes = strstr(rep->str, n) != NULL;
+    va_end(ap);
+    if (rep) freeReplyObject(rep);
+    return yes;
+}
+
+long long test_redis_int(const test_redis *r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = vcmd(r, fmt, ap);
     va_end(ap);
     long long v = -1;
     if (rep != NULL) {
@@ -344,7 +371,6 @@ long long test_redis_int(const test_redis *r, const char *fmt, ...) {
         }
         freeReplyObject(rep);
     }
-    redisFree(c);
     return v;
 }
 

@@ -73,6 +73,15 @@ void test_redis_stop(test_redis *r);
 /* A new sync connection to the server (caller frees), or NULL. */
 redisContext *test_redis_connect(const test_redis *r);
 
+/* One command on a fresh connection: its reply (caller frees), or NULL
+ * when the server is not running (pid 0) or cannot be reached. */
+redisReply *test_redis_cmd(const test_redis *r, const char *fmt, ...);
+
+/* Does r's reply to `cmd` (a command without arguments whose reply is a
+ * bulk string, as INFO and CLUSTER INFO give) contain every needle of the
+ * NULL-terminated list? */
+int test_redis_says(const test_redis *r, const char *cmd, ...);
+
 /* Run one command on a fresh connection and return its integer reply
  * (or -1 on error / non-integer). Handy for EXISTS, PTTL, PUBSUB NUMSUB. */
 long long test_redis_int(const test_redis *r, const char *fmt, ...);

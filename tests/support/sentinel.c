@@ -36,19 +36,6 @@
 
 /* ---- Replies -------------------------------------------------------------- */
 
-/* One command on a fresh connection (caller frees the reply), or NULL. */
-static redisReply *cmd(const test_redis *r, const char *fmt, ...) {
-    if (r == NULL || r->pid <= 0) return NULL;
-    redisContext *k = test_redis_connect(r);
-    if (k == NULL) return NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *rep = redisvCommand(k, fmt, ap);
-    va_end(ap);
-    redisFree(k);
-    return rep;
-}
-
 /* The value of `field` in a flat [field, value, ...] array, or NULL. */
 static const char *field(const redisReply *a, const char *name) {
     if (a == NULL || a->type != REDIS_REPLY_ARRAY) return NULL;
@@ -68,7 +55,7 @@ static long long info_num(const char *info, const char *name) {
 }
 
 int test_redis_role(const test_redis *r) {
-    redisReply *rep = cmd(r, "ROLE");
+    redisReply *rep = test_redis_cmd(r, "ROLE");
     int role = 0;
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&
         rep->element[0]->type == REDIS_REPLY_STRING) {
@@ -80,7 +67,7 @@ int test_redis_role(const test_redis *r) {
 }
 
 int test_sentinel_named_port(const test_redis *sent, const char *name) {
-    redisReply *rep = cmd(sent, "SENTINEL get-master-addr-by-name %s", name);
+    redisReply *rep = test_redis_cmd(sent, "SENTINEL get-master-addr-by-name %s", name);
     int port = -1;
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
         rep->element[1]->type == REDIS_REPLY_STRING)
@@ -148,7 +135,7 @@ int test_sentinel_spawn(test_redis *r, const char *name, int master_port, int qu
 /* The replica r is in step with its master: link up, and the master counts
  * it online. */
 static int link_up(const test_redis *r, const test_redis *master) {
-    redisReply *a = cmd(r, "INFO replication"), *b = cmd(master, "INFO replication");
+    redisReply *a = test_redis_cmd(r, "INFO replication"), *b = test_redis_cmd(master, "INFO replication");
     int ok = a && a->type == REDIS_REPLY_STRING && strstr(a->str, "master_link_status:up") &&
              b && b->type == REDIS_REPLY_STRING && strstr(b->str, "state=online");
     if (a) freeReplyObject(a);
@@ -181,9 +168,9 @@ static int entries_ok(const redisReply *rep, size_t n, const char *flags) {
  * the two other sentinels, all connected: a failover can be authorised. */
 static int sentinel_ready(const test_sentinel *s, const test_redis *sent, const test_redis *master) {
     if (test_sentinel_named_port(sent, s->name) != master->port) return 0;
-    redisReply *m = cmd(sent, "SENTINEL MASTER %s", s->name);
-    redisReply *rs = cmd(sent, "SENTINEL REPLICAS %s", s->name);
-    redisReply *ss = cmd(sent, "SENTINEL SENTINELS %s", s->name);
+    redisReply *m = test_redis_cmd(sent, "SENTINEL MASTER %s", s->name);
+    redisReply *rs = test_redis_cmd(sent, "SENTINEL REPLICAS %s", s->name);
+    redisReply *ss = test_redis_cmd(sent, "SENTINEL SENTINELS %s", s->name);
     const char *fl = field(m, "flags");
     int ok = fl && strcmp(fl, "master") == 0 && entries_ok(rs, 1, "slave") &&
              entries_ok(ss, TEST_SENTINELS - 1, "sentinel");
@@ -261,7 +248,7 @@ test_redis *test_sentinel_master(test_sentinel *s) {
 
 int test_sentinel_failover(test_sentinel *s) {
     for (int i = 0; i < TEST_SENTINELS; i++) {
-        redisReply *rep = cmd(&s->sentinel[i], "SENTINEL FAILOVER %s", s->name);
+        redisReply *rep = test_redis_cmd(&s->sentinel[i], "SENTINEL FAILOVER %s", s->name);
         int ok = rep && rep->type == REDIS_REPLY_STATUS;
         if (rep && !ok) fprintf(stderr, "harness: SENTINEL FAILOVER on %d: %s\n", s->sentinel[i].port,
                                 rep->type == REDIS_REPLY_ERROR ? rep->str : "?");
@@ -283,7 +270,7 @@ int test_sentinel_failover_paused(test_sentinel *s, int pause_ms) {
         fprintf(stderr, "harness: no master/replica pair to fail over\n");
         return -1;
     }
-    redisReply *rep = cmd(m, "CLIENT PAUSE %d WRITE", pause_ms);
+    redisReply *rep = test_redis_cmd(m, "CLIENT PAUSE %d WRITE", pause_ms);
     int ok = rep && rep->type == REDIS_REPLY_STATUS;
     if (rep) freeReplyObject(rep);
     if (!ok) {
@@ -293,7 +280,7 @@ int test_sentinel_failover_paused(test_sentinel *s, int pause_ms) {
     /* The replica has every byte of the master's stream. */
     long long deadline = test_now_ms() + 2000, mo = -1, ro = -2;
     while (test_now_ms() < deadline) {
-        redisReply *a = cmd(m, "INFO replication"), *b = cmd(r, "INFO replication");
+        redisReply *a = test_redis_cmd(m, "INFO replication"), *b = test_redis_cmd(r, "INFO replication");
         mo = a && a->type == REDIS_REPLY_STRING ? info_num(a->str, "master_repl_offset") : -1;
         ro = b && b->type == REDIS_REPLY_STRING ? info_num(b->str, "slave_repl_offset") : -2;
         if (a) freeReplyObject(a);
