@@ -119,7 +119,8 @@ static void hilock_nginx_event_(ngx_event_t *e) {
     if (--s->busy == 0 && s->dead) free(s);
 }
 
-/* (ngx_post_event is an if/else macro: always in braces.) */
+/* (ngx_post_event and ngx_delete_posted_event are macros of several
+ * statements: always in braces.) */
 
 /* Something new is wanted: it may be ready already, and an edge-triggered
  * method would not say so again. Look on this turn's posted events. */
@@ -166,8 +167,12 @@ static void hilock_nginx_free_sock_(hilock_nginx_sock_ *s) {
     if (c != NULL) {
         if (c->read->timer_set) ngx_del_timer(c->read);
         if (c->write->timer_set) ngx_del_timer(c->write);
-        if (c->read->posted) ngx_delete_posted_event(c->read);
-        if (c->write->posted) ngx_delete_posted_event(c->write);
+        if (c->read->posted) {
+            ngx_delete_posted_event(c->read);
+        }
+        if (c->write->posted) {
+            ngx_delete_posted_event(c->write);
+        }
         /* An explicit delete (not NGX_CLOSE_EVENT): the fd is closed by its
          * owner, after this. */
         if (ngx_del_conn != NULL && (ngx_event_flags & NGX_USE_EPOLL_EVENT)) {
