@@ -293,7 +293,9 @@ static void hilock_nginx_timer_start_(hilock_loop_timer *t, uint64_t ms) {
 
 static void hilock_nginx_timer_free_(hilock_loop_timer *t) {
     hilock_nginx_timer_stop_(t);
-    if (t->ev.posted) ngx_delete_posted_event(&t->ev);
+    if (t->ev.posted) {
+        ngx_delete_posted_event(&t->ev);
+    }
     free(t);
 }
 
