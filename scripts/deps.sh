@@ -4,6 +4,8 @@
 #
 #   sh scripts/deps.sh          check, install what is missing
 #   sh scripts/deps.sh --check  check only: exit 1 and list what is missing
+#   sh scripts/deps.sh --nginx  also what `make nginx-module` needs: nginx
+#                               and nginx-dev (with --check too)
 #
 # Needs: cc, make, pkg-config, redis-server, redis-cli, and the headers and
 # libraries of hiredis, libevent, libuuid and Criterion. The libev and libuv
@@ -12,7 +14,14 @@
 set -u
 
 check_only=0
-[ "${1:-}" = "--check" ] && check_only=1
+with_nginx=0
+for arg in "$@"; do
+    case $arg in
+    --check) check_only=1 ;;
+    --nginx) with_nginx=1 ;;
+    *) echo "deps: unknown option $arg" >&2; exit 2 ;;
+    esac
+done
 
 CC_BIN=${CC:-cc}
 
@@ -52,6 +61,12 @@ check() {
     have nroff || add groff-base
     have readelf || add binutils
     have valgrind || add valgrind
+    # make nginx-module: Debian's nginx and its module-building tree.
+    if [ "$with_nginx" = 1 ]; then
+        have nginx || [ -x /usr/sbin/nginx ] || add nginx
+        [ -f /usr/share/nginx/src/conf_flags ] || add nginx-dev
+        have bash || add bash
+    fi
     # Without a compiler no header can be checked: ask for all of them.
     if ! have "$CC_BIN"; then
         for p in libhiredis-dev libevent-dev uuid-dev libcriterion-dev libev-dev libuv1-dev; do
