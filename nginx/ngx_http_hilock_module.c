@@ -490,6 +490,22 @@ static char *ngx_http_hilock_merge_loc_conf(ngx_conf_t *cf, void *parent, void *
     return NGX_CONF_OK;
 }
 
+/* A malformed URL fails `nginx -t`, not the first request. */
+static ngx_int_t ngx_http_hilock_url_check(ngx_conf_t *cf, ngx_str_t *url) {
+    hilock_config cfg;
+    int rc;
+    u_char *s = ngx_pnalloc(cf->pool, url->len + 1);
+    if (s == NULL) return NGX_ERROR;
+    ngx_memcpy(s, url->data, url->len);
+    s[url->len] = '\0';
+    hilock_config_init(&cfg);
+    cfg.url = (const char *)s;
+    rc = hilock_config_check(&cfg);
+    if (rc == 0) return NGX_OK;
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "hilock_redis \"%V\": %s", url, hilock_strerror(rc));
+    return NGX_ERROR;
+}
+
 static char *ngx_http_hilock_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
     ngx_http_hilock_srv_conf_t *scf = conf;
     ngx_http_hilock_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_hilock_module);
@@ -498,6 +514,7 @@ static char *ngx_http_hilock_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *con
     (void)cmd;
     if (scf->redis != NGX_CONF_UNSET) return "is duplicate";
     if (value[1].len == 0) return "needs a URL";
+    if (ngx_http_hilock_url_check(cf, &value[1]) != NGX_OK) return NGX_CONF_ERROR;
     url = mcf->urls.elts;
     for (i = 0; i < mcf->urls.nelts; i++) {
         if (url[i].len == value[1].len && ngx_strncmp(url[i].data, value[1].data, url[i].len) == 0) {

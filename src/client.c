@@ -126,6 +126,17 @@ static int config_take(hilock_config *out, const hilock_config *cfg) {
     return 0;
 }
 
+int hilock_config_check(const hilock_config *cfg) {
+    hilock_config given;
+    hl_url url;
+    int rc = config_take(&given, cfg);
+    if (rc != 0) return rc;
+    memset(&url, 0, sizeof(url));
+    rc = hl_url_parse(given.url, &url);
+    hl_url_free(&url);
+    return rc;
+}
+
 static int loop_valid(const hilock_loop *l) {
     return l != NULL && l->attach && l->timer_new && l->timer_start && l->timer_stop &&
            l->timer_free && l->io_new && l->io_watch && l->io_free;

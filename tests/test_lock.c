@@ -433,14 +433,26 @@ Test(input, bad_config) {
         hilock_config_init(&cfg);
         cfg.url = bad[i];
         cr_expect_eq(hilock_client_new(&c, &cfg, &e.loop), HILOCK_EURL, "url %s", bad[i]);
+        cr_expect_eq(hilock_config_check(&cfg), HILOCK_EURL, "check url %s", bad[i]);
         cr_expect_null(c);
     }
     hilock_config_init(&cfg);
     cfg.prefix = "bad{prefix}";
     cr_expect_eq(hilock_client_new(&c, &cfg, &e.loop), HILOCK_EINVAL);
+    cr_expect_eq(hilock_config_check(&cfg), HILOCK_EINVAL);
     hilock_config_init(&cfg);
     cfg.default_lease_ms = 3;
     cr_expect_eq(hilock_client_new(&c, &cfg, &e.loop), HILOCK_EINVAL);
+    cr_expect_eq(hilock_config_check(&cfg), HILOCK_EINVAL);
+    /* Good ones pass without a loop or a server. */
+    const char *good[] = {"redis://127.0.0.1:1", "unix:///nonexistent.sock",
+                          "redis-sentinel://127.0.0.1:1#m", "redlock://127.0.0.1:1,127.0.0.1:2"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        hilock_config_init(&cfg);
+        cfg.url = good[i];
+        cr_expect_eq(hilock_config_check(&cfg), 0, "check url %s", good[i]);
+    }
+    cr_expect_eq(hilock_config_check(NULL), 0, "NULL: the defaults");
     cr_expect_eq(hilock_client_new(&c, NULL, NULL), HILOCK_EINVAL);
     cr_expect_eq(hilock_client_new(NULL, NULL, &e.loop), HILOCK_EINVAL);
     cr_expect_str_eq(hilock_strerror(HILOCK_EURL), "malformed Redis URL");

@@ -230,6 +230,13 @@ typedef struct hilock_config {
 #define hilock_config_init(cfg) hilock_config_init_size((cfg), sizeof(*(cfg)))
 HILOCK_API void hilock_config_init_size(hilock_config *cfg, size_t size);
 
+/* Check a config as hilock_client_new() would, without connecting or
+ * needing a loop: 0, HILOCK_EURL for a malformed URL, HILOCK_EINVAL for any
+ * other bad field (prefix, lease, pubsub, wait_replicas). For programs that
+ * read their settings long before they make a client, e.g. an nginx module
+ * at `nginx -t`. */
+HILOCK_API int hilock_config_check(const hilock_config *cfg);
+
 /* Create a client. Validates the config (bad URL -> HILOCK_EURL, bad prefix
  * -> HILOCK_EINVAL) and starts connecting in the background; connection
  * errors show up in the callbacks of requests, not here. On success stores
