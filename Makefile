@@ -58,6 +58,8 @@ TESTS   := $(BUILD)/hilock-tests
 #   EXAMPLE_LIBS_<name>  more libraries for examples/<name>.c
 EXTRA_TARGETS :=
 TEST_LIBS :=
+#   TEST_TARGETS  built by `make test` too (the nginx module)
+TEST_TARGETS :=
 .DEFAULT_GOAL := all
 -include $(sort $(wildcard mk/*.mk))
 
@@ -107,7 +109,7 @@ deps:
 	sh scripts/deps.sh
 
 test: deps
-	$(MAKE) all
+	$(MAKE) all $(TEST_TARGETS)
 	sh scripts/run-tests.sh $(BUILD)
 
 demo: deps

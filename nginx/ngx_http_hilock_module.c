@@ -1,7 +1,7 @@
 /* ngx_http_hilock_module: hold a hilock distributed lock while a request is
  * served.
  *
- *   hilock_redis URL;                      http, server: where the locks live
+ *   hilock_redis URL [timeout=TIME];       http, server: where the locks live
  *   hilock NAME [wait=TIME] [lease=TIME];  http, server, location (or "off")
  *   hilock_timeout_status CODE;            default 503
  *   hilock_error_status CODE;              default 503
@@ -29,8 +29,14 @@
 
 #define NGX_HTTP_HILOCK_WAIT_DEFAULT 10000   /* ms */
 
+/* One hilock_redis: a client per worker each. */
 typedef struct {
-    ngx_array_t urls;                 /* ngx_str_t, NUL-terminated */
+    ngx_str_t url;                    /* NUL-terminated */
+    ngx_msec_t timeout;               /* connect and request timeout; 0: hilock's */
+} ngx_http_hilock_redis_t;
+
+typedef struct {
+    ngx_array_t urls;                 /* ngx_http_hilock_redis_t */
 } ngx_http_hilock_main_conf_t;
 
 typedef struct {
@@ -101,7 +107,7 @@ static ngx_conf_num_bounds_t ngx_http_hilock_status_bounds = {
 
 static ngx_command_t ngx_http_hilock_commands[] = {
     { ngx_string("hilock_redis"),
-      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_CONF_TAKE1,
+      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_CONF_TAKE12,
       ngx_http_hilock_redis,
       NGX_HTTP_SRV_CONF_OFFSET,
       0,
@@ -441,7 +447,7 @@ static ngx_int_t ngx_http_hilock_init(ngx_conf_t *cf) {
 static void *ngx_http_hilock_create_main_conf(ngx_conf_t *cf) {
     ngx_http_hilock_main_conf_t *mcf = ngx_pcalloc(cf->pool, sizeof(*mcf));
     if (mcf == NULL) return NULL;
-    if (ngx_array_init(&mcf->urls, cf->pool, 2, sizeof(ngx_str_t)) != NGX_OK) return NULL;
+    if (ngx_array_init(&mcf->urls, cf->pool, 2, sizeof(ngx_http_hilock_redis_t)) != NGX_OK) return NULL;
     return mcf;
 }
 
@@ -509,26 +515,44 @@ static ngx_int_t ngx_http_hilock_url_check(ngx_conf_t *cf, ngx_str_t *url) {
 static char *ngx_http_hilock_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
     ngx_http_hilock_srv_conf_t *scf = conf;
     ngx_http_hilock_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_hilock_module);
-    ngx_str_t *value = cf->args->elts, *url, *u;
+    ngx_str_t *value = cf->args->elts, t;
+    ngx_http_hilock_redis_t *have, *u;
+    ngx_msec_t timeout = 0;
     ngx_uint_t i;
     (void)cmd;
     if (scf->redis != NGX_CONF_UNSET) return "is duplicate";
     if (value[1].len == 0) return "needs a URL";
     if (ngx_http_hilock_url_check(cf, &value[1]) != NGX_OK) return NGX_CONF_ERROR;
-    url = mcf->urls.elts;
+    if (cf->args->nelts == 3) {
+        if (ngx_strncmp(value[2].data, "timeout=", 8) != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &value[2]);
+            return NGX_CONF_ERROR;
+        }
+        t.data = value[2].data + 8;
+        t.len = value[2].len - 8;
+        timeout = ngx_parse_time(&t, 0);
+        if (timeout == (ngx_msec_t)NGX_ERROR || timeout == 0 || timeout > (ngx_msec_t)NGX_MAX_INT32_VALUE) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid time \"%V\"", &value[2]);
+            return NGX_CONF_ERROR;
+        }
+    }
+    /* Servers that name the same Redis the same way share a client. */
+    have = mcf->urls.elts;
     for (i = 0; i < mcf->urls.nelts; i++) {
-        if (url[i].len == value[1].len && ngx_strncmp(url[i].data, value[1].data, url[i].len) == 0) {
+        if (have[i].url.len == value[1].len && have[i].timeout == timeout &&
+            ngx_strncmp(have[i].url.data, value[1].data, value[1].len) == 0) {
             scf->redis = (ngx_int_t)i;
             return NGX_CONF_OK;
         }
     }
     u = ngx_array_push(&mcf->urls);
     if (u == NULL) return NGX_CONF_ERROR;
-    u->len = value[1].len;
-    u->data = ngx_pnalloc(cf->pool, value[1].len + 1);
-    if (u->data == NULL) return NGX_CONF_ERROR;
-    ngx_memcpy(u->data, value[1].data, value[1].len);
-    u->data[u->len] = '\0';
+    u->timeout = timeout;
+    u->url.len = value[1].len;
+    u->url.data = ngx_pnalloc(cf->pool, value[1].len + 1);
+    if (u->url.data == NULL) return NGX_CONF_ERROR;
+    ngx_memcpy(u->url.data, value[1].data, value[1].len);
+    u->url.data[u->url.len] = '\0';
     scf->redis = (ngx_int_t)(mcf->urls.nelts - 1);
     return NGX_CONF_OK;
 }
@@ -591,7 +615,7 @@ static void ngx_http_hilock_log(int level, const char *msg, void *data) {
 
 static ngx_int_t ngx_http_hilock_init_process(ngx_cycle_t *cycle) {
     ngx_http_hilock_main_conf_t *mcf;
-    ngx_str_t *url;
+    ngx_http_hilock_redis_t *redis;
     hilock_config cfg;
     hilock_loop loop;
     ngx_uint_t i;
@@ -610,15 +634,19 @@ static ngx_int_t ngx_http_hilock_init_process(ngx_cycle_t *cycle) {
     if (ngx_http_hilock_clients == NULL) return NGX_ERROR;
     ngx_http_hilock_nclients = mcf->urls.nelts;
     hilock_nginx_init(&loop, cycle->log);
-    url = mcf->urls.elts;
+    redis = mcf->urls.elts;
     for (i = 0; i < mcf->urls.nelts; i++) {
         hilock_config_init(&cfg);
-        cfg.url = (const char *)url[i].data;
+        cfg.url = (const char *)redis[i].url.data;
         cfg.log_cb = ngx_http_hilock_log;
+        if (redis[i].timeout) {
+            cfg.connect_timeout_ms = (uint32_t)redis[i].timeout;
+            cfg.request_timeout_ms = (uint32_t)redis[i].timeout;
+        }
         rc = hilock_client_new(&ngx_http_hilock_clients[i], &cfg, &loop);
         if (rc != 0) {
             ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "hilock: client for \"%V\": %s",
-                          &url[i], hilock_strerror(rc));
+                          &redis[i].url, hilock_strerror(rc));
             ngx_http_hilock_clients[i] = NULL;
         }
     }

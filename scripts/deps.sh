@@ -4,21 +4,19 @@
 #
 #   sh scripts/deps.sh          check, install what is missing
 #   sh scripts/deps.sh --check  check only: exit 1 and list what is missing
-#   sh scripts/deps.sh --nginx  also what `make nginx-module` needs: nginx
-#                               and nginx-dev (with --check too)
 #
 # Needs: cc, make, pkg-config, redis-server, redis-cli, and the headers and
 # libraries of hiredis, libevent, libuuid and Criterion. The libev and libuv
 # adapters need libev and libuv; their tests and the install test also use
-# ab (apache2-utils, HTTP load), man (man-db, groff) and readelf/nm.
+# ab (apache2-utils, HTTP load), man (man-db, groff) and readelf/nm. The
+# nginx module (`make nginx-module`, its tests) needs Debian's nginx and
+# nginx-dev (the configure tree in /usr/share/nginx/src), and bash.
 set -u
 
 check_only=0
-with_nginx=0
 for arg in "$@"; do
     case $arg in
     --check) check_only=1 ;;
-    --nginx) with_nginx=1 ;;
     *) echo "deps: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -62,11 +60,9 @@ check() {
     have readelf || add binutils
     have valgrind || add valgrind
     # make nginx-module: Debian's nginx and its module-building tree.
-    if [ "$with_nginx" = 1 ]; then
-        have nginx || [ -x /usr/sbin/nginx ] || add nginx
-        [ -f /usr/share/nginx/src/conf_flags ] || add nginx-dev
-        have bash || add bash
-    fi
+    have nginx || [ -x /usr/sbin/nginx ] || add nginx
+    [ -f /usr/share/nginx/src/conf_flags ] || add nginx-dev
+    have bash || add bash
     # Without a compiler no header can be checked: ask for all of them.
     if ! have "$CC_BIN"; then
         for p in libhiredis-dev libevent-dev uuid-dev libcriterion-dev libev-dev libuv1-dev; do

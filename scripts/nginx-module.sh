@@ -9,6 +9,9 @@
 # copied to BUILD/nginx/src and configured once with the flags Debian's
 # nginx was built with (conf_flags), so that the module is binary-compatible
 # (--with-compat); it is configured again when nginx/config changes.
+# HILOCK_EXTRA_INC and HILOCK_EXTRA_LIBS name another hiredis (its include
+# dir; its -L and -rpath flags) when the library was built against one
+# (make HIREDIS=...): the module must see the same hiredis headers.
 # Output: BUILD/nginx/ngx_http_hilock_module.so, for
 #   load_module /abs/path/ngx_http_hilock_module.so;
 set -eu
@@ -23,13 +26,14 @@ src=$out/src
 
 [ -f "$lib" ] || { echo "nginx-module: $lib is missing (make lib first)" >&2; exit 1; }
 [ -f "$NGINX_SRC/conf_flags" ] || {
-    echo "nginx-module: no $NGINX_SRC/conf_flags: install nginx-dev (sh scripts/deps.sh --nginx)" >&2
+    echo "nginx-module: no $NGINX_SRC/conf_flags: install nginx-dev (sh scripts/deps.sh)" >&2
     exit 1
 }
 
 mkdir -p "$out"
 stamp=$src/.hilock-configured
-want="$(cat "$NGINX_SRC/conf_flags" "$top/nginx/config" | cksum) $lib"
+export HILOCK_EXTRA_INC="${HILOCK_EXTRA_INC:-}" HILOCK_EXTRA_LIBS="${HILOCK_EXTRA_LIBS:-}"
+want="$(cat "$NGINX_SRC/conf_flags" "$top/nginx/config" | cksum) $lib $HILOCK_EXTRA_INC $HILOCK_EXTRA_LIBS"
 if [ ! -f "$src/objs/Makefile" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     rm -rf "$src"
     cp -r "$NGINX_SRC" "$src"

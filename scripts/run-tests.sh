@@ -84,8 +84,8 @@ cleanup_servers() {
         esac
         comm=$(cat "$d/comm" 2>/dev/null) || continue
         case $comm in
-            redis-server*|redis-sentinel*)
-                echo "run-tests: killing leftover redis-server ${d#/proc/} ($cwd)"
+            redis-server*|redis-sentinel*|nginx*)
+                echo "run-tests: killing leftover server ${d#/proc/} ($cwd)"
                 kill -9 "${d#/proc/}" 2>/dev/null ;;
         esac
     done

@@ -122,6 +122,8 @@ static int make_dir(char *out, size_t n) {
 
 int test_make_dir(char *out, size_t n) { return make_dir(out, n); }
 
+void test_remove_dir(const char *dir) { rm_rf(dir); }
+
 /* ---- Server processes ----------------------------------------------------- */
 
 static void close_fds_from(int lowfd) {
@@ -158,7 +160,20 @@ static pid_t spawn(const test_redis *r, const char *const *extra, int nextra) {
     return test_spawn_server(argv, outfile, NULL);
 }
 
+static pid_t spawn_detached(const char *const *argv, char *const env[], const char *outfile,
+                            const char *dir, int deathsig);
+
 pid_t test_spawn_server(const char *const *argv, const char *outfile, const char *dir) {
+    return spawn_detached(argv, NULL, outfile, dir, SIGKILL);
+}
+
+pid_t test_spawn_master(const char *const *argv, char *const env[], const char *outfile,
+                        const char *dir) {
+    return spawn_detached(argv, env, outfile, dir, SIGTERM);
+}
+
+static pid_t spawn_detached(const char *const *argv, char *const env[], const char *outfile,
+                            const char *dir, int deathsig) {
     pid_t parent = getpid();
     fflush(stdout);
     fflush(stderr);
@@ -168,9 +183,10 @@ pid_t test_spawn_server(const char *const *argv, const char *outfile, const char
 
     /* Child: die with the test process (and close the race where it died
      * before the prctl). */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    prctl(PR_SET_PDEATHSIG, deathsig);
     if (getppid() != parent) _exit(127);
     signal(SIGPIPE, SIG_DFL);
+    for (; env != NULL && *env != NULL; env++) putenv(*env);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);

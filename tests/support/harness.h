@@ -63,6 +63,9 @@ test_redis *test_cluster_master_of(test_cluster *cl, unsigned slot);
  * finds leftovers by it), into out. Returns 0 or -1. */
 int test_make_dir(char *out, size_t n);
 
+/* Remove a dir test_make_dir made, with everything in it. */
+void test_remove_dir(const char *dir);
+
 /* Is the server r->pid (a child of ours) up on r->port? 1: it answers
  * PING; 0: not yet; -1: it exited; -2: another process answers there. */
 int test_redis_probe(const test_redis *r);
@@ -112,6 +115,12 @@ pid_t test_spawn(char *const argv[], char *const env[], const char *out, const c
  * stdout and stderr into `outfile`, in `dir` (NULL: here); it dies with
  * the test process. The pid, or -1. */
 pid_t test_spawn_server(const char *const *argv, const char *outfile, const char *dir);
+
+/* The same for a server with children of its own (nginx's master): it
+ * gets SIGTERM when the test process dies, so that it can stop them, and
+ * the "K=V" entries of env (may be NULL) are added to its environment. */
+pid_t test_spawn_master(const char *const *argv, char *const env[], const char *outfile,
+                        const char *dir);
 
 /* Its exit status (128+N if signal N killed it), or -1 if it is still
  * running after ms (it is left running: kill it, or wait again). */

@@ -1,0 +1,363 @@
+/* ngx_http_hilock_module in a real nginx (Debian's, the module built by
+ * `make nginx-module`), on a real redis-server, in front of a backend that
+ * records overlaps per key and the fences it is given. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "hilock/hilock.h"
+#include "support/harness.h"
+#include "support/nginx.h"
+
+#define NGX_MAX 3
+
+static test_redis R;
+static test_backend B;
+static test_nginx N[NGX_MAX];
+
+static void setup(void) {
+    test_http_rlimit();
+    cr_assert_eq(test_redis_start(&R, 0, NULL), 0, "redis-server did not start");
+    cr_assert_eq(test_backend_start(&B), 0, "the backend did not start");
+}
+
+static void teardown(void) {
+    for (int i = 0; i < NGX_MAX; i++) test_nginx_free(&N[i]);
+    test_backend_stop(&B, 2000);
+    test_redis_stop(&R);
+}
+
+TestSuite(nginx, .init = setup, .fini = teardown, .timeout = 90);
+
+/* The headers every locked location adds, so a test sees the variables. */
+#define SHOW                                                                   \
+    "add_header X-Hilock-Status $hilock_status always;"                        \
+    "add_header X-Hilock-Fence $hilock_fence always;"                          \
+    "add_header X-Hilock-Wait $hilock_wait_ms always;"                         \
+    "proxy_set_header X-Fence $hilock_fence;"
+
+/* One server's locations: /k/ waits up to 20 s, /short/ 200 ms (429 when
+ * it runs out), /try/ tries once (409), /lease/ holds with a 1 s lease,
+ * /plain/ takes no lock; all proxy to the backend. */
+static void start_nginx(test_nginx *n, int workers, const char *redis_url) {
+    char http[256], server[4096];
+    int bp = B.port;
+    snprintf(http, sizeof(http), "hilock_redis %s;", redis_url);
+    snprintf(server, sizeof(server),
+             "location /k/ { hilock k:$arg_key wait=20s; " SHOW " proxy_pass http://127.0.0.1:%d; }\n"
+             "location /short/ { hilock k:$arg_key wait=200ms; hilock_timeout_status 429; " SHOW
+             " proxy_pass http://127.0.0.1:%d; }\n"
+             "location /try/ { hilock k:$arg_key wait=0; hilock_timeout_status 409; " SHOW
+             " proxy_pass http://127.0.0.1:%d; }\n"
+             "location /lease/ { hilock k:$arg_key wait=20s lease=1s; " SHOW
+             " proxy_pass http://127.0.0.1:%d; }\n"
+             "location /err/ { hilock k:$arg_key wait=2s; hilock_error_status 502; " SHOW
+             " proxy_pass http://127.0.0.1:%d; }\n"
+             "location /open/ { hilock k:$arg_key wait=2s; hilock_fail_open on; " SHOW
+             " proxy_pass http://127.0.0.1:%d; }\n"
+             "location /r/ { hilock k:$arg_key wait=20s; try_files /nonexistent @up; }\n"
+             "location @up { " SHOW " proxy_pass http://127.0.0.1:%d; }\n"
+             "location /a/ { auth_request /auth; hilock k:$arg_key wait=20s; " SHOW
+             " proxy_pass http://127.0.0.1:%d; }\n"
+             "location = /auth { internal; hilock auth wait=20s; " SHOW
+             " proxy_pass http://127.0.0.1:%d/auth?key=auth&ms=100; }\n"
+             "location /plain/ { proxy_pass http://127.0.0.1:%d; }\n",
+             bp, bp, bp, bp, bp, bp, bp, bp, bp, bp);
+    cr_assert_eq(test_nginx_start(n, workers, http, server), 0, "nginx did not start");
+}
+
+/* Send reqs[i] to path on N[i % nn]; */
+static void send_all(test_http *h, int count, int nn, const char *fmt, const char *key, int ms) {
+    char path[256];
+    for (int i = 0; i < count; i++) {
+        snprintf(path, sizeof(path), fmt, key, ms);
+        cr_assert_eq(test_http_send(&h[i], N[i % nn].port, path), 0, "request %d not sent", i);
+    }
+}
+
+static int count_status(const test_http *h, int count, int status) {
+    int k = 0;
+    for (int i = 0; i < count; i++) k += h[i].status == status;
+    return k;
+}
+
+static long long key_exists(const char *name) {
+    char key[HILOCK_NAME_MAX * 3 + 64];
+    hilock_key("hilock:", name, key, sizeof(key));
+    return test_redis_int(&R, "EXISTS %s", key);
+}
+
+/* Is the lock of `name` gone within a second? A request's reply goes out
+ * before its pool's cleanup sends the release, so a client may see the
+ * reply a moment before Redis sees the release. */
+static int lock_gone(const char *name) {
+    for (long long until = test_now_ms() + 1000; test_now_ms() < until; test_msleep(5))
+        if (key_exists(name) == 0) return 1;
+    return 0;
+}
+
+/* Stop every nginx gracefully; none may say anything went wrong. */
+static void quit_clean(int nn) {
+    char problems[2048];
+    for (int i = 0; i < nn; i++) {
+        cr_expect_eq(test_nginx_quit(&N[i], 15000), 0, "nginx %d did not quit within 15 s", i);
+        cr_expect_eq(test_nginx_problems(&N[i], problems, sizeof(problems)), 0,
+                     "nginx %d logged:\n%s", i, problems);
+    }
+}
+
+/* Poll until key `name` has `n` requests at the backend. */
+static int backend_inflight(const char *name, int n, int ms) {
+    for (long long until = test_now_ms() + ms; test_now_ms() < until; test_msleep(5))
+        if (test_backend_key_get(&B, name).inflight == n) return 1;
+    return 0;
+}
+
+/* Three nginx, two workers each, on one Redis: requests for one key never
+ * overlap at the backend, all get 200, fences strictly increase; another
+ * key's requests run beside them. */
+Test(nginx, serialises_across_three_instances) {
+    enum { ONE = 90, TWO = 30 };
+    static test_http h[ONE + TWO];
+    for (int i = 0; i < 3; i++) start_nginx(&N[i], 2, R.url);
+    send_all(h, ONE, 3, "/k/?key=%s&ms=%d", "one", 5);
+    send_all(h + ONE, TWO, 3, "/k/?key=%s&ms=%d", "two", 5);
+    cr_assert_eq(test_http_wait(h, ONE + TWO, 60000), 0, "requests still waiting after 60 s");
+    cr_expect_eq(count_status(h, ONE + TWO, 200), ONE + TWO, "every request gets 200");
+    test_backend_key one = test_backend_key_get(&B, "one"), two = test_backend_key_get(&B, "two");
+    cr_expect_eq(one.served, ONE);
+    cr_expect_eq(two.served, TWO);
+    cr_expect_eq(one.overlaps, 0, "the backend saw %d overlaps of one key", one.overlaps);
+    cr_expect_eq(two.overlaps, 0);
+    cr_expect_eq(one.fence_errors + two.fence_errors, 0, "fences that did not increase");
+    cr_expect_eq(B.no_fence, 0, "requests without a fence");
+    cr_expect_geq(B.max_inflight, 2, "two keys are served at once");
+    char v[64];
+    cr_expect_str_eq(test_http_header(&h[0], "X-Hilock-Status", v, sizeof(v)), "acquired");
+    cr_expect_neq(test_http_header(&h[0], "X-Hilock-Wait", v, sizeof(v))[0], '\0');
+    cr_expect(lock_gone("k:one") && lock_gone("k:two"), "a lock left behind");
+    quit_clean(3);
+}
+
+/* Thousands of waiting requests per worker: 500 here, in one worker. */
+Test(nginx, many_waiters_in_one_worker) {
+    enum { W = 500 };
+    static test_http h[W + 1];
+    start_nginx(&N[0], 1, R.url);
+    cr_assert_eq(test_http_send(&h[0], N[0].port, "/k/?key=many&ms=1000"), 0);
+    cr_assert(backend_inflight("many", 1, 5000), "the holder never reached the backend");
+    send_all(h + 1, W, 1, "/k/?key=%s&ms=%d", "many", 0);
+    test_msleep(300);
+    cr_expect_eq(test_backend_key_get(&B, "many").served, 0, "a waiter was served while the lock was held");
+    cr_assert_eq(test_http_wait(h, W + 1, 60000), 0, "requests still waiting after 60 s");
+    cr_expect_eq(count_status(h, W + 1, 200), W + 1);
+    test_backend_key k = test_backend_key_get(&B, "many");
+    cr_expect_eq(k.served, W + 1);
+    cr_expect_eq(k.overlaps, 0);
+    cr_expect_eq(k.fence_errors, 0);
+    cr_expect(lock_gone("k:many"), "the lock of k:many is left behind");
+    quit_clean(1);
+}
+
+/* A wait that runs out gives hilock_timeout_status; wait=0 tries once. */
+Test(nginx, timeout_gives_the_configured_status) {
+    test_http hold, t, once, after;
+    char v[64];
+    start_nginx(&N[0], 2, R.url);
+    cr_assert_eq(test_http_send(&hold, N[0].port, "/k/?key=busy&ms=1500"), 0);
+    cr_assert(backend_inflight("busy", 1, 5000));
+    cr_expect_eq(test_http_get(&t, N[0].port, "/short/?key=busy", 5000), 429);
+    cr_expect_str_eq(test_http_header(&t, "X-Hilock-Status", v, sizeof(v)), "timeout");
+    cr_expect_geq(t.done_ms - t.sent_ms, 150, "ran out after %lld ms, before wait=200ms",
+                  t.done_ms - t.sent_ms);
+    cr_expect_eq(test_http_get(&once, N[0].port, "/try/?key=busy", 5000), 409);
+    cr_expect_lt(once.done_ms - once.sent_ms, 1000, "wait=0 waited %lld ms", once.done_ms - once.sent_ms);
+    cr_expect_eq(test_http_wait(&hold, 1, 10000), 0);
+    cr_expect_eq(hold.status, 200);
+    cr_expect_eq(test_http_get(&after, N[0].port, "/try/?key=busy", 5000), 200, "free again");
+    cr_expect_eq(test_backend_key_get(&B, "busy").served, 2, "timed-out requests never reach the backend");
+    cr_expect(lock_gone("k:busy"), "the lock of k:busy is left behind");
+    quit_clean(1);
+}
+
+/* Redis is down: hilock_error_status, or served without the lock with
+ * hilock_fail_open. */
+Test(nginx, redis_down_gives_error_status_or_fails_open) {
+    test_http e, o, k;
+    char url[64], v[64];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d timeout=300ms", test_refused_port());
+    start_nginx(&N[0], 1, url);
+    cr_expect_eq(test_http_get(&e, N[0].port, "/err/?key=x", 10000), 502);
+    cr_expect_str_eq(test_http_header(&e, "X-Hilock-Status", v, sizeof(v)), "error");
+    cr_expect_eq(test_http_get(&o, N[0].port, "/open/?key=x", 10000), 200);
+    cr_expect_str_eq(test_http_header(&o, "X-Hilock-Status", v, sizeof(v)), "error");
+    cr_expect_str_eq(test_http_header(&o, "X-Hilock-Fence", v, sizeof(v)), "", "no fence without a lock");
+    cr_expect_eq(test_http_get(&k, N[0].port, "/k/?key=x", 10000), 503, "the default error status");
+    cr_expect_lt(k.done_ms - k.sent_ms, 1500, "timeout=300ms: the error came after %lld ms",
+                 k.done_ms - k.sent_ms);
+    cr_expect_eq(test_backend_key_get(&B, "x").served, 1, "only the fail-open request is served");
+    quit_clean(1);
+}
+
+/* Clients that go away while waiting take nothing with them: the lock is
+ * handed to the one that stayed, and nothing is left in Redis. */
+Test(nginx, client_abort_while_waiting_leaves_no_lock) {
+    enum { W = 50 };
+    static test_http h[W + 1];
+    start_nginx(&N[0], 2, R.url);
+    cr_assert_eq(test_http_send(&h[0], N[0].port, "/k/?key=ab&ms=800"), 0);
+    cr_assert(backend_inflight("ab", 1, 5000));
+    send_all(h + 1, W, 1, "/k/?key=%s&ms=%d", "ab", 0);
+    test_msleep(200);
+    for (int i = 1; i < W; i++) test_http_abort(&h[i]);
+    cr_assert_eq(test_http_wait(h, W + 1, 10000), 0);
+    cr_expect_eq(h[0].status, 200);
+    cr_expect_eq(h[W].status, 200, "the waiter that stayed is served");
+    cr_expect_lt(h[W].done_ms - h[0].done_ms, 2000, "served %lld ms after the release",
+                 h[W].done_ms - h[0].done_ms);
+    cr_expect_eq(test_backend_key_get(&B, "ab").served, 2, "aborted waiters never reach the backend");
+    cr_expect(lock_gone("k:ab"), "the lock of k:ab is left behind");
+    quit_clean(1);
+}
+
+/* A client that goes away while its request is served frees the lock at
+ * once, not when the backend is done. */
+Test(nginx, client_abort_while_served_releases_at_once) {
+    test_http hold, next;
+    start_nginx(&N[0], 1, R.url);
+    cr_assert_eq(test_http_send(&hold, N[0].port, "/k/?key=srv&ms=5000"), 0);
+    cr_assert(backend_inflight("srv", 1, 5000));
+    cr_expect_eq(key_exists("k:srv"), 1);
+    long long t0 = test_now_ms();
+    test_http_abort(&hold);
+    cr_expect_eq(test_http_get(&next, N[0].port, "/k/?key=srv&ms=0", 10000), 200);
+    cr_expect_lt(next.done_ms - t0, 2000, "the lock came back %lld ms after the abort", next.done_ms - t0);
+    cr_expect(lock_gone("k:srv"), "the lock of k:srv is left behind");
+    quit_clean(1);
+}
+
+/* nginx -s reload while a request holds and others wait: every one is
+ * served (by the old workers), the new workers lock too, nothing is left,
+ * no alert. */
+Test(nginx, reload_with_waiters) {
+    enum { W = 20 };
+    static test_http h[W + 1];
+    test_http after;
+    pid_t old[8];
+    start_nginx(&N[0], 2, R.url);
+    cr_assert_eq(test_http_send(&h[0], N[0].port, "/k/?key=rl&ms=800"), 0);
+    cr_assert(backend_inflight("rl", 1, 5000));
+    send_all(h + 1, W, 1, "/k/?key=%s&ms=%d", "rl", 5);
+    test_msleep(100);
+    int nold = test_nginx_workers(&N[0], old, 8);
+    kill(N[0].pid, SIGHUP);
+    cr_assert_eq(test_nginx_wait_new_workers(&N[0], old, nold, 2, 15000), 0,
+                 "the old workers did not exit after the reload");
+    cr_assert_eq(test_http_wait(h, W + 1, 10000), 0);
+    cr_expect_eq(count_status(h, W + 1, 200), W + 1, "every waiter is served across the reload");
+    test_backend_key k = test_backend_key_get(&B, "rl");
+    cr_expect_eq(k.overlaps, 0);
+    cr_expect_eq(k.fence_errors, 0);
+    cr_expect_eq(test_http_get(&after, N[0].port, "/k/?key=rl&ms=0", 5000), 200, "the new workers lock");
+    cr_expect(lock_gone("k:rl"), "the lock of k:rl is left behind");
+    quit_clean(1);
+}
+
+/* nginx -s quit while a request holds and others wait: they are served
+ * before the workers exit; nothing is left, no alert. */
+Test(nginx, quit_with_waiters) {
+    enum { W = 20 };
+    static test_http h[W + 1];
+    char problems[2048];
+    start_nginx(&N[0], 2, R.url);
+    cr_assert_eq(test_http_send(&h[0], N[0].port, "/k/?key=q&ms=800"), 0);
+    cr_assert(backend_inflight("q", 1, 5000));
+    send_all(h + 1, W, 1, "/k/?key=%s&ms=%d", "q", 5);
+    test_msleep(100);
+    kill(N[0].pid, SIGQUIT);
+    cr_assert_eq(test_http_wait(h, W + 1, 15000), 0);
+    cr_expect_eq(count_status(h, W + 1, 200), W + 1, "every waiter is served before the exit");
+    cr_expect_eq(test_nginx_quit(&N[0], 15000), 0, "nginx did not exit");
+    cr_expect_eq(test_nginx_problems(&N[0], problems, sizeof(problems)), 0, "nginx logged:\n%s", problems);
+    cr_expect_eq(test_backend_key_get(&B, "q").overlaps, 0);
+    cr_expect(lock_gone("k:q"), "the lock of k:q is left behind");
+}
+
+/* A worker killed (kill -9) while it holds: the others get the lock when
+ * its lease runs out (lease=1s), with a larger fence; the master's new
+ * worker locks again. */
+Test(nginx, worker_killed_while_holding_frees_after_the_lease) {
+    test_http hold, other, again;
+    pid_t w[8];
+    start_nginx(&N[0], 1, R.url);
+    start_nginx(&N[1], 1, R.url);
+    cr_assert_eq(test_http_send(&hold, N[0].port, "/lease/?key=kw&ms=8000"), 0);
+    cr_assert(backend_inflight("kw", 1, 5000));
+    cr_assert_eq(test_nginx_workers(&N[0], w, 8), 1);
+    test_msleep(700); /* past a renewal: the lease was extended once */
+    N[0].killed_worker = 1;
+    long long t0 = test_now_ms();
+    kill(w[0], SIGKILL);
+    cr_expect_eq(test_http_get(&other, N[1].port, "/lease/?key=kw&ms=0", 10000), 200);
+    long long took = other.done_ms - t0;
+    cr_expect_geq(took, 200, "the lock was free %lld ms after the kill, within its lease", took);
+    cr_expect_lt(took, 3000, "the lock came back %lld ms after the kill (lease 1 s)", took);
+    cr_expect_eq(test_backend_key_get(&B, "kw").fence_errors, 0, "the next fence is larger");
+    cr_expect_eq(test_http_wait(&hold, 1, 5000), 0);
+    cr_expect_eq(hold.status, -1, "the killed worker's client got no reply");
+    cr_assert_eq(test_nginx_wait_new_workers(&N[0], w, 1, 1, 10000), 0, "no new worker");
+    cr_expect_eq(test_http_get(&again, N[0].port, "/lease/?key=kw2&ms=0", 10000), 200);
+    quit_clean(2);
+}
+
+/* After an internal redirect the request keeps its one lock to the end;
+ * subrequests (auth_request) take none. */
+Test(nginx, internal_redirects_keep_the_lock_subrequests_take_none) {
+    enum { C = 10 };
+    static test_http h[C], a[C];
+    start_nginx(&N[0], 1, R.url);
+    send_all(h, C, 1, "/r/?key=%s&ms=%d", "redir", 20);
+    cr_assert_eq(test_http_wait(h, C, 20000), 0);
+    cr_expect_eq(count_status(h, C, 200), C);
+    test_backend_key r = test_backend_key_get(&B, "redir");
+    cr_expect_eq(r.served, C);
+    cr_expect_eq(r.overlaps, 0, "the named location ran without the lock");
+    cr_expect_eq(r.fence_errors, 0);
+    cr_expect_eq(B.no_fence, 0, "the redirected request lost its fence");
+
+    send_all(a, C, 1, "/a/?key=%s&ms=%d", "main", 20);
+    cr_assert_eq(test_http_wait(a, C, 20000), 0);
+    cr_expect_eq(count_status(a, C, 200), C);
+    test_backend_key auth = test_backend_key_get(&B, "auth"), m = test_backend_key_get(&B, "main");
+    cr_expect_eq(auth.served, C);
+    cr_expect_gt(auth.overlaps, 0, "auth subrequests ran one at a time: they took a lock");
+    cr_expect_eq(auth.last_fence, 0, "a subrequest had a fence");
+    cr_expect_eq(m.overlaps, 0);
+    cr_expect(lock_gone("auth"), "the lock of auth is left behind");
+    cr_expect(lock_gone("k:redir") && lock_gone("k:main"), "a lock left behind");
+    quit_clean(1);
+}
+
+/* Mistakes in the configuration fail `nginx -t`, with the reason. */
+Test(nginx, bad_configuration_fails_nginx_t) {
+    static const struct { const char *http, *server, *says; } bad[] = {
+        {"hilock_redis redis://h:99999;", "", "malformed Redis URL"},
+        {"hilock_redis redis://127.0.0.1:1;", "location / { hilock a lease=1ms; }", "lease shorter than"},
+        {"hilock_redis redis://127.0.0.1:1;", "location / { hilock a wait=soon; }", "invalid time"},
+        {"hilock_redis redis://127.0.0.1:1;", "location / { hilock a color=red; }", "invalid parameter"},
+        {"hilock_redis redis://127.0.0.1:1;", "location / { hilock a; hilock b; }", "is duplicate"},
+        {"hilock_redis redis://127.0.0.1:1;", "location / { hilock_timeout_status 200; }", "must be"},
+        {"hilock_redis redis://127.0.0.1:1 timeout=0;", "", "invalid time"},
+        {"hilock_redis redis://127.0.0.1:1 wait=1s;", "", "invalid parameter"},
+    };
+    char out[4096];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_expect_eq(test_nginx_check(1, bad[i].http, bad[i].server, out, sizeof(out)), 1,
+                     "case %zu passed nginx -t:\n%s", i, out);
+        cr_expect(strstr(out, bad[i].says) != NULL, "case %zu: no \"%s\" in:\n%s", i, bad[i].says, out);
+    }
+    cr_expect_eq(test_nginx_check(1, "hilock_redis redis://127.0.0.1:1;",
+                                  "location / { hilock k:$arg_id wait=5s lease=10s; }", out, sizeof(out)),
+                 0, "a good configuration fails:\n%s", out);
+}
