@@ -339,6 +339,63 @@ Test(nginx, internal_redirects_keep_the_lock_subrequests_take_none) {
     quit_clean(1);
 }
 
+/* Requests on one keepalive connection (pipelined here) each take and
+ * release their own lock: the lock belongs to the request, not to the
+ * connection. */
+Test(nginx, keepalive_requests_each_take_their_own_lock) {
+    test_http h;
+    start_nginx(&N[0], 1, R.url);
+    cr_assert_eq(test_http_send_raw(&h, N[0].port,
+                                    "GET /k/?key=ka&ms=0 HTTP/1.1\r\nHost: t\r\n\r\n"
+                                    "GET /k/?key=ka&ms=0 HTTP/1.1\r\nHost: t\r\n\r\n"
+                                    "GET /k/?key=ka&ms=0 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"),
+                 0);
+    cr_assert_eq(test_http_wait(&h, 1, 10000), 0, "the pipelined requests hang");
+    cr_expect_eq(h.status, 200);
+    /* Three replies, three fences, each larger than the one before. */
+    unsigned long long last = 0;
+    int replies = 0;
+    for (const char *p = strstr(h.buf, "X-Hilock-Fence: "); p != NULL; p = strstr(p + 1, "X-Hilock-Fence: ")) {
+        unsigned long long f = strtoull(p + 16, NULL, 10);
+        cr_expect_gt(f, last, "reply %d: fence %llu after %llu", replies, f, last);
+        last = f;
+        replies++;
+    }
+    cr_expect_eq(replies, 3, "replies with a fence:\n%s", h.buf);
+    test_backend_key k = test_backend_key_get(&B, "ka");
+    cr_expect_eq(k.served, 3);
+    cr_expect_eq(k.fence_errors, 0);
+    cr_expect(lock_gone("k:ka"), "the lock of k:ka is left behind");
+    quit_clean(1);
+}
+
+/* Redis killed while one request holds and others wait, then started
+ * again empty: every request ends (served, or the error status), no
+ * worker crashes, and locking works again. */
+Test(nginx, redis_killed_and_restarted_under_waiters) {
+    enum { W = 30 };
+    static test_http h[W + 1];
+    test_http after;
+    char url[96];
+    start_nginx(&N[0], 2, R.url);
+    cr_assert_eq(test_http_send(&h[0], N[0].port, "/k/?key=rk&ms=600"), 0);
+    cr_assert(backend_inflight("rk", 1, 5000));
+    send_all(h + 1, W, 1, "/k/?key=%s&ms=%d", "rk", 5);
+    test_msleep(100);
+    int port = R.port;
+    test_redis_stop(&R);
+    test_msleep(300);
+    snprintf(url, sizeof(url), "%s", R.url);
+    cr_assert_eq(test_redis_start(&R, port, NULL), 0, "redis-server did not start again on %d", port);
+    cr_assert_eq(test_http_wait(h, W + 1, 30000), 0, "requests still waiting 30 s after the restart");
+    int ok = count_status(h, W + 1, 200), err = count_status(h, W + 1, 503);
+    cr_expect_eq(ok + err, W + 1, "%d served, %d errors, of %d", ok, err, W + 1);
+    cr_expect_gt(ok, 1, "waiters are served after the restart");
+    cr_expect_eq(test_http_get(&after, N[0].port, "/k/?key=rk&ms=0", 10000), 200);
+    cr_expect(lock_gone("k:rk"), "the lock of k:rk is left behind");
+    quit_clean(1);
+}
+
 /* Mistakes in the configuration fail `nginx -t`, with the reason. */
 Test(nginx, bad_configuration_fails_nginx_t) {
     static const struct { const char *http, *server, *says; } bad[] = {

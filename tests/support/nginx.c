@@ -491,8 +491,14 @@ void test_http_rlimit(void) {
 }
 
 int test_http_send(test_http *h, int port, const char *path) {
-    struct sockaddr_in a;
     char req[1024];
+    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: test\r\n\r\n", path);
+    return test_http_send_raw(h, port, req);
+}
+
+int test_http_send_raw(test_http *h, int port, const char *req) {
+    struct sockaddr_in a;
+    ssize_t len = (ssize_t)strlen(req);
     memset(h, 0, sizeof(*h));
     h->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (h->fd < 0) return -1;
@@ -500,7 +506,6 @@ int test_http_send(test_http *h, int port, const char *path) {
     a.sin_family = AF_INET;
     a.sin_port = htons((uint16_t)port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int len = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: test\r\n\r\n", path);
     h->sent_ms = test_now_ms();
     if (connect(h->fd, (struct sockaddr *)&a, sizeof(a)) != 0 || write(h->fd, req, (size_t)len) != len) {
         test_http_abort(h);

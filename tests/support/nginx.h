@@ -99,6 +99,10 @@ void test_http_rlimit(void);
 /* Connect to 127.0.0.1:port and send "GET path HTTP/1.0". 0 or -1. */
 int test_http_send(test_http *h, int port, const char *path);
 
+/* The same with a request of the caller's, e.g. pipelined HTTP/1.1
+ * requests, the last with "Connection: close". */
+int test_http_send_raw(test_http *h, int port, const char *req);
+
 /* Read the replies of hs[0..n) until all are done or ms pass. The number
  * still waiting. */
 int test_http_wait(test_http *hs, int n, int ms);
