@@ -479,12 +479,19 @@ static void *ngx_http_hilock_create_loc_conf(ngx_conf_t *cf) {
 
 static char *ngx_http_hilock_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child) {
     ngx_http_hilock_loc_conf_t *prev = parent, *conf = child;
-    (void)cf;
+    ngx_http_hilock_srv_conf_t *scf;
     /* NAME, wait= and lease= come together. */
     if (conf->name == NGX_CONF_UNSET_PTR) {
         conf->name = prev->name == NGX_CONF_UNSET_PTR ? NULL : prev->name;
         conf->wait = prev->wait;
         conf->lease = prev->lease;
+    }
+    /* Locations are merged after their server (whose conf cf->ctx holds):
+     * a lock with nowhere to live fails `nginx -t`, not every request. */
+    scf = ngx_http_conf_get_module_srv_conf(cf, ngx_http_hilock_module);
+    if (conf->name != NULL && scf->redis < 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"hilock\" needs \"hilock_redis\" in its server or in http");
+        return NGX_CONF_ERROR;
     }
     if (conf->wait == NGX_CONF_UNSET_MSEC) conf->wait = NGX_HTTP_HILOCK_WAIT_DEFAULT;
     if (conf->lease == NGX_CONF_UNSET_MSEC) conf->lease = 0;

@@ -407,6 +407,7 @@ Test(nginx, bad_configuration_fails_nginx_t) {
         {"hilock_redis redis://127.0.0.1:1;", "location / { hilock_timeout_status 200; }", "must be"},
         {"hilock_redis redis://127.0.0.1:1 timeout=0;", "", "invalid time"},
         {"hilock_redis redis://127.0.0.1:1 wait=1s;", "", "invalid parameter"},
+        {"", "location / { hilock a; }", "needs \"hilock_redis\""},
     };
     char out[4096];
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
