@@ -13,9 +13,13 @@
 #                           one or two, restarted empty after more than a
 #                           lease, DEBUG SLEEP stalls, SCRIPT FLUSH,
 #                           connection kills
+#   STRESS_MODE=nginx       3 nginx (2 workers each) with the module before a
+#                           backend that records overlaps and fences:
+#                           reloads, kill -9 of a worker, connection kills,
+#                           clients that go away
 #   STRESS_MODE=all         the default: every mode in turn (standalone 15%
-#                           of the time, cluster 35%, sentinel 25%, redlock
-#                           25%)
+#                           of the time, cluster 30%, sentinel 20%, redlock
+#                           20%, nginx 15%)
 #   STRESS_MODE=both        standalone (30%), then cluster (70%)
 STRESS := $(BUILD)/hilock-stress
 STRESS_SRC := $(wildcard tests/stress/*.c)
@@ -23,12 +27,12 @@ EXTRA_TARGETS += $(STRESS)
 STRESS_SECONDS ?= 110
 STRESS_MODE ?= all
 
-STRESS_SUPPORT := tests/support/harness.c tests/support/sentinel.c
+STRESS_SUPPORT := tests/support/harness.c tests/support/sentinel.c tests/support/nginx.c
 
-$(STRESS): $(STRESS_SRC) $(STRESS_SUPPORT) tests/stress/stress.h tests/support/harness.h tests/support/sentinelenv.h $(STATIC) $(HDRS)
+$(STRESS): $(STRESS_SRC) $(STRESS_SUPPORT) tests/stress/stress.h tests/support/harness.h tests/support/sentinelenv.h tests/support/nginx.h $(STATIC) $(HDRS)
 	$(CC) $(ALL_CFLAGS) -Itests $(ALL_LDFLAGS) -o $@ $(STRESS_SRC) $(STRESS_SUPPORT) $(STATIC) $(LDLIBS_LIB)
 
 .PHONY: stress
 stress: deps
-	$(MAKE) $(STRESS)
+	$(MAKE) $(STRESS) nginx-module
 	$(STRESS) -m $(STRESS_MODE) -s $(STRESS_SECONDS)

@@ -62,8 +62,10 @@ static void start_nginx(test_nginx *n, int workers, const char *redis_url) {
              " proxy_pass http://127.0.0.1:%d; }\n"
              "location = /auth { internal; hilock auth wait=20s; " SHOW
              " proxy_pass http://127.0.0.1:%d/auth?key=auth&ms=100; }\n"
-             "location /plain/ { proxy_pass http://127.0.0.1:%d; }\n",
-             bp, bp, bp, bp, bp, bp, bp, bp, bp, bp);
+             "location /plain/ { proxy_pass http://127.0.0.1:%d; }\n"
+             "location /keep/ { hilock k:$arg_key wait=20s; proxy_ignore_client_abort on; " SHOW
+             " proxy_pass http://127.0.0.1:%d; }\n",
+             bp, bp, bp, bp, bp, bp, bp, bp, bp, bp, bp);
     cr_assert_eq(test_nginx_start(n, workers, http, server), 0, "nginx did not start");
 }
 
@@ -234,6 +236,30 @@ Test(nginx, client_abort_while_served_releases_at_once) {
     cr_expect_eq(test_http_get(&next, N[0].port, "/k/?key=srv&ms=0", 10000), 200);
     cr_expect_lt(next.done_ms - t0, 2000, "the lock came back %lld ms after the abort", next.done_ms - t0);
     cr_expect(lock_gone("k:srv"), "the lock of k:srv is left behind");
+    quit_clean(1);
+}
+
+/* With proxy_ignore_client_abort on, nginx lets the backend finish a
+ * request whose client went away, and the lock stays until then: the next
+ * request for the key never reaches the backend beside it. */
+Test(nginx, client_abort_with_ignore_client_abort_keeps_the_lock_until_the_backend_is_done) {
+    test_http hold, next;
+    start_nginx(&N[0], 1, R.url);
+    cr_assert_eq(test_http_send(&hold, N[0].port, "/keep/?key=keep&ms=1200"), 0);
+    cr_assert(backend_inflight("keep", 1, 5000));
+    long long t0 = test_now_ms();
+    test_http_abort(&hold);
+    cr_assert_eq(test_http_send(&next, N[0].port, "/keep/?key=keep&ms=0"), 0);
+    test_msleep(400);
+    cr_expect_eq(key_exists("k:keep"), 1, "the lock went with the client, not with the backend's work");
+    cr_expect_eq(test_http_wait(&next, 1, 10000), 0);
+    cr_expect_eq(next.status, 200);
+    cr_expect_geq(next.done_ms - t0, 700, "the next request was served %lld ms after the abort, before "
+                  "the backend was done", next.done_ms - t0);
+    test_backend_key k = test_backend_key_get(&B, "keep");
+    cr_expect_eq(k.served, 2);
+    cr_expect_eq(k.overlaps, 0);
+    cr_expect(lock_gone("k:keep"), "the lock of k:keep is left behind");
     quit_clean(1);
 }
 

@@ -1,12 +1,12 @@
 /* hilock-stress: several processes, thousands of waiters, random faults for
  * a bounded time, then a report. Not part of `make test`; run `make stress`.
  *
- *   hilock-stress [-m all|standalone|cluster|sentinel|redlock|both]
+ *   hilock-stress [-m all|standalone|cluster|sentinel|redlock|nginx|both]
  *                 [-s SECONDS] [-p PROCS] [-w WAITERS] [-n NAMES]
  *
  * SECONDS (at most 120) bounds the whole run. With -m all (the default)
  * every mode runs, one after the other, each until its share of the time
- * (standalone 15%, cluster 35%, sentinel 25%, redlock 25%); -m both is
+ * (standalone 15%, cluster 30%, sentinel 20%, redlock 20%, nginx 15%); -m both is
  * standalone and cluster alone (30% and 70%), as it was before Sentinel and
  * Redlock; one mode gets the whole time.
  *
@@ -21,7 +21,10 @@
  * connection kills. Redlock (redlock.c): five independent masters and four
  * times the names (a contended hand-off costs a split vote there); faults
  * are kill -9 of one or two (restarted empty after more than a lease),
- * stalls, connection kills. Every invariant must hold in each (worker.c):
+ * stalls, connection kills. Nginx (nginx.c): three nginx with the module
+ * before a backend that records overlaps and fences; faults are reloads,
+ * kill -9 of a worker, connection kills, clients that go away. Every
+ * invariant must hold in each (worker.c; the backend for nginx):
  *   - no two holders of a name at once,
  *   - fencing tokens strictly increasing per name, as a resource sees them,
  *   - every acquire request ends with exactly one callback.
@@ -222,7 +225,7 @@ static void plain_names(stress_cfg *cfg) {
 }
 
 static int usage(const char *argv0) {
-    fprintf(stderr, "usage: %s [-m all|standalone|cluster|sentinel|redlock|both] [-s SECONDS<=120] [-p PROCS] "
+    fprintf(stderr, "usage: %s [-m all|standalone|cluster|sentinel|redlock|nginx|both] [-s SECONDS<=120] [-p PROCS] "
                     "[-w WAITERS/PROC] [-n NAMES<=%d]\n", argv0, MAX_NAMES);
     return 64;
 }
@@ -231,9 +234,9 @@ static int usage(const char *argv0) {
  * several run (the cluster's is the largest: six servers to start, and a
  * settle after each fault). `both` is standalone + cluster, as before
  * Sentinel and Redlock came: 30% and 70%. */
-enum { STANDALONE, CLUSTER, SENTINEL, REDLOCK, NMODES };
-static const char *const mode_name[NMODES] = {"standalone", "cluster", "sentinel", "redlock"};
-static const int mode_share[NMODES] = {15, 35, 25, 25};
+enum { STANDALONE, CLUSTER, SENTINEL, REDLOCK, NGINX, NMODES };
+static const char *const mode_name[NMODES] = {"standalone", "cluster", "sentinel", "redlock", "nginx"};
+static const int mode_share[NMODES] = {15, 30, 20, 20, 15};
 
 static int parse_mode(const char *mode, int run[NMODES]) {
     memset(run, 0, NMODES * sizeof(int));
@@ -341,6 +344,9 @@ int main(int argc, char **argv) {
             cfg.long_hold_permille = 1;
             cfg.long_hold_max_ms = 4000;
             ph.failed = stress_redlock(&cfg, end, &ph.faults, &ph.stranded, &ph.bad_exits) != 0;
+            break;
+        case NGINX:
+            ph.failed = stress_nginx(&cfg, end, &ph.faults, &ph.stranded, &ph.bad_exits) != 0;
             break;
         }
         ph.ended_ms = test_now_ms();

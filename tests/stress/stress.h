@@ -140,6 +140,14 @@ int stress_sentinel(stress_cfg *cfg, long long end_ms, stress_faults *faults, lo
 int stress_redlock(stress_cfg *cfg, long long end_ms, stress_faults *faults, long *stranded,
                    int *bad_exits);
 
+/* The nginx phase (nginx.c): three nginx with the module on one Redis
+ * before a recording backend, batches of requests while reloads, worker
+ * kills, connection kills and client aborts land, until end_ms. Overlaps
+ * and fence regressions go to sh; requests that never ended and locks left
+ * to *stranded; alerts and nginx that would not quit to *bad_exits.
+ * Returns 0, or -1 when nginx could not be started. */
+int stress_nginx(stress_cfg *cfg, long long end_ms, stress_faults *faults, long *stranded, int *bad_exits);
+
 /* Shared by the sentinel and redlock phases (worker.c). */
 /* Lines of the phase's event log: on stdout, "[  12.3 s] ..." from t0, and
  * into the file `path` (NULL: none) until stress_log_close. */
