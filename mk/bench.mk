@@ -6,7 +6,11 @@
 #   make bench-peers  the same handoff and herd beside npm's redis-semaphore
 #                     and redlock, and the Redlock scenarios beside npm's
 #                     redlock on 5 masters (needs node and npm)
-#   BENCH_QUICK=1     either as a smoke test: small counts (hilock-bench -q)
+#   make bench-nginx  ngx_http_hilock_module in a throwaway nginx on a
+#                     throwaway redis-server: each location with `hilock`
+#                     beside the same one without, same run
+#                     ($(BUILD)/bench/nginx.jsonl); `make bench` runs it too
+#   BENCH_QUICK=1     any of them as a smoke test: small counts (hilock-bench -q)
 # Included by the Makefile before its own rules: keep `all` the default goal.
 .DEFAULT_GOAL := all
 
@@ -21,10 +25,20 @@ EXTRA_TARGETS += $(BENCH)
 $(BENCH): $(BENCH_SRC) $(wildcard bench/*.h) $(STATIC) $(HDRS)
 	$(CC) $(ALL_CFLAGS) -Isrc $(ALL_LDFLAGS) -o $@ $(BENCH_SRC) $(STATIC) $(LDLIBS_LIB)
 
-.PHONY: bench bench-peers
+.PHONY: bench bench-peers bench-nginx
+# The nginx part runs even when the library's fails; either fails the target.
 bench: deps
 	$(MAKE) $(BENCH)
-	BENCH_QUICK=$(BENCH_QUICK) sh scripts/bench.sh $(BENCH) $(BENCH_OUT)
+	$(MAKE) nginx-module
+	BENCH_QUICK=$(BENCH_QUICK) sh scripts/bench.sh $(BENCH) $(BENCH_OUT); rc=$$?; \
+	BENCH_QUICK=$(BENCH_QUICK) sh scripts/bench-nginx.sh $(BUILD) $(BENCH_OUT) || rc=1; \
+	exit $$rc
+
+# hilock-bench too: its handoff scenario is run beside the module's figures.
+bench-nginx: deps
+	$(MAKE) $(BENCH)
+	$(MAKE) nginx-module
+	BENCH_QUICK=$(BENCH_QUICK) sh scripts/bench-nginx.sh $(BUILD) $(BENCH_OUT)
 
 bench-peers: deps
 	$(MAKE) $(BENCH)
