@@ -83,10 +83,14 @@ struct ngx_http_hilock_op_s {
 static hilock_client **ngx_http_hilock_clients;
 static ngx_uint_t ngx_http_hilock_nclients;
 static ngx_uint_t ngx_http_hilock_exiting;
-/* Waits and releases in flight keep a non-cancelable timer armed, so that a
- * worker that is shutting down serves its waiting requests and sends its
- * releases before it exits. */
+/* What needs the clients: waits in flight, holds of live requests and
+ * releases in flight. While any is, and while clients are closing, a
+ * non-cancelable timer stays armed, so that a worker that is shutting down
+ * serves its waiting requests, releases, and closes its clients before it
+ * exits. */
 static ngx_int_t ngx_http_hilock_busy;
+static ngx_uint_t ngx_http_hilock_draining;  /* a graceful shutdown began */
+static ngx_uint_t ngx_http_hilock_closing;   /* clients whose close is under way */
 static ngx_event_t ngx_http_hilock_guard;
 
 static ngx_int_t ngx_http_hilock_preconf(ngx_conf_t *cf);
@@ -172,18 +176,58 @@ ngx_module_t ngx_http_hilock_module = {
 
 /* ---- The busy guard ------------------------------------------------------ */
 
+static ngx_uint_t ngx_http_hilock_needed(void) {
+    return (ngx_http_hilock_busy > 0 || ngx_http_hilock_closing > 0) && !ngx_http_hilock_exiting;
+}
+
 static void ngx_http_hilock_guard_handler(ngx_event_t *ev) {
-    if (ngx_http_hilock_busy > 0 && !ngx_http_hilock_exiting) ngx_add_timer(ev, 1000);
+    if (ngx_http_hilock_needed()) ngx_add_timer(ev, 1000);
+}
+
+/* Keep the guard armed exactly while the clients are needed. */
+static void ngx_http_hilock_guard_sync(void) {
+    if (ngx_http_hilock_needed() && !ngx_http_hilock_guard.timer_set)
+        ngx_add_timer(&ngx_http_hilock_guard, 1000);
+    if (!ngx_http_hilock_needed() && ngx_http_hilock_guard.timer_set)
+        ngx_del_timer(&ngx_http_hilock_guard);
+}
+
+static void ngx_http_hilock_closed(void *data) {
+    *(hilock_client **)data = NULL;     /* hilock freed it */
+    ngx_http_hilock_closing--;
+    ngx_http_hilock_guard_sync();
+}
+
+/* Shutting down and nothing needs the clients any more: close them
+ * gracefully. Tries still in flight (of waits that were cancelled or ran
+ * out) get their replies, and what they won is released. */
+static void ngx_http_hilock_close_if_done(void) {
+    ngx_uint_t i;
+    if (!ngx_http_hilock_draining || ngx_http_hilock_busy > 0 || ngx_http_hilock_exiting) return;
+    ngx_http_hilock_draining = 0;
+    for (i = 0; i < ngx_http_hilock_nclients; i++) {
+        if (ngx_http_hilock_clients[i] == NULL) continue;
+        ngx_http_hilock_closing++;
+        hilock_client_close(ngx_http_hilock_clients[i], ngx_http_hilock_closed, &ngx_http_hilock_clients[i]);
+    }
+    ngx_http_hilock_guard_sync();
+}
+
+static void ngx_http_hilock_shutdown(void *arg) {
+    (void)arg;
+    ngx_http_hilock_draining = 1;
+    ngx_http_hilock_close_if_done();
 }
 
 static void ngx_http_hilock_busy_inc(void) {
-    if (ngx_http_hilock_busy++ == 0 && !ngx_http_hilock_guard.timer_set)
-        ngx_add_timer(&ngx_http_hilock_guard, 1000);
+    ngx_http_hilock_busy++;
+    ngx_http_hilock_guard_sync();
 }
 
 static void ngx_http_hilock_busy_dec(void) {
-    if (--ngx_http_hilock_busy == 0 && ngx_http_hilock_guard.timer_set)
-        ngx_del_timer(&ngx_http_hilock_guard);
+    ngx_http_hilock_busy--;
+    ngx_http_hilock_guard_sync();
+    ngx_http_hilock_close_if_done();
 }
 
 /* ---- Requests ------------------------------------------------------------ */
@@ -248,6 +292,7 @@ static void ngx_http_hilock_cleanup(void *data) {
         hilock_hold *h = ctx->hold;
         ctx->hold = NULL;
         ngx_http_hilock_release(h);
+        ngx_http_hilock_busy_dec();     /* the hold's */
     }
 }
 
@@ -257,12 +302,14 @@ static void ngx_http_hilock_acquired(hilock_hold *hold, int status, void *data) 
     ngx_http_request_t *r;
 
     free(op);
-    ngx_http_hilock_busy_dec();
     if (ctx == NULL || ngx_http_hilock_exiting) {
         /* The request is gone (or the worker is): a grant goes back. */
         if (hold != NULL && !ngx_http_hilock_exiting) ngx_http_hilock_release(hold);
+        ngx_http_hilock_busy_dec();     /* the wait's */
         return;
     }
+    if (hold != NULL) ngx_http_hilock_busy_inc();   /* the hold's, until the cleanup */
+    ngx_http_hilock_busy_dec();         /* the wait's */
     ctx->op = NULL;
     r = ctx->r;
     if (hold != NULL) {
@@ -641,6 +688,7 @@ static ngx_int_t ngx_http_hilock_init_process(ngx_cycle_t *cycle) {
     if (ngx_http_hilock_clients == NULL) return NGX_ERROR;
     ngx_http_hilock_nclients = mcf->urls.nelts;
     hilock_nginx_init(&loop, cycle->log);
+    hilock_nginx_on_shutdown(ngx_http_hilock_shutdown, NULL);
     redis = mcf->urls.elts;
     for (i = 0; i < mcf->urls.nelts; i++) {
         hilock_config_init(&cfg);

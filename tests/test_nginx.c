@@ -310,6 +310,28 @@ Test(nginx, quit_with_waiters) {
     cr_expect(lock_gone("k:q"), "the lock of k:q is left behind");
 }
 
+/* nginx -s quit while a hot key churns and every client goes away at
+ * once (ab's exit): waits end with tries still in flight, and their
+ * grants must be given back before the workers exit, not left for the
+ * lease (30 s) to run out. */
+Test(nginx, quit_while_clients_leave_a_hot_key_leaves_no_lock) {
+    enum { C = 120, ROUNDS = 16 };
+    static test_http h[C];
+    for (int round = 0; round < ROUNDS; round++) {
+        char problems[2048];
+        start_nginx(&N[0], 2, R.url);
+        send_all(h, C, 1, "/k/?key=%s&ms=%d", "qhot", 0);
+        test_http_wait(h, C, 30 + round * 20);
+        kill(N[0].pid, SIGQUIT);
+        for (int i = 0; i < C; i++) test_http_abort(&h[i]);
+        cr_assert_eq(test_nginx_quit(&N[0], 15000), 0, "round %d: nginx did not quit", round);
+        cr_expect_eq(test_nginx_problems(&N[0], problems, sizeof(problems)), 0, "nginx logged:\n%s", problems);
+        cr_assert(lock_gone("k:qhot"), "round %d: a lock is left for its lease after the workers exited", round);
+        test_nginx_free(&N[0]);
+    }
+    cr_expect_eq(test_backend_key_get(&B, "qhot").overlaps, 0);
+}
+
 /* A worker killed (kill -9) while it holds: the others get the lock when
  * its lease runs out (lease=1s), with a larger fence; the master's new
  * worker locks again. */

@@ -30,7 +30,16 @@
  * and deleted as hiredis asks.
  *
  * Timers are ngx_event_t with cancelable = 1: a worker that is shutting
- * down (nginx -s quit) does not wait for hilock's timer. They are re-armed
+ * down (nginx -s quit) does not wait for hilock's timer.
+ *
+ * A graceful shutdown (nginx -s quit, a reload) is announced to nobody but
+ * idle connections, which nginx closes then. hilock's sockets are marked
+ * idle so that the adapter hears of it and calls the hook set with
+ * hilock_nginx_on_shutdown(), once: that is when to start
+ * hilock_client_close(), keeping the worker alive (a non-cancelable timer)
+ * until its callback. hilock_client_free() in exit_process alone would drop
+ * the replies of tries still in flight, and a lock such a try won would
+ * stay in Redis for its lease. They are re-armed
  * exactly (ngx_add_timer keeps an armed timer whose new deadline is within
  * 300 ms of the old one: this adapter deletes it first). hilock keeps its
  * own monotonic clock (CLOCK_MONOTONIC); nginx's ngx_current_msec, on
@@ -94,13 +103,26 @@ static int hilock_nginx_ready_(hilock_nginx_sock_ *s) {
 
 static void hilock_nginx_free_sock_(hilock_nginx_sock_ *s);
 
+/* The hook of a graceful shutdown, and whether it ran. */
+static void (*hilock_nginx_shutdown_cb_)(void *arg);
+static void *hilock_nginx_shutdown_arg_;
+static int hilock_nginx_shutdown_told_;
+
 /* The handler of both nginx events of a socket. */
 static void hilock_nginx_event_(ngx_event_t *e) {
     ngx_connection_t *c = (ngx_connection_t *)e->data;
     hilock_nginx_sock_ *s = (hilock_nginx_sock_ *)c->data;
     int round, ev;
     s->busy++;
-    for (round = 0; round < HILOCK_NGINX_ROUNDS_; round++) {
+    /* nginx closes idle connections: the worker is shutting down. */
+    if (c->close) {
+        c->close = 0;
+        if (!hilock_nginx_shutdown_told_ && hilock_nginx_shutdown_cb_ != NULL) {
+            hilock_nginx_shutdown_told_ = 1;
+            hilock_nginx_shutdown_cb_(hilock_nginx_shutdown_arg_);
+        }
+    }
+    for (round = 0; round < HILOCK_NGINX_ROUNDS_ && !s->dead; round++) {
         ev = hilock_nginx_ready_(s);
         if (ev == 0) break;
         if (s->ac != NULL) {
@@ -110,7 +132,6 @@ static void hilock_nginx_event_(ngx_event_t *e) {
         } else if (s->cb != NULL) {
             s->cb(s->arg, ev);
         }
-        if (s->dead) break;
     }
     /* Still ready after many rounds: come back on the next turn. */
     if (round == HILOCK_NGINX_ROUNDS_ && !s->dead && s->c != NULL) {
@@ -144,6 +165,7 @@ static hilock_nginx_sock_ *hilock_nginx_sock_new_(ngx_log_t *log, int fd) {
     c->write->handler = hilock_nginx_event_;
     c->read->log = log;
     c->write->log = log;
+    c->idle = 1;                /* told of a graceful shutdown (see above) */
     s->c = c;
     /* Edge-triggered: both directions stay registered; the handler asks
      * poll(2) what is ready. */
@@ -297,6 +319,14 @@ static void hilock_nginx_timer_free_(hilock_loop_timer *t) {
         ngx_delete_posted_event(&t->ev);
     }
     free(t);
+}
+
+/* Have cb(arg) called once, when this worker starts a graceful shutdown
+ * (from inside the event handler of one of hilock's sockets). */
+static ngx_inline void hilock_nginx_on_shutdown(void (*cb)(void *arg), void *arg) {
+    hilock_nginx_shutdown_cb_ = cb;
+    hilock_nginx_shutdown_arg_ = arg;
+    hilock_nginx_shutdown_told_ = 0;
 }
 
 /* Fill `loop` so that hilock runs on the event loop of this nginx process
