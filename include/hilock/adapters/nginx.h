@@ -50,7 +50,8 @@
 #include <hilock/hilock.h>
 
 /* At most this many rounds per nginx event before the rest is posted to the
- * next turn (so one busy socket cannot starve the worker). */
+ * next turn (so one busy socket cannot starve the worker). Needs nginx
+ * 1.17.5 or later (ngx_posted_next_events). */
 #define HILOCK_NGINX_ROUNDS_ 64
 
 /* One socket, either a hiredis async context (ac != NULL) or one of
@@ -112,9 +113,15 @@ static void hilock_nginx_event_(ngx_event_t *e) {
         }
         if (s->dead) break;
     }
-    /* Still ready after many rounds: come back on the next turn. */
+    /* Still ready after many rounds: come back on the next turn. Not on
+     * ngx_posted_events: this handler may be running from that queue, which
+     * nginx drains until it is empty, so a socket that stays readable would
+     * be read again and again in this turn (no epoll_wait, no timers, no
+     * other connection) for as long as data keeps coming. nginx moves
+     * ngx_posted_next_events to ngx_posted_events after its next
+     * epoll_wait, which it then makes with a timeout of 0. */
     if (round == HILOCK_NGINX_ROUNDS_ && !s->dead && s->c != NULL) {
-        ngx_post_event(s->c->read, &ngx_posted_events);
+        ngx_post_event(s->c->read, &ngx_posted_next_events);
     }
     if (--s->busy == 0 && s->dead) free(s);
 }
