@@ -291,8 +291,12 @@ static void hilock_nginx_timer_stop_(hilock_loop_timer *t) {
 
 static void hilock_nginx_timer_start_(hilock_loop_timer *t, uint64_t ms) {
     /* Exactly: ngx_add_timer would keep an armed timer due within 300 ms
-     * of the new deadline (NGX_TIMER_LAZY_DELAY). A 0 ms timer fires on
-     * the next turn, after the events of this one. */
+     * of the new deadline (NGX_TIMER_LAZY_DELAY). A 0 ms timer armed from
+     * a socket or posted event fires at this turn's (or the next turn's)
+     * timers; one armed from a timer handler (hilock's tick re-arming for
+     * callbacks queued during the tick) fires at once, in the same
+     * ngx_event_expire_timers() loop, before any socket event: a callback
+     * that queued work on every tick would keep nginx in that loop. */
     hilock_nginx_timer_stop_(t);
     if (ms > (uint64_t)NGX_MAX_INT32_VALUE) ms = NGX_MAX_INT32_VALUE;
     ngx_add_timer(&t->ev, (ngx_msec_t)ms);
