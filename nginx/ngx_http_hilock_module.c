@@ -66,6 +66,7 @@ typedef struct {
     ngx_http_request_t *r;
     ngx_uint_t state;
     ngx_uint_t answered;              /* timeout/error status returned once */
+    ngx_uint_t bad_name;              /* NAME unusable: never fail open */
     ngx_http_hilock_op_t *op;         /* the pending wait */
     hilock_hold *hold;
     uint64_t fence;
@@ -343,7 +344,10 @@ static ngx_int_t ngx_http_hilock_outcome(ngx_http_request_t *r, ngx_http_hilock_
         ctx->answered = 1;
         return lcf->timeout_status;
     case NGX_HTTP_HILOCK_ERROR:
-        if (ctx->answered || lcf->fail_open) return NGX_DECLINED;
+        /* fail_open is for a Redis that fails, not for a NAME that no lock
+         * can have: a client that stretches $arg_id past HILOCK_NAME_MAX
+         * would be served unlocked, as often as it likes. */
+        if (ctx->answered || (lcf->fail_open && !ctx->bad_name)) return NGX_DECLINED;
         ctx->answered = 1;
         return lcf->error_status;
     default:
@@ -393,6 +397,7 @@ static ngx_int_t ngx_http_hilock_handler(ngx_http_request_t *r) {
     if (name.len > HILOCK_NAME_MAX || ngx_strlchr(name.data, name.data + name.len, '\0') != NULL) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "hilock: bad lock name \"%V\"", &name);
+        ctx->bad_name = 1;
         return ngx_http_hilock_outcome(r, ctx);
     }
     cname = ngx_pnalloc(r->pool, name.len + 1);

@@ -52,5 +52,10 @@ if [ -f "$src/objs/ngx_http_hilock_module.so" ] && [ "$lib" -nt "$src/objs/ngx_h
     rm -f "$src/objs/ngx_http_hilock_module.so"
 fi
 make -C "$src" -f objs/Makefile modules
-cp "$src/objs/ngx_http_hilock_module.so" "$out/ngx_http_hilock_module.so"
+# A new file renamed into place, never cp over the old one: cp writes into
+# the inode that a running nginx has mapped (master and workers dlopen'd
+# it), and its code changes under it: the master died at the next reload
+# and the workers with SIGSEGV at exit. A rename leaves them the old inode.
+cp "$src/objs/ngx_http_hilock_module.so" "$out/.ngx_http_hilock_module.so.new"
+mv -f "$out/.ngx_http_hilock_module.so.new" "$out/ngx_http_hilock_module.so"
 echo "nginx-module: $out/ngx_http_hilock_module.so"

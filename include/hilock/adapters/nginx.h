@@ -59,7 +59,8 @@
 #include <hilock/hilock.h>
 
 /* At most this many rounds per nginx event before the rest is posted to the
- * next turn (so one busy socket cannot starve the worker). */
+ * next turn (so one busy socket cannot starve the worker). Needs nginx
+ * 1.17.5 or later (ngx_posted_next_events). */
 #define HILOCK_NGINX_ROUNDS_ 64
 
 /* One socket, either a hiredis async context (ac != NULL) or one of
@@ -133,9 +134,15 @@ static void hilock_nginx_event_(ngx_event_t *e) {
             s->cb(s->arg, ev);
         }
     }
-    /* Still ready after many rounds: come back on the next turn. */
+    /* Still ready after many rounds: come back on the next turn. Not on
+     * ngx_posted_events: this handler may be running from that queue, which
+     * nginx drains until it is empty, so a socket that stays readable would
+     * be read again and again in this turn (no epoll_wait, no timers, no
+     * other connection) for as long as data keeps coming. nginx moves
+     * ngx_posted_next_events to ngx_posted_events after its next
+     * epoll_wait, which it then makes with a timeout of 0. */
     if (round == HILOCK_NGINX_ROUNDS_ && !s->dead && s->c != NULL) {
-        ngx_post_event(s->c->read, &ngx_posted_events);
+        ngx_post_event(s->c->read, &ngx_posted_next_events);
     }
     if (--s->busy == 0 && s->dead) free(s);
 }
@@ -306,8 +313,12 @@ static void hilock_nginx_timer_stop_(hilock_loop_timer *t) {
 
 static void hilock_nginx_timer_start_(hilock_loop_timer *t, uint64_t ms) {
     /* Exactly: ngx_add_timer would keep an armed timer due within 300 ms
-     * of the new deadline (NGX_TIMER_LAZY_DELAY). A 0 ms timer fires on
-     * the next turn, after the events of this one. */
+     * of the new deadline (NGX_TIMER_LAZY_DELAY). A 0 ms timer armed from
+     * a socket or posted event fires at this turn's (or the next turn's)
+     * timers; one armed from a timer handler (hilock's tick re-arming for
+     * callbacks queued during the tick) fires at once, in the same
+     * ngx_event_expire_timers() loop, before any socket event: a callback
+     * that queued work on every tick would keep nginx in that loop. */
     hilock_nginx_timer_stop_(t);
     if (ms > (uint64_t)NGX_MAX_INT32_VALUE) ms = NGX_MAX_INT32_VALUE;
     ngx_add_timer(&t->ev, (ngx_msec_t)ms);
