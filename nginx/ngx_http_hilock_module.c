@@ -1,7 +1,7 @@
 /* ngx_http_hilock_module: hold a hilock distributed lock while a request is
  * served.
  *
- *   hilock_redis URL [timeout=TIME];       http, server: where the locks live
+ *   hilock_redis URL [timeout=TIME] [fence_ttl=TIME];  http, server: where the locks live
  *   hilock NAME [wait=TIME] [lease=TIME];  http, server, location (or "off")
  *   hilock_timeout_status CODE;            default 503
  *   hilock_error_status CODE;              default 503
@@ -33,6 +33,7 @@
 typedef struct {
     ngx_str_t url;                    /* NUL-terminated */
     ngx_msec_t timeout;               /* connect and request timeout; 0: hilock's */
+    ngx_msec_t fence_ttl;             /* s; 0: hilock's (7 days) */
 } ngx_http_hilock_redis_t;
 
 typedef struct {
@@ -112,7 +113,7 @@ static ngx_conf_num_bounds_t ngx_http_hilock_status_bounds = {
 
 static ngx_command_t ngx_http_hilock_commands[] = {
     { ngx_string("hilock_redis"),
-      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_CONF_TAKE12,
+      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_CONF_TAKE123,
       ngx_http_hilock_redis,
       NGX_HTTP_SRV_CONF_OFFSET,
       0,
@@ -571,34 +572,64 @@ static ngx_int_t ngx_http_hilock_url_check(ngx_conf_t *cf, ngx_str_t *url) {
     return NGX_ERROR;
 }
 
+/* A parameter "KEY=TIME" (ms; `min` the least allowed): NGX_OK with *out
+ * set, NGX_DECLINED when the parameter is not KEY=, NGX_ERROR (said) when
+ * its time is bad. */
+static ngx_int_t ngx_http_hilock_param(ngx_conf_t *cf, ngx_str_t *v, const char *key, ngx_msec_t min,
+                                       ngx_msec_t *out) {
+    size_t klen = ngx_strlen(key);
+    ngx_str_t t;
+    ngx_msec_t ms;
+    if (v->len < klen || ngx_strncmp(v->data, key, klen) != 0) return NGX_DECLINED;
+    t.data = v->data + klen;
+    t.len = v->len - klen;
+    ms = ngx_parse_time(&t, 0);
+    if (ms == (ngx_msec_t)NGX_ERROR || ms < min || ms > (ngx_msec_t)NGX_MAX_INT32_VALUE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid time \"%V\" (at least %Mms)", v, min);
+        return NGX_ERROR;
+    }
+    *out = ms;
+    return NGX_OK;
+}
+
+/* Each parameter of cf->args from `first` on must be one of keys[] (with
+ * its least value in mins[]); its value goes to outs[]. */
+static char *ngx_http_hilock_params(ngx_conf_t *cf, ngx_uint_t first, const char *const *keys,
+                                    const ngx_msec_t *mins, ngx_msec_t *outs, ngx_uint_t nkeys) {
+    ngx_str_t *value = cf->args->elts;
+    ngx_uint_t i, k;
+    ngx_int_t rc = NGX_DECLINED;
+    for (i = first; i < cf->args->nelts; i++) {
+        for (k = 0, rc = NGX_DECLINED; k < nkeys && rc == NGX_DECLINED; k++)
+            rc = ngx_http_hilock_param(cf, &value[i], keys[k], mins[k], &outs[k]);
+        if (rc == NGX_ERROR) return NGX_CONF_ERROR;
+        if (rc == NGX_DECLINED) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &value[i]);
+            return NGX_CONF_ERROR;
+        }
+    }
+    return NGX_CONF_OK;
+}
+
 static char *ngx_http_hilock_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
+    static const char *const keys[] = {"timeout=", "fence_ttl="};
+    static const ngx_msec_t mins[] = {1, 1000};
     ngx_http_hilock_srv_conf_t *scf = conf;
     ngx_http_hilock_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_hilock_module);
-    ngx_str_t *value = cf->args->elts, t;
+    ngx_str_t *value = cf->args->elts;
     ngx_http_hilock_redis_t *have, *u;
-    ngx_msec_t timeout = 0;
+    ngx_msec_t given[2] = {0, 0};
     ngx_uint_t i;
     (void)cmd;
     if (scf->redis != NGX_CONF_UNSET) return "is duplicate";
     if (value[1].len == 0) return "needs a URL";
     if (ngx_http_hilock_url_check(cf, &value[1]) != NGX_OK) return NGX_CONF_ERROR;
-    if (cf->args->nelts == 3) {
-        if (ngx_strncmp(value[2].data, "timeout=", 8) != 0) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &value[2]);
-            return NGX_CONF_ERROR;
-        }
-        t.data = value[2].data + 8;
-        t.len = value[2].len - 8;
-        timeout = ngx_parse_time(&t, 0);
-        if (timeout == (ngx_msec_t)NGX_ERROR || timeout == 0 || timeout > (ngx_msec_t)NGX_MAX_INT32_VALUE) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid time \"%V\"", &value[2]);
-            return NGX_CONF_ERROR;
-        }
-    }
+    if (ngx_http_hilock_params(cf, 2, keys, mins, given, 2) != NGX_CONF_OK) return NGX_CONF_ERROR;
     /* Servers that name the same Redis the same way share a client. */
     have = mcf->urls.elts;
     for (i = 0; i < mcf->urls.nelts; i++) {
-        if (have[i].url.len == value[1].len && have[i].timeout == timeout &&
+        if (have[i].url.len == value[1].len && have[i].timeout == given[0] &&
+            have[i].fence_ttl == given[1] / 1000 &&
             ngx_strncmp(have[i].url.data, value[1].data, value[1].len) == 0) {
             scf->redis = (ngx_int_t)i;
             return NGX_CONF_OK;
@@ -606,7 +637,8 @@ static char *ngx_http_hilock_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *con
     }
     u = ngx_array_push(&mcf->urls);
     if (u == NULL) return NGX_CONF_ERROR;
-    u->timeout = timeout;
+    u->timeout = given[0];
+    u->fence_ttl = given[1] / 1000;
     u->url.len = value[1].len;
     u->url.data = ngx_pnalloc(cf->pool, value[1].len + 1);
     if (u->url.data == NULL) return NGX_CONF_ERROR;
@@ -617,49 +649,29 @@ static char *ngx_http_hilock_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *con
 }
 
 static char *ngx_http_hilock(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
+    static const char *const keys[] = {"wait=", "lease="};
+    static const ngx_msec_t mins[] = {0, HILOCK_LEASE_MIN};
     ngx_http_hilock_loc_conf_t *lcf = conf;
-    ngx_str_t *value = cf->args->elts, s;
+    ngx_str_t *value = cf->args->elts;
     ngx_http_compile_complex_value_t ccv;
-    ngx_uint_t i;
-    ngx_msec_t ms;
+    ngx_msec_t given[2] = {NGX_CONF_UNSET_MSEC, NGX_CONF_UNSET_MSEC};
     (void)cmd;
     if (lcf->name != NGX_CONF_UNSET_PTR) return "is duplicate";
-    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "off") == 0) {
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        if (cf->args->nelts > 2) return "takes no parameters after \"off\"";
         lcf->name = NULL;
         return NGX_CONF_OK;
     }
+    if (ngx_http_hilock_params(cf, 2, keys, mins, given, 2) != NGX_CONF_OK) return NGX_CONF_ERROR;
+    lcf->wait = given[0];
+    lcf->lease = given[1];
     lcf->name = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
     if (lcf->name == NULL) return NGX_CONF_ERROR;
     ngx_memzero(&ccv, sizeof(ccv));
     ccv.cf = cf;
     ccv.value = &value[1];
     ccv.complex_value = lcf->name;
-    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) return NGX_CONF_ERROR;
-    for (i = 2; i < cf->args->nelts; i++) {
-        if (ngx_strncmp(value[i].data, "wait=", 5) == 0 || ngx_strncmp(value[i].data, "lease=", 6) == 0) {
-            int is_wait = value[i].data[0] == 'w';
-            s.data = value[i].data + (is_wait ? 5 : 6);
-            s.len = value[i].len - (is_wait ? 5 : 6);
-            ms = ngx_parse_time(&s, 0);
-            if (ms == (ngx_msec_t)NGX_ERROR || ms > (ngx_msec_t)NGX_MAX_INT32_VALUE) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid time \"%V\"", &value[i]);
-                return NGX_CONF_ERROR;
-            }
-            if (is_wait) {
-                lcf->wait = ms;
-            } else {
-                if (ms < HILOCK_LEASE_MIN) {
-                    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "lease shorter than %dms", HILOCK_LEASE_MIN);
-                    return NGX_CONF_ERROR;
-                }
-                lcf->lease = ms;
-            }
-            continue;
-        }
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &value[i]);
-        return NGX_CONF_ERROR;
-    }
-    return NGX_CONF_OK;
+    return ngx_http_compile_complex_value(&ccv) == NGX_OK ? NGX_CONF_OK : NGX_CONF_ERROR;
 }
 
 /* ---- Worker processes ---------------------------------------------------- */
@@ -703,6 +715,7 @@ static ngx_int_t ngx_http_hilock_init_process(ngx_cycle_t *cycle) {
             cfg.connect_timeout_ms = (uint32_t)redis[i].timeout;
             cfg.request_timeout_ms = (uint32_t)redis[i].timeout;
         }
+        if (redis[i].fence_ttl) cfg.fence_ttl_s = (uint32_t)redis[i].fence_ttl;
         rc = hilock_client_new(&ngx_http_hilock_clients[i], &cfg, &loop);
         if (rc != 0) {
             ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "hilock: client for \"%V\": %s",

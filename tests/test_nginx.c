@@ -392,7 +392,9 @@ Test(nginx, internal_redirects_keep_the_lock_subrequests_take_none) {
  * connection. */
 Test(nginx, keepalive_requests_each_take_their_own_lock) {
     test_http h;
-    start_nginx(&N[0], 1, R.url);
+    char url[96], fence[HILOCK_NAME_MAX * 3 + 64];
+    snprintf(url, sizeof(url), "%s fence_ttl=1h", R.url);
+    start_nginx(&N[0], 1, url);
     cr_assert_eq(test_http_send_raw(&h, N[0].port,
                                     "GET /k/?key=ka&ms=0 HTTP/1.1\r\nHost: t\r\n\r\n"
                                     "GET /k/?key=ka&ms=0 HTTP/1.1\r\nHost: t\r\n\r\n"
@@ -414,6 +416,10 @@ Test(nginx, keepalive_requests_each_take_their_own_lock) {
     cr_expect_eq(k.served, 3);
     cr_expect_eq(k.fence_errors, 0);
     cr_expect(lock_gone("k:ka"), "the lock of k:ka is left behind");
+    hilock_key("hilock:", "k:ka", fence, sizeof(fence));
+    strcat(fence, ":fence");
+    long long ttl = test_redis_int(&R, "TTL %s", fence);
+    cr_expect(ttl > 3500 && ttl <= 3600, "fence_ttl=1h: the fence key lives %lld s", ttl);
     quit_clean(1);
 }
 
@@ -448,14 +454,16 @@ Test(nginx, redis_killed_and_restarted_under_waiters) {
 Test(nginx, bad_configuration_fails_nginx_t) {
     static const struct { const char *http, *server, *says; } bad[] = {
         {"hilock_redis redis://h:99999;", "", "malformed Redis URL"},
-        {"hilock_redis redis://127.0.0.1:1;", "location / { hilock a lease=1ms; }", "lease shorter than"},
+        {"hilock_redis redis://127.0.0.1:1;", "location / { hilock a lease=1ms; }", "at least 10ms"},
         {"hilock_redis redis://127.0.0.1:1;", "location / { hilock a wait=soon; }", "invalid time"},
         {"hilock_redis redis://127.0.0.1:1;", "location / { hilock a color=red; }", "invalid parameter"},
         {"hilock_redis redis://127.0.0.1:1;", "location / { hilock a; hilock b; }", "is duplicate"},
         {"hilock_redis redis://127.0.0.1:1;", "location / { hilock_timeout_status 200; }", "must be"},
         {"hilock_redis redis://127.0.0.1:1 timeout=0;", "", "invalid time"},
+        {"hilock_redis redis://127.0.0.1:1 fence_ttl=10ms;", "", "at least 1000ms"},
         {"hilock_redis redis://127.0.0.1:1 wait=1s;", "", "invalid parameter"},
         {"", "location / { hilock a; }", "needs \"hilock_redis\""},
+        {"hilock_redis redis://127.0.0.1:1;", "location / { hilock off wait=1s; }", "no parameters after"},
     };
     char out[4096];
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -463,7 +471,7 @@ Test(nginx, bad_configuration_fails_nginx_t) {
                      "case %zu passed nginx -t:\n%s", i, out);
         cr_expect(strstr(out, bad[i].says) != NULL, "case %zu: no \"%s\" in:\n%s", i, bad[i].says, out);
     }
-    cr_expect_eq(test_nginx_check(1, "hilock_redis redis://127.0.0.1:1;",
+    cr_expect_eq(test_nginx_check(1, "hilock_redis redis://127.0.0.1:1 timeout=1s fence_ttl=1d;",
                                   "location / { hilock k:$arg_id wait=5s lease=10s; }", out, sizeof(out)),
                  0, "a good configuration fails:\n%s", out);
 }
