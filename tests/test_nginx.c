@@ -116,6 +116,18 @@ static int backend_inflight(const char *name, int n, int ms) {
     return 0;
 }
 
+/* h[0] holds `key` at the backend for hold_ms (on N[0]), and h[1..w] wait
+ * behind it, each to take ms there once its turn comes; `settle` ms later
+ * the waiters are queued in nginx. */
+static void hold_and_queue(test_http *h, int w, const char *key, int hold_ms, int ms, int settle) {
+    char path[128];
+    snprintf(path, sizeof(path), "/k/?key=%s&ms=%d", key, hold_ms);
+    cr_assert_eq(test_http_send(&h[0], N[0].port, path), 0);
+    cr_assert(backend_inflight(key, 1, 5000), "the holder never reached the backend");
+    send_all(h + 1, w, 1, "/k/?key=%s&ms=%d", key, ms);
+    test_msleep(settle);
+}
+
 /* Three nginx, two workers each, on one Redis: requests for one key never
  * overlap at the backend, all get 200, fences strictly increase; another
  * key's requests run beside them. */
@@ -147,10 +159,7 @@ Test(nginx, many_waiters_in_one_worker) {
     enum { W = 500 };
     static test_http h[W + 1];
     start_nginx(&N[0], 1, R.url);
-    cr_assert_eq(test_http_send(&h[0], N[0].port, "/k/?key=many&ms=1000"), 0);
-    cr_assert(backend_inflight("many", 1, 5000), "the holder never reached the backend");
-    send_all(h + 1, W, 1, "/k/?key=%s&ms=%d", "many", 0);
-    test_msleep(300);
+    hold_and_queue(h, W, "many", 1000, 0, 300);
     cr_expect_eq(test_backend_key_get(&B, "many").served, 0, "a waiter was served while the lock was held");
     cr_assert_eq(test_http_wait(h, W + 1, 60000), 0, "requests still waiting after 60 s");
     cr_expect_eq(count_status(h, W + 1, 200), W + 1);
@@ -208,10 +217,7 @@ Test(nginx, client_abort_while_waiting_leaves_no_lock) {
     enum { W = 50 };
     static test_http h[W + 1];
     start_nginx(&N[0], 2, R.url);
-    cr_assert_eq(test_http_send(&h[0], N[0].port, "/k/?key=ab&ms=800"), 0);
-    cr_assert(backend_inflight("ab", 1, 5000));
-    send_all(h + 1, W, 1, "/k/?key=%s&ms=%d", "ab", 0);
-    test_msleep(200);
+    hold_and_queue(h, W, "ab", 800, 0, 200);
     for (int i = 1; i < W; i++) test_http_abort(&h[i]);
     cr_assert_eq(test_http_wait(h, W + 1, 10000), 0);
     cr_expect_eq(h[0].status, 200);
@@ -272,10 +278,7 @@ Test(nginx, reload_with_waiters) {
     test_http after;
     pid_t old[8];
     start_nginx(&N[0], 2, R.url);
-    cr_assert_eq(test_http_send(&h[0], N[0].port, "/k/?key=rl&ms=800"), 0);
-    cr_assert(backend_inflight("rl", 1, 5000));
-    send_all(h + 1, W, 1, "/k/?key=%s&ms=%d", "rl", 5);
-    test_msleep(100);
+    hold_and_queue(h, W, "rl", 800, 5, 100);
     int nold = test_nginx_workers(&N[0], old, 8);
     kill(N[0].pid, SIGHUP);
     cr_assert_eq(test_nginx_wait_new_workers(&N[0], old, nold, 2, 15000), 0,
@@ -297,10 +300,7 @@ Test(nginx, quit_with_waiters) {
     static test_http h[W + 1];
     char problems[2048];
     start_nginx(&N[0], 2, R.url);
-    cr_assert_eq(test_http_send(&h[0], N[0].port, "/k/?key=q&ms=800"), 0);
-    cr_assert(backend_inflight("q", 1, 5000));
-    send_all(h + 1, W, 1, "/k/?key=%s&ms=%d", "q", 5);
-    test_msleep(100);
+    hold_and_queue(h, W, "q", 800, 5, 100);
     kill(N[0].pid, SIGQUIT);
     cr_assert_eq(test_http_wait(h, W + 1, 15000), 0);
     cr_expect_eq(count_status(h, W + 1, 200), W + 1, "every waiter is served before the exit");
@@ -430,16 +430,11 @@ Test(nginx, redis_killed_and_restarted_under_waiters) {
     enum { W = 30 };
     static test_http h[W + 1];
     test_http after;
-    char url[96];
     start_nginx(&N[0], 2, R.url);
-    cr_assert_eq(test_http_send(&h[0], N[0].port, "/k/?key=rk&ms=600"), 0);
-    cr_assert(backend_inflight("rk", 1, 5000));
-    send_all(h + 1, W, 1, "/k/?key=%s&ms=%d", "rk", 5);
-    test_msleep(100);
+    hold_and_queue(h, W, "rk", 600, 5, 100);
     int port = R.port;
     test_redis_stop(&R);
     test_msleep(300);
-    snprintf(url, sizeof(url), "%s", R.url);
     cr_assert_eq(test_redis_start(&R, port, NULL), 0, "redis-server did not start again on %d", port);
     cr_assert_eq(test_http_wait(h, W + 1, 30000), 0, "requests still waiting 30 s after the restart");
     int ok = count_status(h, W + 1, 200), err = count_status(h, W + 1, 503);
