@@ -2,6 +2,7 @@
  * more, k permits at once, fences, dead holders, cancels, a count that
  * differs, reentrancy, connection kills, and processes contending. */
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -238,21 +239,28 @@ Test(semaphore, permits_of_a_killed_holder_come_back_after_its_lease) {
         hilock_client *c = lockenv_client(&ce);
         got g = {0, 0, NULL, 0};
         hilock_acquire_opts o = wait_opts(HILOCK_WAIT_FOREVER, 900);
-        hilock_semaphore_acquire(c, "dead", 2, 2, &o, got_cb, &g, NULL);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        hilock_semaphore_acquire(c, "dead", 3, 2, &o, got_cb, &g, NULL);
         test_loop_until(b, &g.calls, 5000);
         if (g.status != 0) _exit(1);
         k->fence = hilock_hold_fence(g.hold);
         k->granted = 1;
-        for (;;) test_loop_for(b, 1000); /* renewing, until killed */
+        test_loop_for(b, 20000); /* renewing, until killed */
+        _exit(2);
     }
     long long until = test_now_ms() + 5000;
     while (!k->granted && test_now_ms() < until) test_msleep(5);
     cr_assert(k->granted, "the holder process got no permits");
 
-    hilock_client *c = lockenv_client(&e);
+    /* A live holder keeps the holders' key alive: only pruning by lease
+     * gives the dead one's permits back. */
+    hilock_client *live = lockenv_client(&e), *c = lockenv_client(&e);
+    got gl = sem_now(live, "dead", 3, 1, NULL);
     got g;
-    sem_start(c, "dead", 2, 1, NULL, &g, NULL);
+    sem_start(c, "dead", 3, 1, NULL, &g, NULL);
     test_loop_for(e.base, 300);
+    if (gl.status != 0 || g.calls != 0) kill(kid, SIGKILL);
+    cr_assert_eq(gl.status, 0);
     cr_assert_eq(g.calls, 0, "granted a permit of a live holder's");
     long long calls0 = script_calls();
     kill(kid, SIGKILL);
@@ -266,10 +274,12 @@ Test(semaphore, permits_of_a_killed_holder_come_back_after_its_lease) {
     cr_expect(took >= 550 && took < 1600, "granted %lld ms after the kill, lease 900", took);
     cr_expect_leq(calls, 4, "%lld script calls while waiting out a lease", calls);
     cr_expect_gt(hilock_hold_fence(g.hold), k->fence);
-    cr_expect_eq(holders("dead"), 1, "the dead holder was not pruned");
-    cr_expect_eq(in_use("dead"), 1);
+    cr_expect_eq(holders("dead"), 2, "the dead holder was not pruned");
+    cr_expect_eq(in_use("dead"), 2);
     cr_expect_eq(release_now(&e, g.hold), 0);
+    cr_expect_eq(release_now(&e, gl.hold), 0);
     hilock_client_free(c);
+    hilock_client_free(live);
     munmap((void *)k, sizeof(*k));
 }
 
@@ -277,10 +287,12 @@ Test(semaphore, permits_of_a_killed_holder_come_back_after_its_lease) {
 Test(semaphore, permits_of_a_freed_client_come_back_after_its_lease) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
     hilock_acquire_opts o = wait_opts(HILOCK_WAIT_FOREVER, 500);
-    got ga = sem_now(a, "freed", 1, 1, &o);
+    got ga = sem_now(a, "freed", 2, 1, &o);
     cr_assert_eq(ga.status, 0);
+    got gl = sem_now(b, "freed", 2, 1, NULL); /* lives on: the key does not expire */
+    cr_assert_eq(gl.status, 0);
     got gb;
-    sem_start(b, "freed", 1, 1, NULL, &gb, NULL);
+    sem_start(b, "freed", 2, 1, NULL, &gb, NULL);
     test_loop_for(e.base, 100);
     long long t0 = test_now_ms();
     hilock_client_free(a); /* abandons the hold */
@@ -288,6 +300,7 @@ Test(semaphore, permits_of_a_freed_client_come_back_after_its_lease) {
     cr_expect_eq(gb.status, 0);
     cr_expect(gb.at_ms - t0 >= 200 && gb.at_ms - t0 < 1200, "granted after %lld ms", gb.at_ms - t0);
     cr_expect_eq(release_now(&e, gb.hold), 0);
+    cr_expect_eq(release_now(&e, gl.hold), 0);
     hilock_client_free(b);
 }
 
@@ -589,4 +602,56 @@ Test(semaphore, connection_kills_under_contention, .timeout = 90) {
     cr_expect_eq(holders("kills"), 0, "permits left behind");
     for (int i = 0; i < 3; i++) hilock_client_free(c[i]);
     free(res);
+}
+
+/* ---- On a Redis Cluster ----------------------------------------------------- */
+
+/* Four names over the three masters, two clients: every key of a name on
+ * the master of its slot, and at most 2 permits of 2 held per name. */
+Test(semaphore, contention_on_a_cluster, .timeout = 180) {
+    test_cluster cl;
+    cr_assert_eq(test_cluster_start(&cl), 0, "the cluster did not start");
+    hilock_config cfg;
+    hilock_config_init(&cfg);
+    cfg.request_timeout_ms = 6000;
+    cfg.linger_ms = 100;
+    cfg.url = cl.url;
+    hilock_client *a = lockenv_client_cfg(&e, &cfg);
+    cfg.url = cl.node[3].url;
+    hilock_client *b = lockenv_client_cfg(&e, &cfg);
+    static const char *names[SEMLOAD_NAMES] = {"cs-0", "cs-1", "cs-2", "cs-3"};
+
+    for (int i = 0; i < SEMLOAD_NAMES; i++) {
+        got g = sem_now(a, names[i], 2, 1, NULL);
+        cr_assert_eq(g.status, 0, "%s: %s (%s)", names[i], hilock_strerror(g.status), hilock_client_errstr(a));
+        char key[256];
+        snprintf(key, sizeof(key), "%s", skey(names[i], ":sem"));
+        test_redis *m = test_cluster_master_of(&cl, hilock_key_slot(key, strlen(key)));
+        cr_assert_not_null(m);
+        cr_expect_eq(test_redis_int(m, "ZCARD %s", key), 1, "%s is not on its slot's master", key);
+        cr_expect_eq(test_redis_int(m, "EXISTS %s", skey(names[i], ":sem:h")), 1);
+        cr_expect_eq(release_now(&e, g.hold), 0);
+    }
+
+    semres *res = calloc(1, sizeof(*res));
+    static semslot s[16];
+    volatile int active = 16, done = 0;
+    for (int i = 0; i < 16; i++)
+        s[i] = (semslot){res, i % 2 ? a : b, e.base, names[i % 4], i % 4, 2, 1, 15, 3, 0, NULL,
+                         &active, &done};
+    long long t0 = test_now_ms();
+    for (int i = 0; i < 16; i++) semslot_go(&s[i]);
+    cr_assert(test_loop_until(e.base, &done, 90000), "every slot must end");
+    cr_log_info("cluster semaphore: %ld grants in %lld ms", res->grants, test_now_ms() - t0);
+    cr_expect_eq(res->errors, 0, "first error %s (%s)", hilock_strerror(res->first_error), hilock_client_errstr(a));
+    cr_expect_eq(res->grants, 16 * 15);
+    cr_expect_eq(res->over, 0, "more than 2 permits of a name held at once");
+    for (int i = 0; i < SEMLOAD_NAMES; i++)
+        cr_expect_eq(res->max_in_use[i], 2, "%s never had both permits in use", names[i]);
+    cr_expect_eq(res->stale, 0);
+    cr_expect_eq(semload_duplicates(res), 0);
+    free(res);
+    hilock_client_free(a);
+    hilock_client_free(b);
+    test_cluster_stop(&cl);
 }
