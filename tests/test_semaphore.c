@@ -217,6 +217,39 @@ Test(semaphore, renewed_while_held_and_lost_when_taken_away) {
     hilock_client_free(b);
 }
 
+/* Without the watchdog a grant lasts its lease, unless extended by hand;
+ * a lapsed one is lost and its permits are someone else's. */
+Test(semaphore, no_renew_lapses_and_extend_keeps) {
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
+    lostrec lost = {0, 0, 0};
+    hilock_acquire_opts o = wait_opts(HILOCK_WAIT_FOREVER, 250);
+    o.no_renew = 1;
+    o.lost_cb = lost_cb;
+    o.lost_data = &lost;
+    got kept = sem_now(a, "nr", 2, 1, &o);
+    got lapsed = sem_now(a, "nr", 2, 1, &o);
+    cr_assert(kept.status == 0 && lapsed.status == 0);
+    rel x = {0, 0};
+    cr_assert_eq(hilock_hold_extend(kept.hold, 3000, rel_cb, &x), 0);
+    cr_assert(test_loop_until(e.base, &x.calls, 2000));
+    cr_expect_eq(x.status, 0, "extend: %s", hilock_strerror(x.status));
+    test_loop_for(e.base, 500);
+    cr_expect_eq(hilock_hold_lost(kept.hold), 0, "the extended hold lapsed");
+    cr_expect_eq(hilock_hold_lost(lapsed.hold), 1);
+    cr_expect_eq(lost.calls, 1, "one lost callback, for the lapsed hold");
+    hilock_acquire_opts once = wait_opts(0, 0);
+    got gb = sem_now(b, "nr", 2, 1, &once);
+    cr_expect_eq(gb.status, 0, "the lapsed permit is free: %s", hilock_strerror(gb.status));
+    cr_expect_eq(sem_now(b, "nr", 2, 1, &once).status, HILOCK_EBUSY, "the extended one is not");
+    cr_expect_eq(release_now(&e, lapsed.hold), HILOCK_ELOST);
+    cr_expect_eq(in_use("nr"), 2, "the release of a lapsed grant freed another's permit");
+    cr_expect_eq(release_now(&e, kept.hold), 0);
+    if (gb.status == 0) cr_expect_eq(release_now(&e, gb.hold), 0);
+    cr_expect_eq(holders("nr"), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
 typedef struct deadkid {
     volatile int granted;
     volatile unsigned long long fence;
