@@ -31,6 +31,7 @@ const char *hilock_strerror(int err) {
     case HILOCK_EFORK:      return "the client belongs to the process that made it (fork)";
     case HILOCK_EREPLICAS:  return "fewer replicas than wait_replicas confirmed the write in time";
     case HILOCK_EEVICTION:  return "Redis may evict locks (maxmemory-policy is not noeviction)";
+    case HILOCK_EPERMITS:   return "semaphore permits differ from another client's";
     default:                return "unknown error";
     }
 }

@@ -539,6 +539,41 @@ Test(cli, waiter_gets_the_lock_when_it_is_released, .timeout = 30) {
     cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("wq")), 0);
 }
 
+/* -n N: at most N COMMANDs at once; the others wait for a permit, and a
+ * different N is refused (78) while permits are held. */
+Test(cli, semaphore_runs_at_most_n_commands, .timeout = 30) {
+    static const char *const ready[3] = { "r0", "r1", "r2" }, *const logs[3] = { "l0", "l1", "l2" };
+    pid_t pid[3];
+    int i, running = 0;
+
+    for (i = 0; i < 3; i++)
+        pid[i] = cli_start(logs[i], NULL, ARGS("-u", srv.url, "-n", "2", "sem", "--", UNTIL_GO(ready[i], "go")));
+    WAIT_UNTIL(file_exists(tmp(ready[0])) + file_exists(tmp(ready[1])) + file_exists(tmp(ready[2])) >= 2, 5000);
+    test_msleep(300);
+    for (i = 0; i < 3; i++) running += file_exists(tmp(ready[i]));
+    cr_assert_eq(running, 2, "%d COMMANDs run with 2 permits", running);
+    cr_assert_eq(test_redis_int(&srv, "ZCARD hilock:{sem}:sem"), 2);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("sem")), 0, "-n took the lock NAME");
+
+    cr_assert_eq(RUN("-u", srv.url, "-w", "0", "-n", "2", "sem", "--", "touch", tmp("ran")), 75);
+    cr_assert_eq(RUN("-u", srv.url, "-n", "3", "sem", "--", "touch", tmp("ran")), 78);
+    cr_assert(!file_exists(tmp("ran")), "COMMAND ran without a permit");
+    {
+        char out[1024];
+        test_slurp(tmp("out"), out, sizeof(out));
+        cr_assert_not_null(strstr(out, "permits"), "no word of the count: %s", out);
+    }
+    /* The lock NAME is another thing: free. */
+    cr_assert_eq(RUN("-u", srv.url, "-w", "0", "sem", "--", "true"), 0);
+
+    cr_assert_eq(open(tmp("go"), O_WRONLY | O_CREAT, 0600) >= 0, 1);
+    for (i = 0; i < 3; i++) cr_assert_eq(cli_wait(pid[i], 10000), 0, "COMMAND %d", i);
+    for (i = 0; i < 3; i++) cr_assert(file_exists(tmp(ready[i])), "COMMAND %d never ran", i);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS hilock:{sem}:sem"), 0, "permits left behind");
+    /* Drained: another N is fine now. */
+    cr_assert_eq(RUN("-u", srv.url, "-w", "0", "-n", "5", "sem", "--", "true"), 0);
+}
+
 /* ---- Losing the lock ---------------------------------------------------- */
 
 Test(cli, lost_lock_terms_command_and_exits_74, .timeout = 30) {
@@ -817,6 +852,10 @@ Test(cli, usage_errors_exit_64, .timeout = 60) {
         { "-u", srv.url, "unlock", "", NULL },
         { "-u", srv.url, "unlock", "--", NULL },                 /* the lock "unlock", no COMMAND */
         { "-u", srv.url, "unlock", "name", "touch", ran, NULL }, /* the lock "unlock", no -- */
+        { "-u", srv.url, "-n", "0", "name", "--", "touch", ran, NULL },   /* no permits */
+        { "-u", srv.url, "-n", "1000001", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-n", "x", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-n", "2", "unlock", "name", NULL },
     };
     static const char hint[] = "Try 'hilock --help' for more information.\n";
     char out[4096];
@@ -987,7 +1026,7 @@ static void error_names(const char *text, char *out, size_t n) {
  * the CLI maps (unreachable_server_exits_69 and the tests after it check
  * the mapping itself). */
 Test(cli, exit_statuses_agree_in_help_man_and_readme, .timeout = 60) {
-    static const char *const tags[] = { "COMMAND's", "64", "69", "70", "71", "74", "75", "128+N" };
+    static const char *const tags[] = { "COMMAND's", "64", "69", "70", "71", "74", "75", "78", "128+N" };
     static const char want69[] = "HILOCK_EAUTH HILOCK_ECONN HILOCK_EDEADLINE HILOCK_EEVICTION "
                                  "HILOCK_ELOADING HILOCK_EOOM HILOCK_EPROTO HILOCK_EREADONLY "
                                  "HILOCK_EREPLY HILOCK_ESCRIPT ";
@@ -1034,7 +1073,7 @@ Test(cli, exit_statuses_agree_in_help_man_and_readme, .timeout = 60) {
     /* And the page, rendered, shows every number (when man is installed). */
     {
         char *argv[] = { "man", "-l", (char *)man, NULL };
-        static const char *const nums[] = { "64", "69", "70", "71", "74", "75", "126", "127", "128+N" };
+        static const char *const nums[] = { "64", "69", "70", "71", "74", "75", "78", "126", "127", "128+N" };
         char *shown, *sect;
         setenv("MANPAGER", "cat", 1);
         setenv("MANWIDTH", "80", 1);

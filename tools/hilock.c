@@ -1,7 +1,7 @@
 /* hilock: run a command while holding a distributed lock, a flock(1) for
  * machines that share one Redis.
  *
- *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE] [-v] NAME -- COMMAND [ARG...]
+ *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE] [-n N] [-v] NAME -- COMMAND [ARG...]
  *     hilock [-u URL] [-p PREFIX] [-v] unlock NAME
  *
  * Everything happens on one libevent loop: the lock request, the watchdog
@@ -38,7 +38,7 @@
 #define DEFAULT_LEASE  30000
 
 static const char usage_text[] =
-"Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE] [-v]\n"
+"Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE] [-n N] [-v]\n"
 "              NAME -- COMMAND [ARG...]\n"
 "       hilock [-u URL] [-p PREFIX] [-v] unlock NAME\n"
 "       hilock -h | --help | -V | --version\n"
@@ -51,6 +51,9 @@ static const char usage_text[] =
 "  -p PREFIX      prefix of the Redis keys (default " DEFAULT_PREFIX ")\n"
 "  -E CODE        exit status when NAME is busy or not acquired within WAIT_MS\n"
 "                 (1 to 255, default 75), to tell it from COMMAND's own\n"
+"  -n N           hold one of N permits of the semaphore NAME instead of the\n"
+"                 lock NAME: at most N COMMANDs run at once (1 to 1000000;\n"
+"                 every user of NAME must give the same N)\n"
 "  -v             report progress on stderr\n"
 "  -h, --help     show this help\n"
 "  -V, --version  show the version\n"
@@ -88,6 +91,7 @@ static const char usage_text[] =
 "  74         the lock was lost while COMMAND ran (COMMAND got SIGTERM)\n"
 "  75         the lock was not acquired within WAIT_MS (-w 0: it was held);\n"
 "             -E CODE changes this status\n"
+"  78         -n N differs from the N that NAME's holders use (HILOCK_EPERMITS)\n"
 "  128+N      signal N stopped the wait\n";
 
 /* The signals we catch, unless they were ignored when we started (see
@@ -107,6 +111,7 @@ typedef struct cli {
     char **cmd;
     int verbose;
     int busy_status;        /* exit status for busy / not acquired in time (-E) */
+    unsigned permits_total; /* -n N: a permit of the semaphore NAME; 0: the lock */
     int state;
     pid_t child;            /* COMMAND, once started */
     int stop_sig;           /* the signal that stopped the wait */
@@ -362,6 +367,9 @@ static void on_acquired(hilock_hold *hold, int status, void *arg) {
     } else if (status == HILOCK_EBUSY || status == HILOCK_ETIMEDOUT) {
         if (c->verbose) fprintf(stderr, "hilock: %s is busy: %s\n", c->name, hilock_strerror(status));
         finish(c, c->busy_status);
+    } else if (status == HILOCK_EPERMITS) {
+        report(c, "cannot take a permit of", status);
+        finish(c, EX_CONFIG);
     } else {
         report(c, "cannot lock", status);
         finish(c, exit_for_error(status));
@@ -483,7 +491,11 @@ static int start_lock(cli *c, long long wait_ms, long long lease_ms) {
     opts.lease_ms = (uint32_t)lease_ms;
     opts.lost_cb = on_lost;
     opts.lost_data = c;
-    rc = hilock_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
+    if (c->permits_total > 0)
+        rc = hilock_semaphore_acquire(c->client, c->name, c->permits_total, 1, &opts, on_acquired, c,
+                                      &c->wait);
+    else
+        rc = hilock_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
     if (rc != 0) {
         fprintf(stderr, "hilock: cannot lock %s: %s\n", c->name, hilock_strerror(rc));
         return rc == HILOCK_EINVAL ? EX_USAGE : EX_SOFTWARE;
@@ -500,7 +512,7 @@ typedef struct args {
     const char *prefix;
     long long wait_ms;
     long long lease_ms;
-    char lock_only;         /* a lock-only option given (-w, -l, -E), or 0 */
+    char lock_only;         /* a lock-only option given (-w, -l, -E, -n), or 0 */
     int unlock;             /* unlock NAME, not NAME -- COMMAND */
 } args;
 
@@ -546,7 +558,7 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
     int opt;
 
     opterr = 0; /* our own messages */
-    while ((opt = getopt_long(argc, argv, "+:hVu:w:l:p:E:v", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+:hVu:w:l:p:E:n:v", longopts, NULL)) != -1) {
         switch (opt) {
         case 'h': fputs(usage_text, stdout); return 0;
         case 'V': print_version(); return 0;
@@ -570,6 +582,13 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
                 return usage_error("bad -E CODE '%s': want an exit status, 1 to 255", optarg);
             c->busy_status = (int)code;
             a->lock_only = 'E';
+            break;
+        case 'n':
+            if (parse_num(optarg, 1, HILOCK_PERMITS_MAX, &code) != 0)
+                return usage_error("bad -n N '%s': want a number of permits, 1 to %u", optarg,
+                                   HILOCK_PERMITS_MAX);
+            c->permits_total = (unsigned)code;
+            a->lock_only = 'n';
             break;
         case ':':
             return usage_error("option -%c needs a value", optopt);

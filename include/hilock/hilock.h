@@ -87,6 +87,9 @@ extern "C" {
                                  process, after fork() */
 #define HILOCK_EREPLICAS -21  /* fewer replicas than wait_replicas confirmed the lock
                                  within wait_timeout_ms (see hilock_config) */
+#define HILOCK_EPERMITS  -22  /* a semaphore's permits_total differs from the one its
+                                 current holders acquired with (see
+                                 hilock_semaphore_acquire) */
 
 /* A constant, human-readable message for an error code; never NULL. */
 HILOCK_API const char *hilock_strerror(int err);
@@ -341,6 +344,51 @@ HILOCK_API int hilock_acquire(hilock_client *c, const char *name,
  * freed and must not be used. */
 HILOCK_API int hilock_wait_cancel(hilock_wait *w);
 
+/* ---- Counting semaphore ------------------------------------------------- */
+
+#define HILOCK_PERMITS_MAX 1000000u /* largest permits_total */
+
+/* Ask for `permits` (1..permits_total) of the permits_total permits
+ * (1..HILOCK_PERMITS_MAX) of the semaphore `name`: at most permits_total
+ * permits are held at any time, by all clients together. A semaphore is
+ * not the mutex of the same name: their keys and waiters are separate.
+ *
+ * Everything else is as for hilock_acquire(): the options, the callback
+ * and its statuses, hilock_wait_cancel(), and the hold, which is released
+ * with hilock_release() (all its permits at once), renewed by the watchdog,
+ * extended with hilock_hold_extend() and reported lost by its lost_cb. Each
+ * grant is a lease of its own: the permits of a holder that dies come back
+ * when its lease runs out, and a waiter then takes them without being told
+ * (its fallback timer is set at the earliest lease's end). A release wakes
+ * one try per waiting client; a grant that leaves permits free lets this
+ * client's next waiter try at once. hilock_hold_fence() is strictly
+ * increasing over the grants of the name, in the order Redis made them
+ * (holders at once hold different fences).
+ *
+ * permits_total is kept in Redis with the holders. An acquire that gives
+ * another count while any holder is there ends with HILOCK_EPERMITS (its
+ * callback; the client's other waiters go on). When no holder is left
+ * (released, or leases run out), the count is forgotten and the next grant
+ * sets it: a semaphore's size changes once it has drained.
+ *
+ * With an owner, an acquire of a semaphore that the owner holds re-uses
+ * that hold (counted, nothing sent) if it asks for no more permits than
+ * the hold has; asking for more returns HILOCK_EINVAL at once (a hold does
+ * not grow). With try once (wait_ms 0), HILOCK_EBUSY also when waiters of
+ * this client are queued ahead for the name. Fairness: this client's
+ * waiters are served in order (one that asks for many permits holds back
+ * those behind it); across clients there is no order, and a waiter for
+ * many permits may wait while others keep taking few.
+ *
+ * Returns as hilock_acquire() does; HILOCK_EINVAL also for a count out of
+ * range, and on a redlock:// client (N grants on each of a quorum of
+ * independent masters do not bound the holders to N). */
+HILOCK_API int hilock_semaphore_acquire(hilock_client *c, const char *name,
+                                        unsigned permits_total, unsigned permits,
+                                        const hilock_acquire_opts *opts,
+                                        hilock_acquire_cb cb, void *data,
+                                        hilock_wait **wait_out);
+
 /* ---- Holds -------------------------------------------------------------- */
 
 /* The fencing token of this acquisition: strictly increasing per name (a
@@ -420,6 +468,14 @@ HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb 
  *     P{T}        the lock (a hash: token, fence), with a TTL of the lease
  *     P{T}:fence  the last fence, with a TTL of fence_ttl_s
  *     P{T}:ch     the pub/sub channel on which releases are announced
+ * and the semaphore NAME in these (none shared with the mutex NAME):
+ *     P{T}:sem        its holders: a sorted set of token -> end of lease
+ *                     (the server's Unix time in ms); it expires with the
+ *                     last lease
+ *     P{T}:sem:h      a hash: "n" -> permits_total, "u" -> permits held,
+ *                     token -> "permits fence"; expires with P{T}:sem
+ *     P{T}:sem:fence  the last fence, with a TTL of fence_ttl_s
+ *     P{T}:sem:ch     the channel of its releases
  * where T is NAME with '%', '{' and '}' written as "%25", "%7B", "%7D".
  * That keeps T brace-free and non-empty, so the hash tag is exactly T, and
  * distinct names never share keys. */

@@ -114,6 +114,9 @@ typedef struct hl_terms {
     void *lost_data;
     uint32_t lease_ms;
     unsigned no_renew : 1;
+    /* What the primitive counts, read by its try_req and shares (the
+     * semaphore: `permits` of `permits_total`); 0 for the mutex. */
+    uint32_t permits, permits_total;
 } hl_terms;
 
 /* ---- Primitives ----------------------------------------------------------- */
@@ -123,6 +126,13 @@ typedef struct hl_try {
     int granted;
     uint64_t fence;
     uint64_t retry_ms;     /* not granted: the lock may be free by then */
+    /* granted, and more is free now (a semaphore with permits left): the
+     * next head tries at once instead of waiting for a release. */
+    int more;
+    /* not granted, and never will be on these terms (a semaphore's count
+     * differs from Redis's): this waiter ends with this error, the others
+     * go on. 0 otherwise. */
+    int refused;
 } hl_try;
 
 /* A primitive: its scripts and the decisions that are its own. The waiter

@@ -1,0 +1,74 @@
+/* What every primitive's acquire shares: the options, the checks, the wait
+ * and its token, reentrancy through an owner; and cancelling a wait. */
+#include <stdlib.h>
+#include <string.h>
+#include "prim/prim.h"
+
+static int acquire_check(hilock_client *c, const char *name, size_t *len,
+                         const hilock_acquire_opts *opts, uint32_t *lease) {
+    *len = strnlen(name, HILOCK_NAME_MAX + 1);
+    if (*len == 0 || *len > HILOCK_NAME_MAX) return HILOCK_EINVAL;
+    if (opts->wait_ms < HILOCK_WAIT_FOREVER) return HILOCK_EINVAL;
+    if (opts->owner != NULL && opts->owner->c != c) return HILOCK_EINVAL;
+    *lease = opts->lease_ms == HILOCK_LEASE_DEFAULT ? c->cfg.default_lease_ms : opts->lease_ms;
+    if (*lease < HILOCK_LEASE_MIN || *lease > INT32_MAX) return HILOCK_EINVAL;
+    return 0;
+}
+
+int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
+                    const hilock_acquire_opts *opts, uint32_t permits, uint32_t permits_total,
+                    hilock_acquire_cb cb, void *data, hilock_wait **wait_out) {
+    hilock_acquire_opts given;
+    size_t len;
+    uint32_t lease;
+    if (wait_out) *wait_out = NULL;
+    if (c == NULL || name == NULL || cb == NULL) return HILOCK_EINVAL;
+    if (hl_client_refuses(c)) return hl_client_refuses(c);
+    hilock_acquire_opts_init(&given);
+    if (opts != NULL && hl_struct_import(&given, sizeof(given), opts, opts->size) != 0)
+        return HILOCK_EINVAL;
+    int rc = acquire_check(c, name, &len, &given, &lease);
+    if (rc != 0) return rc;
+
+    hilock_wait *w = calloc(1, sizeof(*w));
+    hl_name *n = w ? hl_name_get(c, p, name, len) : NULL;
+    if (n == NULL) { free(w); return HILOCK_ENOMEM; }
+    uint64_t now = hl_now_ms();
+    /* Reentrancy: the owner's live hold of this name serves, if it has
+     * what is asked (a semaphore's hold of fewer permits cannot grow). */
+    hilock_hold *mine = given.owner ? hl_owner_hold(given.owner, n, now) : NULL;
+    if (mine != NULL && mine->terms.permits < permits) {
+        free(w);
+        hl_name_maybe_free(n);
+        return HILOCK_EINVAL;
+    }
+    w->name = n;
+    w->c = c;
+    w->cb = cb;
+    w->data = data;
+    w->terms = (hl_terms){given.owner, given.lost_cb, given.lost_data, lease, given.no_renew != 0,
+                          permits, permits_total};
+    w->try_once = given.wait_ms == 0;
+    w->started_at = now;
+    if (given.wait_ms > 0) w->deadline_at = now + (uint64_t)given.wait_ms;
+    hl_token_new(c, w->token);
+    if (wait_out) *wait_out = w;
+    hl_wait_start(w, mine, now);
+    return 0;
+}
+
+void hilock_acquire_opts_init_size(hilock_acquire_opts *o, size_t size) {
+    hilock_acquire_opts d;
+    if (o == NULL || size < sizeof(size_t)) return;
+    memset(&d, 0, sizeof(d));
+    d.size = size;
+    d.wait_ms = HILOCK_WAIT_FOREVER;
+    d.lease_ms = HILOCK_LEASE_DEFAULT;
+    hl_struct_export(o, size, &d, sizeof(d));
+}
+
+int hilock_wait_cancel(hilock_wait *w) {
+    if (w == NULL) return HILOCK_EINVAL;
+    if (w->c->loop.forked) return HILOCK_EFORK;
+    return hl_wait_cancel(w);
+}

@@ -1,0 +1,22 @@
+-- release: KEYS[1] holders, KEYS[2] hash; ARGV[1] token, ARGV[2] channel,
+-- ARGV[3] PUBLISH or SPUBLISH
+-- Give back the permits of `token`. Returns 1 if it still had them, 0 if
+-- not (its lease ran out by the server's clock, or an earlier send of this
+-- same release gave them back): another token's permits are never touched.
+-- Waiters are told either way: permits that ran out early are free too.
+-- With no holder left, the stored count goes (the next acquirer sets it).
+-- The channel is an argument, not a key (see mutex_release.lua).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
+local ours = 0
+if score ~= nil and score > now then ours = 1 end
+local v = redis.call('HGET', KEYS[2], ARGV[1])
+if v then
+  redis.call('HINCRBY', KEYS[2], 'u', -tonumber(string.match(v, '^%d+')))
+  redis.call('HDEL', KEYS[2], ARGV[1])
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
+if ARGV[3] then redis.call(ARGV[3], ARGV[2], 'r') end
+return ours

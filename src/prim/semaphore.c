@@ -1,0 +1,118 @@
+/* The counting semaphore: permits_total permits per name, each grant a
+ * lease on `permits` of them, with its own token and fence.
+ *
+ * Keys of semaphore NAME under prefix P (see hilock.h), none shared with the
+ * mutex of the same NAME: P{T}:sem the holders (a sorted set, token ->
+ * expiry in the server's ms), P{T}:sem:h a hash ("n" -> permits_total,
+ * token -> "permits fence"), P{T}:sem:fence the last fence, P{T}:sem:ch the
+ * channel of release messages. The scripts drop the holders whose lease
+ * ran out (by the server's clock) at every try, so a dead holder's permits
+ * come back without anyone releasing them. */
+#include <stdlib.h>
+#include <string.h>
+#include "prim/prim.h"
+
+static const hl_cmd acquire_cmd = {&hl_script_sem_acquire, 3, {":sem", ":sem:h", ":sem:fence"}};
+static const hl_cmd release_cmd = {&hl_script_sem_release, 2, {":sem", ":sem:h"}};
+static const hl_cmd renew_cmd = {&hl_script_sem_renew, 2, {":sem", ":sem:h"}};
+
+/* acquire(holders, hash, fence; token, lease_ms, fence_ttl_s, total, permits).
+ * `owner` is the wait: its terms say how many permits of how many. */
+static hl_req *sem_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_req_done done,
+                           void *owner) {
+    const hilock_wait *w = owner;
+    hl_req *r = hl_name_req(n, &acquire_cmd, HL_TOKEN_LEN + 4 * 20, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req_arg_u64(r, lease_ms);
+    hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
+    hl_req_arg_u64(r, w->terms.permits_total);
+    hl_req_arg_u64(r, w->terms.permits);
+    return r;
+}
+
+/* {1, fence, free}: ours, `free` permits left; {0, ms, free}: not enough
+ * free, and the earliest lease runs out in ms; {-1, n}: the holders use n
+ * permits in all, not ours. */
+static int sem_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
+    if (reply->type == REDIS_REPLY_ERROR) return hl_reply_error(&c->loop, reply);
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
+        reply->element[0]->type != REDIS_REPLY_INTEGER ||
+        reply->element[1]->type != REDIS_REPLY_INTEGER ||
+        (reply->elements > 2 && reply->element[2]->type != REDIS_REPLY_INTEGER)) {
+        hl_set_error(&c->loop, "unexpected reply to the semaphore's acquire script");
+        return HILOCK_EPROTO;
+    }
+    long long got = reply->element[0]->integer, val = reply->element[1]->integer;
+    long long left = reply->elements > 2 ? reply->element[2]->integer : 0;
+    if (got == -1) {
+        hl_set_error(&c->loop, "the semaphore's holders acquired it with %lld permits in all", val);
+        out->refused = HILOCK_EPERMITS;
+        return 0;
+    }
+    out->granted = got == 1;
+    out->fence = out->granted ? (uint64_t)val : 0;
+    out->more = out->granted && left > 0;
+    out->retry_ms = out->granted ? 0 : val > 0 ? (uint64_t)val : 1;
+    return 0;
+}
+
+/* Reentrancy: acquires by the same owner queued behind the winner that ask
+ * for no more permits than it got. */
+static int sem_shares(const hilock_wait *w, const hilock_wait *o) {
+    return w->terms.owner != NULL && o->terms.owner == w->terms.owner &&
+           o->terms.permits <= w->terms.permits;
+}
+
+/* release(holders, hash; token, channel, PUBLISH or SPUBLISH (added by net)) */
+static hl_req *sem_release_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
+    hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN + n->chlen + 8, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
+    r->publishes = 1;
+    r->everywhere = 1;
+    return r;
+}
+
+/* renew(holders, hash; token, lease_ms) */
+static hl_req *sem_renew_req(hl_name *n, const char *token, uint64_t fence, uint32_t lease_ms,
+                             hl_req_done done, void *owner) {
+    (void)fence;
+    hl_req *r = hl_name_req(n, &renew_cmd, HL_TOKEN_LEN + 20, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req_arg_u64(r, lease_ms);
+    return r;
+}
+
+const hl_prim hl_semaphore = {
+    ":sem:ch",
+    sem_try_req,
+    sem_try_parse,
+    sem_shares,
+    sem_release_req,
+    sem_renew_req,
+    NULL, /* no Redlock: refused at acquire */
+};
+
+/* ---- The public API of the semaphore --------------------------------------- */
+
+int hilock_semaphore_acquire(hilock_client *c, const char *name, unsigned permits_total,
+                             unsigned permits, const hilock_acquire_opts *opts,
+                             hilock_acquire_cb cb, void *data, hilock_wait **wait_out) {
+    if (wait_out) *wait_out = NULL;
+    if (c == NULL) return HILOCK_EINVAL;
+    if (hl_client_refuses(c)) return hl_client_refuses(c);
+    if (permits_total == 0 || permits_total > HILOCK_PERMITS_MAX || permits == 0 ||
+        permits > permits_total)
+        return HILOCK_EINVAL;
+    /* Over independent masters, N grants on each of a quorum do not bound
+     * the holders to N (3 masters, N = 2: three holders, each with two). */
+    if (hl_topo_quorum(&c->topo)) {
+        hl_set_error(&c->loop, "a semaphore cannot run over Redlock");
+        return HILOCK_EINVAL;
+    }
+    return hl_prim_acquire(c, &hl_semaphore, name, opts, permits, permits_total, cb, data,
+                           wait_out);
+}
