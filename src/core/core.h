@@ -114,6 +114,7 @@ typedef struct hl_terms {
     void *lost_data;
     uint32_t lease_ms;
     unsigned no_renew : 1;
+    unsigned write : 1;    /* the read-write lock: a write wait or hold (else read) */
 } hl_terms;
 
 /* ---- Primitives ----------------------------------------------------------- */
@@ -123,6 +124,9 @@ typedef struct hl_try {
     int granted;
     uint64_t fence;
     uint64_t retry_ms;     /* not granted: the lock may be free by then */
+    /* granted, and more is free now (a read-write lock's read grant): the
+     * next head tries at once instead of waiting for a release. */
+    int more;
 } hl_try;
 
 /* A primitive: its scripts and the decisions that are its own. The waiter

@@ -320,7 +320,9 @@ static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
     if (t->granted && w->state == HL_WAIT_QUEUED) {
         grant(w, t->fence, sent_at);
         n->woken = 0; /* that wakeup was for the lock we now hold */
-        try_later(n, w->terms.lease_ms + 1);
+        /* A mutex is taken now: the next head waits for its release. What
+         * still has room (readers beside a reader) lets it try at once. */
+        try_later(n, t->more ? 0 : w->terms.lease_ms + 1);
     } else if (t->granted) {
         /* Cancelled or timed out meanwhile: never leak the lock, and let
          * the next waiter (who sent nothing while we tried) go. */
@@ -336,7 +338,7 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
     hilock_wait *w = r->owner;
     hl_name *n = w->name;
     hilock_client *c = w->c;
-    hl_try t = {0, 0, 0};
+    hl_try t = {0, 0, 0, 0};
 
     n->trying = 0;
     w->req = NULL;

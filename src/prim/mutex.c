@@ -125,7 +125,7 @@ int hilock_acquire(hilock_client *c, const char *name, const hilock_acquire_opts
     w->c = c;
     w->cb = cb;
     w->data = data;
-    w->terms = (hl_terms){given.owner, given.lost_cb, given.lost_data, lease, given.no_renew != 0};
+    w->terms = (hl_terms){given.owner, given.lost_cb, given.lost_data, lease, given.no_renew != 0, 0};
     w->try_once = given.wait_ms == 0;
     w->started_at = now;
     if (given.wait_ms > 0) w->deadline_at = now + (uint64_t)given.wait_ms;

@@ -1,0 +1,202 @@
+/* The read-write lock: many readers or one writer per name, on the shared
+ * waiter engine. Read and write waits of a NAME share one hl_name (one local
+ * FIFO, one subscription, one try in flight); the try script reads the
+ * wait's mode (terms.write).
+ *
+ * Keys of read-write lock NAME under prefix P (see hilock.h), none shared
+ * with the mutex or the semaphore of the same NAME: P{T}:rw the writer (a
+ * hash {token, fence}, its lease as TTL), P{T}:rwr the readers (a sorted set,
+ * token -> end of its lease in the server's ms, pruned by every script),
+ * P{T}:rwf the last write fence, P{T}:rww the "writer waiting" marker, and
+ * P{T}:rw:ch the channel of release messages.
+ *
+ * Writers are not starved by readers: a writer refused because readers hold
+ * leaves the marker (rw_acquire.lua), which refuses new readers until the
+ * writer is in; the writer's retries (its fallback timer, at most
+ * HL_RW_MARK_MS / 3 apart, and release messages) refresh it, and it runs out
+ * HL_RW_MARK_MS after the last one (or at the writer's deadline, if that is
+ * sooner): a writer that died stops blocking readers then. A try-once
+ * writer leaves none.
+ *
+ * Readers queued together in this process: each gets its own reader entry
+ * (its own token, lease, renewals, lost callback and release), and a read
+ * grant lets the next head try at once (hl_try.more) instead of waiting for
+ * a release, so a queue of readers goes in back to back, one round trip
+ * each. Sharing one hold between unrelated requests (as reentrancy does)
+ * would save those round trips but give them one lease, one lost callback
+ * and one count, which is wrong for requests that end at different times.
+ * What is shared is reentrancy: waits of the same owner queued behind a
+ * grant (readers behind a reader; readers and writers behind a writer).
+ *
+ * Redlock is refused (HILOCK_EINVAL): readers of a quorum on N masters, the
+ * marker and the fences would need their own undo and repair. */
+#include <stdlib.h>
+#include <string.h>
+#include "prim/prim.h"
+
+/* The marker's life, and how often a waiting writer refreshes it. */
+#define HL_RW_MARK_MS 3000u
+
+static const hl_cmd acquire_cmd = {&hl_script_rw_acquire, 4, {":rw", ":rwr", ":rwf", ":rww"}};
+static const hl_cmd release_cmd = {&hl_script_rw_release, 2, {":rw", ":rwr"}};
+static const hl_cmd renew_cmd = {&hl_script_rw_renew, 2, {":rw", ":rwr"}};
+
+/* acquire(writer, readers, fence, marker; token, lease_ms, fence_ttl_s,
+ * r|w, marker_ms, refresh_ms). `owner` is the wait: its terms say the mode. */
+static hl_req *rw_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_req_done done,
+                          void *owner) {
+    const hilock_wait *w = owner;
+    uint64_t mark = 0;
+    if (w->terms.write && !w->try_once) {
+        mark = HL_RW_MARK_MS;
+        if (w->deadline_at != 0) { /* a writer that gives up stops blocking then */
+            uint64_t now = hl_now_ms();
+            uint64_t left = w->deadline_at > now ? w->deadline_at - now : 1;
+            if (left < mark) mark = left;
+        }
+    }
+    hl_req *r = hl_name_req(n, &acquire_cmd, HL_TOKEN_LEN + 1 + 4 * 20, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req_arg_u64(r, lease_ms);
+    hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
+    hl_req_arg(r, w->terms.write ? "w" : "r", 1, "", 0);
+    hl_req_arg_u64(r, mark);
+    hl_req_arg_u64(r, HL_RW_MARK_MS / 3);
+    return r;
+}
+
+/* {1, fence, more}: ours (more: a read grant, the next reader may go in at
+ * once); {0, ms}: refused, and the lock may be free in ms. */
+static int rw_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
+    if (reply->type == REDIS_REPLY_ERROR) return hl_reply_error(&c->loop, reply);
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
+        reply->element[0]->type != REDIS_REPLY_INTEGER ||
+        reply->element[1]->type != REDIS_REPLY_INTEGER ||
+        (reply->elements > 2 && reply->element[2]->type != REDIS_REPLY_INTEGER)) {
+        hl_set_error(&c->loop, "unexpected reply to the read-write lock's acquire script");
+        return HILOCK_EPROTO;
+    }
+    long long got = reply->element[0]->integer, val = reply->element[1]->integer;
+    out->granted = got == 1;
+    out->fence = out->granted && val > 0 ? (uint64_t)val : 0;
+    out->more = out->granted && reply->elements > 2 && reply->element[2]->integer == 1;
+    out->retry_ms = out->granted ? 0 : val > 0 ? (uint64_t)val : 1;
+    return 0;
+}
+
+/* Reentrancy: the same owner's waits queued behind the winner; a read
+ * grant serves only reads (a writer behind it was refused at its acquire:
+ * see rw_acquire's upgrade check). */
+static int rw_shares(const hilock_wait *w, const hilock_wait *o) {
+    return w->terms.owner != NULL && o->terms.owner == w->terms.owner &&
+           (w->terms.write || !o->terms.write);
+}
+
+/* release(writer, readers; token, channel, PUBLISH or SPUBLISH (added by net)) */
+static hl_req *rw_release_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
+    hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN + n->chlen + 8, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
+    r->publishes = 1;
+    r->everywhere = 1;
+    return r;
+}
+
+/* renew(writer, readers; token, lease_ms): the fence is not needed (no
+ * Redlock). */
+static hl_req *rw_renew_req(hl_name *n, const char *token, uint64_t fence, uint32_t lease_ms,
+                            hl_req_done done, void *owner) {
+    (void)fence;
+    hl_req *r = hl_name_req(n, &renew_cmd, HL_TOKEN_LEN + 20, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req_arg_u64(r, lease_ms);
+    return r;
+}
+
+const hl_prim hl_rwlock = {
+    ":rw:ch",
+    rw_try_req,
+    rw_try_parse,
+    rw_shares,
+    rw_release_req,
+    rw_renew_req,
+    NULL,
+};
+
+/* ---- The public API of the read-write lock --------------------------------- */
+
+/* Would `o` (an owner asking for the write lock of n) wait behind its own
+ * read: a read hold, or a read wait queued? Then the write could only be
+ * granted after that read is released, which the owner may never do while
+ * it waits: an upgrade, refused. */
+static int rw_upgrade(hilock_owner *o, hl_name *n, hilock_hold *mine) {
+    if (mine != NULL) return !mine->terms.write;
+    for (hl_link *l = n->waiters.next; l != &n->waiters; l = l->next) {
+        const hilock_wait *q = HL_CONTAINER(l, hilock_wait, link);
+        if (q->terms.owner == o && !q->terms.write) return 1;
+    }
+    return 0;
+}
+
+static int rw_acquire(hilock_client *c, const char *name, const hilock_acquire_opts *opts,
+                      int write, hilock_acquire_cb cb, void *data, hilock_wait **wait_out) {
+    hilock_acquire_opts given;
+    size_t len;
+    if (wait_out) *wait_out = NULL;
+    if (c == NULL || name == NULL || cb == NULL) return HILOCK_EINVAL;
+    if (hl_client_refuses(c)) return hl_client_refuses(c);
+    if (hl_topo_quorum(&c->topo)) {
+        hl_set_error(&c->loop, "the read-write lock does not work over Redlock");
+        return HILOCK_EINVAL;
+    }
+    hilock_acquire_opts_init(&given);
+    if (opts != NULL && hl_struct_import(&given, sizeof(given), opts, opts->size) != 0)
+        return HILOCK_EINVAL;
+    len = strnlen(name, HILOCK_NAME_MAX + 1);
+    if (len == 0 || len > HILOCK_NAME_MAX) return HILOCK_EINVAL;
+    if (given.wait_ms < HILOCK_WAIT_FOREVER) return HILOCK_EINVAL;
+    if (given.owner != NULL && given.owner->c != c) return HILOCK_EINVAL;
+    uint32_t lease = given.lease_ms == HILOCK_LEASE_DEFAULT ? c->cfg.default_lease_ms
+                                                            : given.lease_ms;
+    if (lease < HILOCK_LEASE_MIN || lease > INT32_MAX) return HILOCK_EINVAL;
+
+    hilock_wait *w = calloc(1, sizeof(*w));
+    hl_name *n = w ? hl_name_get(c, &hl_rwlock, name, len) : NULL;
+    if (n == NULL) { free(w); return HILOCK_ENOMEM; }
+    uint64_t now = hl_now_ms();
+    /* Reentrancy: the owner's live hold serves a read (a write hold too),
+     * and a write only if it is a write hold. */
+    hilock_hold *mine = given.owner ? hl_owner_hold(given.owner, n, now) : NULL;
+    if (write && given.owner != NULL && rw_upgrade(given.owner, n, mine)) {
+        hl_set_error(&c->loop, "a reader cannot take the write lock (no upgrade)");
+        free(w);
+        hl_name_maybe_free(n);
+        return HILOCK_EINVAL;
+    }
+    w->name = n;
+    w->c = c;
+    w->cb = cb;
+    w->data = data;
+    w->terms = (hl_terms){given.owner, given.lost_cb, given.lost_data, lease,
+                          given.no_renew != 0, write != 0};
+    w->try_once = given.wait_ms == 0;
+    w->started_at = now;
+    if (given.wait_ms > 0) w->deadline_at = now + (uint64_t)given.wait_ms;
+    hl_token_new(c, w->token);
+    if (wait_out) *wait_out = w;
+    hl_wait_start(w, mine, now);
+    return 0;
+}
+
+int hilock_read_acquire(hilock_client *c, const char *name, const hilock_acquire_opts *opts,
+                        hilock_acquire_cb cb, void *data, hilock_wait **wait_out) {
+    return rw_acquire(c, name, opts, 0, cb, data, wait_out);
+}
+
+int hilock_write_acquire(hilock_client *c, const char *name, const hilock_acquire_opts *opts,
+                         hilock_acquire_cb cb, void *data, hilock_wait **wait_out) {
+    return rw_acquire(c, name, opts, 1, cb, data, wait_out);
+}
