@@ -147,6 +147,11 @@ struct hl_prim {
                          hl_req_done done, void *owner);
     /* Redlock: raise n's fence counter to at least `fence` (fire and forget). */
     hl_req *(*fence_req)(hl_name *n, uint64_t fence, hl_req_done done, void *owner);
+    /* Optional: queued wait `w` ends without a grant (cancelled, timed out,
+     * failed, busy): undo what its tries may have left in Redis besides a
+     * lock (the read-write lock's "writer waiting" marker). Not called
+     * while the client is being freed. */
+    void (*abandon)(hilock_wait *w);
 };
 
 /* ---- Waits ---------------------------------------------------------------- */

@@ -170,6 +170,7 @@ void hl_wait_finish(hilock_wait *w, int status, hilock_hold *h) {
     w->status = status;
     w->hold = h;
     hl_timer_stop(&w->c->loop, &w->timer);
+    if (status != 0 && n->prim->abandon != NULL && !w->c->loop.freeing) n->prim->abandon(w);
     if (hl_linked(&w->link)) {
         hl_list_remove(&w->link);
         if (--n->nwaiters == 0) name_idle(n);

@@ -88,6 +88,7 @@ const hl_prim hl_mutex = {
     mutex_release_req,
     mutex_renew_req,
     mutex_fence_req,
+    NULL,
 };
 
 /* ---- The public API of the mutex ------------------------------------------ */

@@ -15,8 +15,9 @@
  * writer is in; the writer's retries (its fallback timer, at most
  * HL_RW_MARK_MS / 3 apart, and release messages) refresh it, and it runs out
  * HL_RW_MARK_MS after the last one (or at the writer's deadline, if that is
- * sooner): a writer that died stops blocking readers then. A try-once
- * writer leaves none.
+ * sooner): a writer that died stops blocking readers then. One that gives
+ * up or is cancelled removes it at once (rw_abandon). A try-once writer
+ * leaves none.
  *
  * Readers queued together in this process: each gets its own reader entry
  * (its own token, lease, renewals, lost callback and release), and a read
@@ -30,19 +31,22 @@
  *
  * Redlock is refused (HILOCK_EINVAL): readers of a quorum on N masters, the
  * marker and the fences would need their own undo and repair. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "prim/prim.h"
 
-/* The marker's life, and how often a waiting writer refreshes it. */
+/* The marker's life. A waiting writer refreshes it at least every 1000 ms
+ * (rw_acquire.lua caps its retry_ms there). */
 #define HL_RW_MARK_MS 3000u
 
 static const hl_cmd acquire_cmd = {&hl_script_rw_acquire, 4, {":rw", ":rwr", ":rwf", ":rww"}};
-static const hl_cmd release_cmd = {&hl_script_rw_release, 2, {":rw", ":rwr"}};
+static const hl_cmd release_cmd = {&hl_script_rw_release, 3, {":rw", ":rwr", ":rww"}};
 static const hl_cmd renew_cmd = {&hl_script_rw_renew, 2, {":rw", ":rwr"}};
 
 /* acquire(writer, readers, fence, marker; token, lease_ms, fence_ttl_s,
- * r|w, marker_ms, refresh_ms). `owner` is the wait: its terms say the mode. */
+ * "r" | "w" marker_ms): eight arguments in all, HL_REQ_MAXARGS. `owner`
+ * is the wait: its terms say the mode. */
 static hl_req *rw_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_req_done done,
                           void *owner) {
     const hilock_wait *w = owner;
@@ -55,14 +59,18 @@ static hl_req *rw_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_r
             if (left < mark) mark = left;
         }
     }
-    hl_req *r = hl_name_req(n, &acquire_cmd, HL_TOKEN_LEN + 1 + 4 * 20, done, owner);
+    hl_req *r = hl_name_req(n, &acquire_cmd, HL_TOKEN_LEN + 1 + 3 * 20, done, owner);
     if (r == NULL) return NULL;
     hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
     hl_req_arg_u64(r, lease_ms);
     hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
-    hl_req_arg(r, w->terms.write ? "w" : "r", 1, "", 0);
-    hl_req_arg_u64(r, mark);
-    hl_req_arg_u64(r, HL_RW_MARK_MS / 3);
+    if (w->terms.write) {
+        char num[24];
+        int len = snprintf(num, sizeof(num), "%llu", (unsigned long long)mark);
+        hl_req_arg(r, "w", 1, num, (size_t)len);
+    } else {
+        hl_req_arg(r, "r", 1, "", 0);
+    }
     return r;
 }
 
@@ -93,7 +101,8 @@ static int rw_shares(const hilock_wait *w, const hilock_wait *o) {
            (w->terms.write || !o->terms.write);
 }
 
-/* release(writer, readers; token, channel, PUBLISH or SPUBLISH (added by net)) */
+/* release(writer, readers, marker; token, channel, PUBLISH or SPUBLISH
+ * (added by net)) */
 static hl_req *rw_release_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
     hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN + n->chlen + 8, done, owner);
     if (r == NULL) return NULL;
@@ -116,6 +125,13 @@ static hl_req *rw_renew_req(hl_name *n, const char *token, uint64_t fence, uint3
     return r;
 }
 
+/* A writer that waited and gave up (cancelled, timed out, failed) takes its
+ * marker away at once, and the readers it held off are told: the release
+ * of its token does both (and gives back a grant that raced the end). */
+static void rw_abandon(hilock_wait *w) {
+    if (w->terms.write && !w->try_once) hl_release_token(w->name, w->token, 0);
+}
+
 const hl_prim hl_rwlock = {
     ":rw:ch",
     rw_try_req,
@@ -124,6 +140,7 @@ const hl_prim hl_rwlock = {
     rw_release_req,
     rw_renew_req,
     NULL,
+    rw_abandon,
 };
 
 /* ---- The public API of the read-write lock --------------------------------- */

@@ -2,9 +2,10 @@
 -- KEYS[2] readers (zset: token -> end of its lease, server ms), KEYS[3] the
 -- last write fence, KEYS[4] the "writer waiting" marker (a writer's token);
 -- one hash tag, one slot. ARGV[1] token, ARGV[2] lease_ms, ARGV[3]
--- fence_ttl_s, ARGV[4] 'r' or 'w', ARGV[5] marker_ms (0: leave none),
--- ARGV[6] the longest a writer that waits for readers sleeps (ms), so that
--- its retries refresh its marker before the marker runs out.
+-- fence_ttl_s, ARGV[4] 'r' (read) or 'w' followed by the marker's life in
+-- ms (write; 'w0': leave no marker). A writer that waits for readers sleeps
+-- at most 1000 ms between tries (rwlock.c's HL_RW_MARK_MS is 3000), so its
+-- retries refresh its marker before the marker runs out.
 -- Readers whose lease ran out (by the server's clock) are dropped first.
 -- Returns {1, fence, 1} (read granted: more readers may come in at once),
 -- {1, fence, 0} (write granted), or {0, ms until it may be free}.
@@ -54,12 +55,13 @@ end
 if writer[1] then return {0, pttl(KEYS[1])} end
 local mark = redis.call('GET', KEYS[4])
 if redis.call('ZCARD', KEYS[2]) > 0 then
-  if tonumber(ARGV[5]) > 0 and (mark == false or mark == ARGV[1]) then
-    redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5])
+  local life = tonumber(string.sub(ARGV[4], 2))
+  if life > 0 and (mark == false or mark == ARGV[1]) then
+    redis.call('SET', KEYS[4], ARGV[1], 'PX', life)
   end
   local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
   local ms = tonumber(last[2]) - now + 1
-  if ms > tonumber(ARGV[6]) then ms = tonumber(ARGV[6]) end
+  if ms > 1000 then ms = 1000 end
   return {0, ms}
 end
 local last = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
