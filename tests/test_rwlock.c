@@ -358,6 +358,31 @@ static void dead_holder(int write) {
 }
 
 Test(rwlock, dead_reader_lease_runs_out) { dead_holder(0); }
+
+/* A dead reader among live ones: its entry, past its lease, is pruned by
+ * the scripts, so the live reader's release lets the writer in at once
+ * (the readers' key itself lives as long as the longest lease). */
+Test(rwlock, dead_reader_among_live_ones) {
+    pid_t kid = holder_child(0, 600);
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
+    got r = rw_now(a, 0, "dead", NULL);
+    cr_assert_eq(r.status, 0);
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+    got w;
+    cr_assert_eq(start(b, 1, "dead", NULL, &w, NULL), 0);
+    test_loop_for(e.base, 1200); /* the dead reader's lease runs out */
+    cr_expect_eq(w.calls, 0, "the live reader still holds");
+    long long t0 = test_now_ms();
+    cr_assert_eq(release_now(&e, r.hold), 0);
+    cr_assert(test_loop_until(e.base, &w.calls, 5000));
+    cr_expect_eq(w.status, 0);
+    cr_expect_lt(test_now_ms() - t0, 400, "the dead reader's entry was pruned");
+    cr_expect_eq(release_now(&e, w.hold), 0);
+    cr_expect(rw_free("dead"));
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
 Test(rwlock, dead_writer_lease_runs_out) { dead_holder(1); }
 
 /* ---- Leases, renewals, loss ---------------------------------------------------- */
