@@ -8,7 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "prim/prim.h"
-#include "support/lockenv.h"
+#include "support/clusterenv.h"
 #include "support/rwcheck.h"
 
 static lockenv e;
@@ -759,4 +759,52 @@ Test(rwlock, connection_kills_during_contention, .timeout = 90) {
     test_loop_for(e.base, 300);
     cr_expect(rw_free("kills"), "nothing left behind");
     for (int i = 0; i < N; i++) hilock_client_free(c[i]);
+}
+
+/* ---- Redis Cluster ------------------------------------------------------------------ */
+
+/* Contention on three names over the cluster's masters, from two clients
+ * seeded at different nodes: the invariant per name, and every key of a
+ * name on the master of its slot (one hash tag). */
+Test(rwlock, cluster_contention, .timeout = 120) {
+    clusterenv ce;
+    clusterenv_start(&ce);
+    hilock_config cfg;
+    cluster_config(&cfg, ce.cl.url);
+    hilock_client *a = cluster_client_cfg(&ce, &cfg);
+    cluster_config(&cfg, ce.cl.node[3].url);
+    hilock_client *b = cluster_client_cfg(&ce, &cfg);
+    enum { NAMES = 3, T = 240 };
+    static rwshared s[NAMES];
+    static rwproc p[NAMES];
+    static rwturn t[T];
+    memset(s, 0, sizeof(s));
+    const char *names[NAMES] = {"crw-a", "crw-b", "crw-c"};
+    for (int k = 0; k < NAMES; k++) p[k] = (rwproc){&s[k], ce.base, 0, 0};
+    for (int i = 0; i < T; i++) {
+        t[i].p = &p[i % NAMES];
+        t[i].write = i % 4 == 1;
+        t[i].hold_ms = 2;
+        cr_assert_eq(rwturn_start(i % 2 ? a : b, names[i % NAMES], &t[i]), 0);
+    }
+    for (int k = 0; k < NAMES; k++) test_loop_until(ce.base, &p[k].done, 60000);
+    for (int k = 0; k < NAMES; k++) {
+        cr_expect(p[k].done, "%s: %d turns left", names[k], p[k].left);
+        cr_expect_eq(s[k].errors, 0, "%s: errors (first %d: %s)", names[k], s[k].first_error,
+                     hilock_client_errstr(a));
+        cr_expect_eq(s[k].violations, 0, "%s", names[k]);
+        cr_expect_eq(s[k].fence_regressions, 0, "%s", names[k]);
+        cr_expect_eq(s[k].stale_reads, 0, "%s", names[k]);
+        cr_expect_eq(s[k].reads + s[k].writes, T / NAMES);
+        char key[128];
+        rw_key(names[k], ":rwf", key, sizeof(key));
+        test_redis *m = test_cluster_master_of(&ce.cl, hilock_key_slot(key, strlen(key)));
+        cr_assert_not_null(m);
+        cr_expect_eq(test_redis_int(m, "EXISTS %s", key), 1, "%s's fence on its slot's master", names[k]);
+        rw_key(names[k], ":rwr", key, sizeof(key));
+        cr_expect_eq(test_redis_int(m, "EXISTS %s", key), 0, "%s: no reader left", names[k]);
+    }
+    hilock_client_free(a);
+    hilock_client_free(b);
+    clusterenv_stop(&ce);
 }
