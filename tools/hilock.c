@@ -1,7 +1,7 @@
 /* hilock: run a command while holding a distributed lock, a flock(1) for
  * machines that share one Redis.
  *
- *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE] [-v] NAME -- COMMAND [ARG...]
+ *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE] [-s | -x] [-v] NAME -- COMMAND [ARG...]
  *     hilock [-u URL] [-p PREFIX] [-v] unlock NAME
  *
  * Everything happens on one libevent loop: the lock request, the watchdog
@@ -38,8 +38,8 @@
 #define DEFAULT_LEASE  30000
 
 static const char usage_text[] =
-"Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE] [-v]\n"
-"              NAME -- COMMAND [ARG...]\n"
+"Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE]\n"
+"              [-s | -x] [-v] NAME -- COMMAND [ARG...]\n"
 "       hilock [-u URL] [-p PREFIX] [-v] unlock NAME\n"
 "       hilock -h | --help | -V | --version\n"
 "Run COMMAND while holding the distributed lock NAME in Redis.\n"
@@ -51,12 +51,21 @@ static const char usage_text[] =
 "  -p PREFIX      prefix of the Redis keys (default " DEFAULT_PREFIX ")\n"
 "  -E CODE        exit status when NAME is busy or not acquired within WAIT_MS\n"
 "                 (1 to 255, default 75), to tell it from COMMAND's own\n"
+"  -s             shared: hold the read lock of the read-write lock NAME; any\n"
+"                 number of -s holders run at once, none beside a -x holder\n"
+"  -x             exclusive: hold the write lock of the read-write lock NAME,\n"
+"                 alone (a waiting -x holds off new -s holders)\n"
 "  -v             report progress on stderr\n"
 "  -h, --help     show this help\n"
 "  -V, --version  show the version\n"
 "\n"
 "COMMAND finds the lock name in $HILOCK_NAME and the fencing token, a number\n"
-"that grows with every acquisition of NAME, in $HILOCK_FENCE.\n"
+"that grows with every acquisition of NAME, in $HILOCK_FENCE (with -s: the\n"
+"fence of the last -x holder, 0 if none).\n"
+"\n"
+"Without -s or -x, NAME is a plain mutex: a different lock from the\n"
+"read-write lock NAME that -s and -x share, so `hilock NAME` and\n"
+"`hilock -x NAME` do not exclude each other.\n"
 "\n"
 "hilock unlock NAME removes the lock NAME whoever holds it and wakes its\n"
 "waiters: for a holder known dead whose lease is too long to wait out. A\n"
@@ -107,6 +116,8 @@ typedef struct cli {
     char **cmd;
     int verbose;
     int busy_status;        /* exit status for busy / not acquired in time (-E) */
+    char mode;              /* 0: the mutex NAME; 's' / 'x': the read / write lock
+                               of the read-write lock NAME */
     int state;
     pid_t child;            /* COMMAND, once started */
     int stop_sig;           /* the signal that stopped the wait */
@@ -483,7 +494,9 @@ static int start_lock(cli *c, long long wait_ms, long long lease_ms) {
     opts.lease_ms = (uint32_t)lease_ms;
     opts.lost_cb = on_lost;
     opts.lost_data = c;
-    rc = hilock_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
+    if (c->mode == 's') rc = hilock_read_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
+    else if (c->mode == 'x') rc = hilock_write_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
+    else rc = hilock_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
     if (rc != 0) {
         fprintf(stderr, "hilock: cannot lock %s: %s\n", c->name, hilock_strerror(rc));
         return rc == HILOCK_EINVAL ? EX_USAGE : EX_SOFTWARE;
@@ -500,7 +513,7 @@ typedef struct args {
     const char *prefix;
     long long wait_ms;
     long long lease_ms;
-    char lock_only;         /* a lock-only option given (-w, -l, -E), or 0 */
+    char lock_only;         /* a lock-only option given (-w, -l, -E, -s, -x), or 0 */
     int unlock;             /* unlock NAME, not NAME -- COMMAND */
 } args;
 
@@ -546,7 +559,7 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
     int opt;
 
     opterr = 0; /* our own messages */
-    while ((opt = getopt_long(argc, argv, "+:hVu:w:l:p:E:v", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+:hVu:w:l:p:E:svx", longopts, NULL)) != -1) {
         switch (opt) {
         case 'h': fputs(usage_text, stdout); return 0;
         case 'V': print_version(); return 0;
@@ -570,6 +583,12 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
                 return usage_error("bad -E CODE '%s': want an exit status, 1 to 255", optarg);
             c->busy_status = (int)code;
             a->lock_only = 'E';
+            break;
+        case 's':
+        case 'x':
+            if (c->mode != 0 && c->mode != opt) return usage_error("-s and -x exclude each other");
+            c->mode = (char)opt;
+            a->lock_only = (char)opt;
             break;
         case ':':
             return usage_error("option -%c needs a value", optopt);
