@@ -362,10 +362,11 @@ HILOCK_API int hilock_wait_cancel(hilock_wait *w);
  * readers wait (readers already in keep their hold until they release or
  * their lease runs out); the writer gets in when the last reader leaves.
  * The writer's retries refresh the marker (at least every second); it runs
- * out 3 s after the last refresh, or at the writer's deadline if that is
- * sooner, so a writer that died, gave up or was cancelled stops blocking
- * readers then. A try-once writer (wait_ms 0) leaves no marker. Writers
- * are preferred: a steady stream of writers can keep readers waiting.
+ * out 3 s after the last refresh (or at the writer's deadline, if sooner),
+ * so a writer that died stops blocking readers then; one that times out,
+ * fails or is cancelled removes it at once. A try-once writer (wait_ms 0)
+ * leaves no marker. Writers are preferred: a steady stream of writers can
+ * keep readers waiting.
  *
  * Readers waiting in one client go in one after the other, without waiting
  * for a release: each read grant lets the client's next waiter try at once
