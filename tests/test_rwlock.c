@@ -560,6 +560,20 @@ Test(rwlock, upgrade_refused) {
     cr_expect_eq(release_now(&e, wb.hold), 0);
     cr_assert(test_loop_until(e.base, &rq.calls, 2000));
     cr_expect_eq(release_now(&e, rq.hold), 0);
+
+    /* but write, read, write queued by one owner is no upgrade: the first
+     * write's grant serves all three */
+    wb = rw_now(b, 1, "up", NULL);
+    got q1, q2, q3;
+    cr_assert_eq(start(a, 1, "up", &opt, &q1, NULL), 0);
+    cr_assert_eq(start(a, 0, "up", &opt, &q2, NULL), 0);
+    cr_assert_eq(start(a, 1, "up", &opt, &q3, NULL), 0, "a write behind the owner's write");
+    cr_expect_eq(release_now(&e, wb.hold), 0);
+    cr_assert(test_loop_until(e.base, &q3.calls, 2000));
+    cr_expect(q1.status == 0 && q2.status == 0 && q3.status == 0);
+    cr_expect(q1.hold == q2.hold && q2.hold == q3.hold);
+    cr_expect_eq(hilock_hold_count(q1.hold), 3);
+    for (int i = 0; i < 3; i++) cr_expect_eq(release_now(&e, q1.hold), 0);
     cr_expect(rw_free("up"));
     hilock_owner_free(o);
     hilock_client_free(a);

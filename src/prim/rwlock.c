@@ -146,14 +146,15 @@ const hl_prim hl_rwlock = {
 /* ---- The public API of the read-write lock --------------------------------- */
 
 /* Would `o` (an owner asking for the write lock of n) wait behind its own
- * read: a read hold, or a read wait queued? Then the write could only be
+ * read: a read hold, or a read wait queued (not behind a write wait of the
+ * same owner, whose grant serves both)? Then the write could only be
  * granted after that read is released, which the owner may never do while
  * it waits: an upgrade, refused. */
 static int rw_upgrade(hilock_owner *o, hl_name *n, hilock_hold *mine) {
     if (mine != NULL) return !mine->terms.write;
     for (hl_link *l = n->waiters.next; l != &n->waiters; l = l->next) {
         const hilock_wait *q = HL_CONTAINER(l, hilock_wait, link);
-        if (q->terms.owner == o && !q->terms.write) return 1;
+        if (q->terms.owner == o) return !q->terms.write; /* its first wait decides */
     }
     return 0;
 }
