@@ -840,7 +840,9 @@ Test(cli, usage_errors_exit_64, .timeout = 60) {
         { "-u", srv.url, "-l", "5", "name", "--", "touch", ran, NULL },   /* under HILOCK_LEASE_MIN */
         { "-u", srv.url, "-p", "a{b", "name", "--", "touch", ran, NULL },
         { "-u", srv.url, longname, "--", "touch", ran, NULL },  /* NAME too long */
-        { "-u", srv.url, "-x", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-q", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-s", "-x", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-x", "unlock", "name", NULL },
         { "-u", srv.url, "-w", NULL },
         { "-u", srv.url, "--bogus", "name", "--", "touch", ran, NULL },
         { "-u", srv.url, "-E", "0", "name", "--", "touch", ran, NULL },   /* busy = success? */
@@ -1223,4 +1225,52 @@ Test(cli, command_inherits_the_ignored_signals, .timeout = 30) {
     /* What hilock ignores for itself is not handed on. */
     cr_assert(!(ign & SIGBIT(SIGPIPE)), "COMMAND ignores SIGPIPE: %s", out);
     cr_assert(!(ign & SIGBIT(SIGINT)) && !(ign & SIGBIT(SIGTERM)), "COMMAND ignores more: %s", out);
+}
+
+/* ---- The read-write lock: -s and -x --------------------------------------- */
+
+/* -s holders run together; -x runs alone, holds off new -s holders while
+ * it waits, and gets a fence that -s holders after it see; the plain mutex
+ * NAME is another lock. */
+Test(cli, shared_holders_together_exclusive_alone, .timeout = 60) {
+    char rkey[128];
+    pid_t s1, s2, x;
+
+    snprintf(rkey, sizeof(rkey), "%s:rwr", key("rwl"));
+    s1 = cli_start("s1", NULL, ARGS("-u", srv.url, "-s", "rwl", "--", UNTIL_GO("r1", "go")));
+    s2 = cli_start("s2", NULL, ARGS("-u", srv.url, "-s", "rwl", "--", UNTIL_GO("r2", "go")));
+    WAIT_UNTIL(file_exists(tmp("r1")) && file_exists(tmp("r2")), 5000);
+    cr_assert(file_exists(tmp("r1")) && file_exists(tmp("r2")), "two -s holders run at once");
+    cr_assert_eq(test_redis_int(&srv, "ZCARD %s", rkey), 2);
+
+    cr_assert_eq(RUN("-u", srv.url, "-x", "-w", "0", "rwl", "--", "touch", tmp("ran")), 75,
+                 "-x is busy beside -s holders");
+    cr_assert(!file_exists(tmp("ran")));
+    cr_assert_eq(RUN("-u", srv.url, "-w", "0", "rwl", "--", "true"), 0,
+                 "the mutex rwl is another lock");
+
+    x = cli_start("x", NULL, ARGS("-u", srv.url, "-x", "rwl", "--", FENCE_TO("fx")));
+    test_msleep(300);
+    cr_assert_eq(cli_wait(x, 0), -1, "-x waits for the -s holders");
+    cr_assert_eq(RUN("-u", srv.url, "-s", "-w", "300", "rwl", "--", "touch", tmp("ran")), 75,
+                 "a new -s waits behind the waiting -x");
+    cr_assert(!file_exists(tmp("ran")));
+
+    cr_assert_eq(close(open(tmp("go"), O_WRONLY | O_CREAT, 0600)), 0);
+    cr_assert_eq(cli_wait(s1, 5000), 0);
+    cr_assert_eq(cli_wait(s2, 5000), 0);
+    cr_assert_eq(cli_wait(x, 5000), 0, "-x runs once the -s holders are gone");
+    cr_assert_gt(fence_in("fx"), 0);
+    cr_assert_eq(RUN("-u", srv.url, "-s", "rwl", "--", FENCE_TO("fs")), 0);
+    cr_assert_eq(fence_in("fs"), fence_in("fx"), "-s sees the last -x holder's fence");
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", rkey), 0);
+}
+
+/* --help says that the default is the plain mutex. */
+Test(cli, help_tells_mutex_from_rwlock, .timeout = 30) {
+    char out[8192];
+    cr_assert_eq(RUN("--help"), 0);
+    test_slurp(tmp("out"), out, sizeof(out));
+    cr_assert_not_null(strstr(out, "[-n N | -s | -x]"), "%s", out);
+    cr_assert_not_null(strstr(out, "Without -s or -x, NAME is a plain mutex"), "%s", out);
 }

@@ -1,7 +1,7 @@
 /* hilock: run a command while holding a distributed lock, a flock(1) for
  * machines that share one Redis.
  *
- *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE] [-n N] [-v] NAME -- COMMAND [ARG...]
+ *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE] [-n N | -s | -x] [-v] NAME -- COMMAND [ARG...]
  *     hilock [-u URL] [-p PREFIX] [-v] unlock NAME
  *
  * Everything happens on one libevent loop: the lock request, the watchdog
@@ -38,8 +38,8 @@
 #define DEFAULT_LEASE  30000
 
 static const char usage_text[] =
-"Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE] [-n N] [-v]\n"
-"              NAME -- COMMAND [ARG...]\n"
+"Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE]\n"
+"              [-n N | -s | -x] [-v] NAME -- COMMAND [ARG...]\n"
 "       hilock [-u URL] [-p PREFIX] [-v] unlock NAME\n"
 "       hilock -h | --help | -V | --version\n"
 "Run COMMAND while holding the distributed lock NAME in Redis.\n"
@@ -54,12 +54,21 @@ static const char usage_text[] =
 "  -n N           hold one of N permits of the semaphore NAME instead of the\n"
 "                 lock NAME: at most N COMMANDs run at once (1 to 1000000;\n"
 "                 every user of NAME must give the same N)\n"
+"  -s             shared: hold the read lock of the read-write lock NAME; any\n"
+"                 number of -s holders run at once, none beside a -x holder\n"
+"  -x             exclusive: hold the write lock of the read-write lock NAME,\n"
+"                 alone (a waiting -x holds off new -s holders)\n"
 "  -v             report progress on stderr\n"
 "  -h, --help     show this help\n"
 "  -V, --version  show the version\n"
 "\n"
 "COMMAND finds the lock name in $HILOCK_NAME and the fencing token, a number\n"
-"that grows with every acquisition of NAME, in $HILOCK_FENCE.\n"
+"that grows with every acquisition of NAME, in $HILOCK_FENCE (with -s: the\n"
+"fence of the last -x holder, 0 if none).\n"
+"\n"
+"Without -s or -x, NAME is a plain mutex: a different lock from the\n"
+"read-write lock NAME that -s and -x share, so `hilock NAME` and\n"
+"`hilock -x NAME` do not exclude each other.\n"
 "\n"
 "hilock unlock NAME removes the lock NAME whoever holds it and wakes its\n"
 "waiters: for a holder known dead whose lease is too long to wait out. A\n"
@@ -112,6 +121,8 @@ typedef struct cli {
     int verbose;
     int busy_status;        /* exit status for busy / not acquired in time (-E) */
     unsigned permits_total; /* -n N: a permit of the semaphore NAME; 0: the lock */
+    char mode;              /* 0: the mutex NAME; 's' / 'x': the read / write lock
+                               of the read-write lock NAME */
     int state;
     pid_t child;            /* COMMAND, once started */
     int stop_sig;           /* the signal that stopped the wait */
@@ -494,6 +505,10 @@ static int start_lock(cli *c, long long wait_ms, long long lease_ms) {
     if (c->permits_total > 0)
         rc = hilock_semaphore_acquire(c->client, c->name, c->permits_total, 1, &opts, on_acquired, c,
                                       &c->wait);
+    else if (c->mode == 's')
+        rc = hilock_read_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
+    else if (c->mode == 'x')
+        rc = hilock_write_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
     else
         rc = hilock_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
     if (rc != 0) {
@@ -512,7 +527,7 @@ typedef struct args {
     const char *prefix;
     long long wait_ms;
     long long lease_ms;
-    char lock_only;         /* a lock-only option given (-w, -l, -E, -n), or 0 */
+    char lock_only;         /* a lock-only option given (-w, -l, -E, -n, -s, -x), or 0 */
     int unlock;             /* unlock NAME, not NAME -- COMMAND */
 } args;
 
@@ -558,7 +573,7 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
     int opt;
 
     opterr = 0; /* our own messages */
-    while ((opt = getopt_long(argc, argv, "+:hVu:w:l:p:E:n:v", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+:hVu:w:l:p:E:n:svx", longopts, NULL)) != -1) {
         switch (opt) {
         case 'h': fputs(usage_text, stdout); return 0;
         case 'V': print_version(); return 0;
@@ -587,8 +602,16 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
             if (parse_num(optarg, 1, HILOCK_PERMITS_MAX, &code) != 0)
                 return usage_error("bad -n N '%s': want a number of permits, 1 to %u", optarg,
                                    HILOCK_PERMITS_MAX);
+            if (c->mode != 0) return usage_error("-n, -s and -x exclude each other");
             c->permits_total = (unsigned)code;
             a->lock_only = 'n';
+            break;
+        case 's':
+        case 'x':
+            if ((c->mode != 0 && c->mode != opt) || c->permits_total > 0)
+                return usage_error("-n, -s and -x exclude each other");
+            c->mode = (char)opt;
+            a->lock_only = (char)opt;
             break;
         case ':':
             return usage_error("option -%c needs a value", optopt);

@@ -389,6 +389,67 @@ HILOCK_API int hilock_semaphore_acquire(hilock_client *c, const char *name,
                                         hilock_acquire_cb cb, void *data,
                                         hilock_wait **wait_out);
 
+/* ---- Read-write lock ---------------------------------------------------- */
+
+/* The read-write lock `name`: at any time either any number of readers
+ * (hilock_read_acquire) or one writer (hilock_write_acquire) hold it, over
+ * all clients. It is not the mutex of the same name (hilock_acquire): their
+ * keys and waiters are separate, and neither excludes the other.
+ *
+ * Everything else is as for hilock_acquire(): the options, the callback and
+ * its statuses, hilock_wait_cancel() (a grant that races the cancel is
+ * released), and the hold, released with hilock_release(), renewed by the
+ * watchdog, extended with hilock_hold_extend() and reported lost by its
+ * lost_cb. Each holder, reader or writer, has its own lease: the entry of a
+ * reader that dies is dropped by the next script that runs after its lease
+ * (every try prunes them), and a waiter's fallback timer is set at the end
+ * of the lease it waits for, so waiters go on without being told.
+ *
+ * Writers are not starved by readers: a writer that finds readers holding
+ * leaves a "writer waiting" marker in Redis, and while it is there new
+ * readers wait (readers already in keep their hold until they release or
+ * their lease runs out); the writer gets in when the last reader leaves.
+ * The writer's retries refresh the marker (at least every second); it runs
+ * out 3 s after the last refresh (or at the writer's deadline, if sooner),
+ * so a writer that died stops blocking readers then; one that times out,
+ * fails or is cancelled removes it at once. A try-once writer (wait_ms 0)
+ * leaves no marker. Writers are preferred: a steady stream of writers can
+ * keep readers waiting.
+ *
+ * Readers waiting in one client go in one after the other, without waiting
+ * for a release: each read grant lets the client's next waiter try at once
+ * (one round trip each); every reader gets a hold of its own. Across
+ * clients, a release that leaves the lock free (a writer's, or the last
+ * reader's) wakes one waiter per client.
+ *
+ * Fences (hilock_hold_fence): each write grant gets a fence strictly larger
+ * than every fence given for the name before it (as the mutex's: see
+ * hilock_hold_fence). A read grant gets the fence of the last write grant
+ * (0 if none was made within fence_ttl_s): readers that hold together share
+ * it, and a resource can tell which write a reader comes after.
+ *
+ * Reentrancy (an owner): an owner that holds the write lock gets the read
+ * lock or the write lock again at once, as a level of its write hold (the
+ * same hilock_hold, whose count grows; release each level). An owner that
+ * holds the read lock gets the read lock again the same way. An owner that
+ * holds the read lock, or has a read acquire queued, and asks for the
+ * write lock is refused at once with HILOCK_EINVAL (no upgrade: it would
+ * wait for its own read; release the read lock first). Without an owner,
+ * nested acquires are independent: a reader that asks for the read lock
+ * again while a writer waits waits behind that writer, which waits for the
+ * first read: use an owner for nested reads.
+ *
+ * Returns as hilock_acquire() does, and HILOCK_EINVAL on a redlock://
+ * client (not supported). */
+HILOCK_API int hilock_read_acquire(hilock_client *c, const char *name,
+                                   const hilock_acquire_opts *opts,
+                                   hilock_acquire_cb cb, void *data,
+                                   hilock_wait **wait_out);
+HILOCK_API int hilock_write_acquire(hilock_client *c, const char *name,
+                                    const hilock_acquire_opts *opts,
+                                    hilock_acquire_cb cb, void *data,
+                                    hilock_wait **wait_out);
+
 /* ---- Holds -------------------------------------------------------------- */
 
 /* The fencing token of this acquisition: strictly increasing per name (a
@@ -476,6 +537,13 @@ HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb 
  *                     token -> "permits fence"; expires with P{T}:sem
  *     P{T}:sem:fence  the last fence, with a TTL of fence_ttl_s
  *     P{T}:sem:ch     the channel of its releases
+ * and the read-write lock NAME in these (none shared with the mutex NAME):
+ *     P{T}:rw     the writer (a hash: token, fence), with a TTL of its lease
+ *     P{T}:rwr    the readers: a sorted set of token -> end of its lease
+ *                 (the server's Unix time in ms); it expires with the last
+ *     P{T}:rwf    the last write fence, with a TTL of fence_ttl_s
+ *     P{T}:rww    the "writer waiting" marker (a writer's token), up to 3 s
+ *     P{T}:rw:ch  the channel of its releases
  * where T is NAME with '%', '{' and '}' written as "%25", "%7B", "%7D".
  * That keeps T brace-free and non-empty, so the hash tag is exactly T, and
  * distinct names never share keys. */

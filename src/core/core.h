@@ -117,6 +117,7 @@ typedef struct hl_terms {
     /* What the primitive counts, read by its try_req and shares (the
      * semaphore: `permits` of `permits_total`); 0 for the mutex. */
     uint32_t permits, permits_total;
+    unsigned write : 1;    /* the read-write lock: a write wait or hold (else read) */
 } hl_terms;
 
 /* ---- Primitives ----------------------------------------------------------- */
@@ -126,8 +127,9 @@ typedef struct hl_try {
     int granted;
     uint64_t fence;
     uint64_t retry_ms;     /* not granted: the lock may be free by then */
-    /* granted, and more is free now (a semaphore with permits left): the
-     * next head tries at once instead of waiting for a release. */
+    /* granted, and more is free now (a semaphore with permits left, a
+     * read-write lock's read grant): the next head tries at once instead of
+     * waiting for a release. */
     int more;
     /* not granted, and never will be on these terms (a semaphore's count
      * differs from Redis's): this waiter ends with this error, the others
@@ -153,6 +155,15 @@ struct hl_prim {
                          hl_req_done done, void *owner);
     /* Redlock: raise n's fence counter to at least `fence` (fire and forget). */
     hl_req *(*fence_req)(hl_name *n, uint64_t fence, hl_req_done done, void *owner);
+    /* Optional: queued wait `w` ends without a grant (cancelled, timed out,
+     * failed, busy): undo what its tries may have left in Redis besides a
+     * lock (the read-write lock's "writer waiting" marker). Not called
+     * while the client is being freed. */
+    void (*abandon)(hilock_wait *w);
+    /* Optional: may new wait `w` (its terms filled) start, given the live
+     * hold of its owner on the name (`mine`, or NULL)? 0, or an error code
+     * (a semaphore hold cannot grow; a reader cannot upgrade). */
+    int (*admit)(const hilock_wait *w, const hilock_hold *mine);
 };
 
 /* ---- Waits ---------------------------------------------------------------- */

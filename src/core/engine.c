@@ -170,6 +170,7 @@ void hl_wait_finish(hilock_wait *w, int status, hilock_hold *h) {
     w->status = status;
     w->hold = h;
     hl_timer_stop(&w->c->loop, &w->timer);
+    if (status != 0 && n->prim->abandon != NULL && !w->c->loop.freeing) n->prim->abandon(w);
     if (hl_linked(&w->link)) {
         hl_list_remove(&w->link);
         if (--n->nwaiters == 0) name_idle(n);
@@ -321,7 +322,8 @@ static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
         grant(w, t->fence, sent_at);
         n->woken = 0; /* that wakeup was for the lock we now hold */
         /* A mutex is taken now: the next head waits for its release. What
-         * still has room (a semaphore's permits) lets it try at once. */
+         * still has room (a semaphore's permits, readers beside a reader)
+         * lets it try at once. */
         try_later(n, t->more ? 0 : w->terms.lease_ms + 1);
     } else if (t->refused) {
         /* This waiter's terms can never be met; those behind it may be. */

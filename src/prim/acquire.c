@@ -16,7 +16,7 @@ static int acquire_check(hilock_client *c, const char *name, size_t *len,
 }
 
 int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
-                    const hilock_acquire_opts *opts, uint32_t permits, uint32_t permits_total,
+                    const hilock_acquire_opts *opts, const hl_terms *ask,
                     hilock_acquire_cb cb, void *data, hilock_wait **wait_out) {
     hilock_acquire_opts given;
     size_t len;
@@ -24,6 +24,12 @@ int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
     if (wait_out) *wait_out = NULL;
     if (c == NULL || name == NULL || cb == NULL) return HILOCK_EINVAL;
     if (hl_client_refuses(c)) return hl_client_refuses(c);
+    /* Only the mutex raises fences over a quorum; the others would not be
+     * bounded by one (a semaphore of N over 3 masters: 3 holders of 2). */
+    if (p->fence_req == NULL && hl_topo_quorum(&c->topo)) {
+        hl_set_error(&c->loop, "only the mutex runs over Redlock");
+        return HILOCK_EINVAL;
+    }
     hilock_acquire_opts_init(&given);
     if (opts != NULL && hl_struct_import(&given, sizeof(given), opts, opts->size) != 0)
         return HILOCK_EINVAL;
@@ -34,20 +40,25 @@ int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
     hl_name *n = w ? hl_name_get(c, p, name, len) : NULL;
     if (n == NULL) { free(w); return HILOCK_ENOMEM; }
     uint64_t now = hl_now_ms();
-    /* Reentrancy: the owner's live hold of this name serves, if it has
-     * what is asked (a semaphore's hold of fewer permits cannot grow). */
-    hilock_hold *mine = given.owner ? hl_owner_hold(given.owner, n, now) : NULL;
-    if (mine != NULL && mine->terms.permits < permits) {
-        free(w);
-        hl_name_maybe_free(n);
-        return HILOCK_EINVAL;
-    }
+    if (ask != NULL) w->terms = *ask;
+    w->terms.owner = given.owner;
+    w->terms.lost_cb = given.lost_cb;
+    w->terms.lost_data = given.lost_data;
+    w->terms.lease_ms = lease;
+    w->terms.no_renew = given.no_renew != 0;
     w->name = n;
     w->c = c;
     w->cb = cb;
     w->data = data;
-    w->terms = (hl_terms){given.owner, given.lost_cb, given.lost_data, lease, given.no_renew != 0,
-                          permits, permits_total};
+    /* Reentrancy: the owner's live hold of this name serves, if the
+     * primitive admits the wait beside it. */
+    hilock_hold *mine = given.owner ? hl_owner_hold(given.owner, n, now) : NULL;
+    rc = p->admit ? p->admit(w, mine) : 0;
+    if (rc != 0) {
+        free(w);
+        hl_name_maybe_free(n);
+        return rc;
+    }
     w->try_once = given.wait_ms == 0;
     w->started_at = now;
     if (given.wait_ms > 0) w->deadline_at = now + (uint64_t)given.wait_ms;

@@ -88,11 +88,13 @@ const hl_prim hl_mutex = {
     mutex_release_req,
     mutex_renew_req,
     mutex_fence_req,
+    NULL,
+    NULL,
 };
 
 /* ---- The public API of the mutex ------------------------------------------ */
 
 int hilock_acquire(hilock_client *c, const char *name, const hilock_acquire_opts *opts,
                    hilock_acquire_cb cb, void *data, hilock_wait **wait_out) {
-    return hl_prim_acquire(c, &hl_mutex, name, opts, 0, 0, cb, data, wait_out);
+    return hl_prim_acquire(c, &hl_mutex, name, opts, NULL, cb, data, wait_out);
 }

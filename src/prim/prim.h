@@ -1,5 +1,6 @@
 /* The primitives: each is a set of scripts (src/prim/lua) and an hl_prim
- * for the waiter engine. Today: the mutex and the counting semaphore. */
+ * for the waiter engine. Today: the mutex, the counting semaphore and the
+ * read-write lock. */
 #ifndef HILOCK_PRIM_H
 #define HILOCK_PRIM_H
 #include "core/core.h"
@@ -9,12 +10,15 @@ extern const hl_script hl_script_mutex_acquire, hl_script_mutex_release,
     hl_script_mutex_renew, hl_script_mutex_break, hl_script_mutex_fence;
 extern const hl_script hl_script_sem_acquire, hl_script_sem_release, hl_script_sem_renew;
 
-/* An acquire of primitive `p` (acquire.c): checks, a wait with its terms
- * (`permits` of `permits_total`: 0 and 0 for the mutex), reentrancy, and
- * hl_wait_start(). The public acquire functions are this with their
- * primitive. */
+/* An acquire of primitive `p` (acquire.c): checks, a wait whose terms are
+ * the options plus what `ask` adds (the semaphore's permits, the
+ * read-write lock's mode; NULL for the mutex), reentrancy (p->admit), and
+ * hl_wait_start(). A primitive without fence_req does not run over
+ * Redlock. The public acquire functions are this with their primitive. */
 int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
-                    const hilock_acquire_opts *opts, uint32_t permits, uint32_t permits_total,
+                    const hilock_acquire_opts *opts, const hl_terms *ask,
                     hilock_acquire_cb cb, void *data, hilock_wait **wait_out);
+extern const hl_prim hl_rwlock;
+extern const hl_script hl_script_rw_acquire, hl_script_rw_release, hl_script_rw_renew;
 
 #endif

@@ -64,6 +64,11 @@ static int sem_shares(const hilock_wait *w, const hilock_wait *o) {
            o->terms.permits <= w->terms.permits;
 }
 
+/* An owner's hold of fewer permits cannot grow. */
+static int sem_admit(const hilock_wait *w, const hilock_hold *mine) {
+    return mine != NULL && mine->terms.permits < w->terms.permits ? HILOCK_EINVAL : 0;
+}
+
 /* release(holders, hash; token, channel, PUBLISH or SPUBLISH (added by net)) */
 static hl_req *sem_release_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
     hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN + n->chlen + 8, done, owner);
@@ -94,6 +99,8 @@ const hl_prim hl_semaphore = {
     sem_release_req,
     sem_renew_req,
     NULL, /* no Redlock: refused at acquire */
+    NULL,
+    sem_admit,
 };
 
 /* ---- The public API of the semaphore --------------------------------------- */
@@ -107,12 +114,8 @@ int hilock_semaphore_acquire(hilock_client *c, const char *name, unsigned permit
     if (permits_total == 0 || permits_total > HILOCK_PERMITS_MAX || permits == 0 ||
         permits > permits_total)
         return HILOCK_EINVAL;
-    /* Over independent masters, N grants on each of a quorum do not bound
-     * the holders to N (3 masters, N = 2: three holders, each with two). */
-    if (hl_topo_quorum(&c->topo)) {
-        hl_set_error(&c->loop, "a semaphore cannot run over Redlock");
-        return HILOCK_EINVAL;
-    }
-    return hl_prim_acquire(c, &hl_semaphore, name, opts, permits, permits_total, cb, data,
-                           wait_out);
+    hl_terms ask = {0};
+    ask.permits = permits;
+    ask.permits_total = permits_total;
+    return hl_prim_acquire(c, &hl_semaphore, name, opts, &ask, cb, data, wait_out);
 }

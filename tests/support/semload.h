@@ -26,7 +26,9 @@ typedef struct semres {
     volatile unsigned long long max_seen[SEMLOAD_NAMES]; /* largest fence delivered */
     volatile long over, grants, errors, stale, nfences;
     volatile int first_error;
-    unsigned long long fences[SEMLOAD_FENCES];
+    /* Every grant's fence and name: fences are unique per name (names on
+     * different masters of a cluster count on their own, and may meet). */
+    struct semload_fence { unsigned long long fence; int idx; } fences[SEMLOAD_FENCES];
 } semres;
 
 typedef struct semslot {
@@ -96,7 +98,10 @@ static inline void semslot_granted(hilock_hold *h, int status, void *data) {
                                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
     }
     long i = __atomic_fetch_add(&r->nfences, 1, __ATOMIC_SEQ_CST);
-    if (i < SEMLOAD_FENCES) r->fences[i] = f;
+    if (i < SEMLOAD_FENCES) {
+        r->fences[i].fence = f;
+        r->fences[i].idx = s->idx;
+    }
     s->h = h;
     struct timeval tv = {0, s->hold_ms * 1000};
     event_base_once(s->base, -1, EV_TIMEOUT, semslot_release, s, &tv);
@@ -112,15 +117,17 @@ static inline void semslot_go(semslot *s) {
 }
 
 static inline int semload_cmp(const void *a, const void *b) {
-    unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
-    return x < y ? -1 : x > y;
+    const struct semload_fence *x = a, *y = b;
+    if (x->idx != y->idx) return x->idx < y->idx ? -1 : 1;
+    return x->fence < y->fence ? -1 : x->fence > y->fence;
 }
 
-/* Fences given twice (0 when every grant had its own). */
+/* Fences given twice for one name (0 when every grant had its own). */
 static inline long semload_duplicates(semres *r) {
     long n = r->nfences < SEMLOAD_FENCES ? r->nfences : SEMLOAD_FENCES, dups = 0;
     qsort(r->fences, (size_t)n, sizeof(r->fences[0]), semload_cmp);
-    for (long i = 1; i < n; i++) dups += r->fences[i] == r->fences[i - 1];
+    for (long i = 1; i < n; i++)
+        dups += r->fences[i].idx == r->fences[i - 1].idx && r->fences[i].fence == r->fences[i - 1].fence;
     return dups;
 }
 

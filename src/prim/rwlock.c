@@ -1,0 +1,188 @@
+/* The read-write lock: many readers or one writer per name, on the shared
+ * waiter engine. Read and write waits of a NAME share one hl_name (one local
+ * FIFO, one subscription, one try in flight); the try script reads the
+ * wait's mode (terms.write).
+ *
+ * Keys of read-write lock NAME under prefix P (see hilock.h), none shared
+ * with the mutex or the semaphore of the same NAME: P{T}:rw the writer (a
+ * hash {token, fence}, its lease as TTL), P{T}:rwr the readers (a sorted set,
+ * token -> end of its lease in the server's ms, pruned by every script),
+ * P{T}:rwf the last write fence, P{T}:rww the "writer waiting" marker, and
+ * P{T}:rw:ch the channel of release messages.
+ *
+ * Writers are not starved by readers: a writer refused because readers hold
+ * leaves the marker (rw_acquire.lua), which refuses new readers until the
+ * writer is in; the writer's retries (its fallback timer, at most
+ * HL_RW_MARK_MS / 3 apart, and release messages) refresh it, and it runs out
+ * HL_RW_MARK_MS after the last one (or at the writer's deadline, if that is
+ * sooner): a writer that died stops blocking readers then. One that gives
+ * up or is cancelled removes it at once (rw_abandon). A try-once writer
+ * leaves none.
+ *
+ * Readers queued together in this process: each gets its own reader entry
+ * (its own token, lease, renewals, lost callback and release), and a read
+ * grant lets the next head try at once (hl_try.more) instead of waiting for
+ * a release, so a queue of readers goes in back to back, one round trip
+ * each. Sharing one hold between unrelated requests (as reentrancy does)
+ * would save those round trips but give them one lease, one lost callback
+ * and one count, which is wrong for requests that end at different times.
+ * What is shared is reentrancy: waits of the same owner queued behind a
+ * grant (readers behind a reader; readers and writers behind a writer).
+ *
+ * Redlock is refused (HILOCK_EINVAL): readers of a quorum on N masters, the
+ * marker and the fences would need their own undo and repair. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "prim/prim.h"
+
+/* The marker's life. A waiting writer refreshes it at least every 1000 ms
+ * (rw_acquire.lua caps its retry_ms there). */
+#define HL_RW_MARK_MS 3000u
+
+static const hl_cmd acquire_cmd = {&hl_script_rw_acquire, 4, {":rw", ":rwr", ":rwf", ":rww"}};
+static const hl_cmd release_cmd = {&hl_script_rw_release, 3, {":rw", ":rwr", ":rww"}};
+static const hl_cmd renew_cmd = {&hl_script_rw_renew, 2, {":rw", ":rwr"}};
+
+/* acquire(writer, readers, fence, marker; token, lease_ms, fence_ttl_s,
+ * "r" | "w" marker_ms): eight arguments in all, HL_REQ_MAXARGS. `owner`
+ * is the wait: its terms say the mode. */
+static hl_req *rw_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_req_done done,
+                          void *owner) {
+    const hilock_wait *w = owner;
+    uint64_t mark = 0;
+    if (w->terms.write && !w->try_once) {
+        mark = HL_RW_MARK_MS;
+        if (w->deadline_at != 0) { /* a writer that gives up stops blocking then */
+            uint64_t now = hl_now_ms();
+            uint64_t left = w->deadline_at > now ? w->deadline_at - now : 1;
+            if (left < mark) mark = left;
+        }
+    }
+    hl_req *r = hl_name_req(n, &acquire_cmd, HL_TOKEN_LEN + 1 + 3 * 20, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req_arg_u64(r, lease_ms);
+    hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
+    if (w->terms.write) {
+        char num[24];
+        int len = snprintf(num, sizeof(num), "%llu", (unsigned long long)mark);
+        hl_req_arg(r, "w", 1, num, (size_t)len);
+    } else {
+        hl_req_arg(r, "r", 1, "", 0);
+    }
+    return r;
+}
+
+/* {1, fence, more}: ours (more: a read grant, the next reader may go in at
+ * once); {0, ms}: refused, and the lock may be free in ms. */
+static int rw_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
+    if (reply->type == REDIS_REPLY_ERROR) return hl_reply_error(&c->loop, reply);
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
+        reply->element[0]->type != REDIS_REPLY_INTEGER ||
+        reply->element[1]->type != REDIS_REPLY_INTEGER ||
+        (reply->elements > 2 && reply->element[2]->type != REDIS_REPLY_INTEGER)) {
+        hl_set_error(&c->loop, "unexpected reply to the read-write lock's acquire script");
+        return HILOCK_EPROTO;
+    }
+    long long got = reply->element[0]->integer, val = reply->element[1]->integer;
+    out->granted = got == 1;
+    out->fence = out->granted && val > 0 ? (uint64_t)val : 0;
+    out->more = out->granted && reply->elements > 2 && reply->element[2]->integer == 1;
+    out->retry_ms = out->granted ? 0 : val > 0 ? (uint64_t)val : 1;
+    return 0;
+}
+
+/* Reentrancy: the same owner's waits queued behind the winner; a read
+ * grant serves only reads (a writer behind it was refused at its acquire:
+ * see rw_acquire's upgrade check). */
+static int rw_shares(const hilock_wait *w, const hilock_wait *o) {
+    return w->terms.owner != NULL && o->terms.owner == w->terms.owner &&
+           (w->terms.write || !o->terms.write);
+}
+
+/* release(writer, readers, marker; token, channel, PUBLISH or SPUBLISH
+ * (added by net)) */
+static hl_req *rw_release_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
+    hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN + n->chlen + 8, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
+    r->publishes = 1;
+    r->everywhere = 1;
+    return r;
+}
+
+/* renew(writer, readers; token, lease_ms): the fence is not needed (no
+ * Redlock). */
+static hl_req *rw_renew_req(hl_name *n, const char *token, uint64_t fence, uint32_t lease_ms,
+                            hl_req_done done, void *owner) {
+    (void)fence;
+    hl_req *r = hl_name_req(n, &renew_cmd, HL_TOKEN_LEN + 20, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req_arg_u64(r, lease_ms);
+    return r;
+}
+
+/* A writer that waited and gave up (cancelled, timed out, failed) takes its
+ * marker away at once, and the readers it held off are told: the release
+ * of its token does both (and gives back a grant that raced the end). */
+static void rw_abandon(hilock_wait *w) {
+    if (w->terms.write && !w->try_once) hl_release_token(w->name, w->token, 0);
+}
+
+static int rw_admit(const hilock_wait *w, const hilock_hold *mine);
+
+const hl_prim hl_rwlock = {
+    ":rw:ch",
+    rw_try_req,
+    rw_try_parse,
+    rw_shares,
+    rw_release_req,
+    rw_renew_req,
+    NULL, /* no Redlock: refused at acquire */
+    rw_abandon,
+    rw_admit,
+};
+
+/* ---- The public API of the read-write lock --------------------------------- */
+
+/* Would `o` (an owner asking for the write lock of n) wait behind its own
+ * read: a read hold, or a read wait queued (not behind a write wait of the
+ * same owner, whose grant serves both)? Then the write could only be
+ * granted after that read is released, which the owner may never do while
+ * it waits: an upgrade, refused. */
+static int rw_upgrade(hilock_owner *o, const hl_name *n, const hilock_hold *mine) {
+    if (mine != NULL) return !mine->terms.write;
+    for (hl_link *l = n->waiters.next; l != &n->waiters; l = l->next) {
+        const hilock_wait *q = HL_CONTAINER(l, hilock_wait, link);
+        if (q->terms.owner == o) return !q->terms.write; /* its first wait decides */
+    }
+    return 0;
+}
+
+/* A write by an owner that reads is an upgrade: refused, never a deadlock. */
+static int rw_admit(const hilock_wait *w, const hilock_hold *mine) {
+    if (!w->terms.write || w->terms.owner == NULL || !rw_upgrade(w->terms.owner, w->name, mine))
+        return 0;
+    hl_set_error(&w->c->loop, "a reader cannot take the write lock (no upgrade)");
+    return HILOCK_EINVAL;
+}
+
+static int rw_acquire(hilock_client *c, const char *name, const hilock_acquire_opts *opts,
+                      int write, hilock_acquire_cb cb, void *data, hilock_wait **wait_out) {
+    hl_terms ask = {0};
+    ask.write = write != 0;
+    return hl_prim_acquire(c, &hl_rwlock, name, opts, &ask, cb, data, wait_out);
+}
+
+int hilock_read_acquire(hilock_client *c, const char *name, const hilock_acquire_opts *opts,
+                        hilock_acquire_cb cb, void *data, hilock_wait **wait_out) {
+    return rw_acquire(c, name, opts, 0, cb, data, wait_out);
+}
+
+int hilock_write_acquire(hilock_client *c, const char *name, const hilock_acquire_opts *opts,
+                         hilock_acquire_cb cb, void *data, hilock_wait **wait_out) {
+    return rw_acquire(c, name, opts, 1, cb, data, wait_out);
+}
