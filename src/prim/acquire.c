@@ -68,6 +68,26 @@ int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
     return 0;
 }
 
+hl_req *hl_prim_release_req(hl_name *n, const hl_cmd *cmd, const char *token, hl_req_done done,
+                            void *owner) {
+    hl_req *r = hl_name_req(n, cmd, HL_TOKEN_LEN + n->chlen + 8, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
+    r->publishes = 1;
+    r->everywhere = 1;
+    return r;
+}
+
+hl_req *hl_prim_renew_req(hl_name *n, const hl_cmd *cmd, const char *token, uint32_t lease_ms,
+                          hl_req_done done, void *owner) {
+    hl_req *r = hl_name_req(n, cmd, HL_TOKEN_LEN + 2 * 20, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req_arg_u64(r, lease_ms);
+    return r;
+}
+
 void hilock_acquire_opts_init_size(hilock_acquire_opts *o, size_t size) {
     hilock_acquire_opts d;
     if (o == NULL || size < sizeof(size_t)) return;

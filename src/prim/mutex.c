@@ -47,13 +47,7 @@ static int mutex_shares(const hilock_wait *w, const hilock_wait *o) {
 
 /* release(lock; token, channel, PUBLISH or SPUBLISH (added by net)) */
 static hl_req *mutex_release_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
-    hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN + n->chlen + 8, done, owner);
-    if (r == NULL) return NULL;
-    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
-    hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
-    r->publishes = 1;
-    r->everywhere = 1;
-    return r;
+    return hl_prim_release_req(n, &release_cmd, token, done, owner);
 }
 
 /* renew(lock; token, lease_ms[, fence]). Redlock: with the fence, a master
@@ -62,11 +56,8 @@ static hl_req *mutex_release_req(hl_name *n, const char *token, hl_req_done done
  * master. */
 static hl_req *mutex_renew_req(hl_name *n, const char *token, uint64_t fence, uint32_t lease_ms,
                                hl_req_done done, void *owner) {
-    hl_req *r = hl_name_req(n, &renew_cmd, HL_TOKEN_LEN + 2 * 20, done, owner);
-    if (r == NULL) return NULL;
-    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
-    hl_req_arg_u64(r, lease_ms);
-    if (hl_topo_quorum(&n->c->topo)) hl_req_arg_u64(r, fence);
+    hl_req *r = hl_prim_renew_req(n, &renew_cmd, token, lease_ms, done, owner);
+    if (r != NULL && hl_topo_quorum(&n->c->topo)) hl_req_arg_u64(r, fence);
     return r;
 }
 

@@ -18,6 +18,14 @@ extern const hl_script hl_script_sem_acquire, hl_script_sem_release, hl_script_s
 int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
                     const hilock_acquire_opts *opts, const hl_terms *ask,
                     hilock_acquire_cb cb, void *data, hilock_wait **wait_out);
+
+/* The release every primitive sends: cmd(keys; token, channel, PUBLISH or
+ * SPUBLISH (added by net)), to every node of a quorum. */
+hl_req *hl_prim_release_req(hl_name *n, const hl_cmd *cmd, const char *token, hl_req_done done,
+                            void *owner);
+/* The renewal: cmd(keys; token, lease_ms), with room for one more number. */
+hl_req *hl_prim_renew_req(hl_name *n, const hl_cmd *cmd, const char *token, uint32_t lease_ms,
+                          hl_req_done done, void *owner);
 extern const hl_prim hl_rwlock;
 extern const hl_script hl_script_rw_acquire, hl_script_rw_release, hl_script_rw_renew;
 

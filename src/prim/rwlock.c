@@ -104,13 +104,7 @@ static int rw_shares(const hilock_wait *w, const hilock_wait *o) {
 /* release(writer, readers, marker; token, channel, PUBLISH or SPUBLISH
  * (added by net)) */
 static hl_req *rw_release_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
-    hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN + n->chlen + 8, done, owner);
-    if (r == NULL) return NULL;
-    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
-    hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
-    r->publishes = 1;
-    r->everywhere = 1;
-    return r;
+    return hl_prim_release_req(n, &release_cmd, token, done, owner);
 }
 
 /* renew(writer, readers; token, lease_ms): the fence is not needed (no
@@ -118,11 +112,7 @@ static hl_req *rw_release_req(hl_name *n, const char *token, hl_req_done done, v
 static hl_req *rw_renew_req(hl_name *n, const char *token, uint64_t fence, uint32_t lease_ms,
                             hl_req_done done, void *owner) {
     (void)fence;
-    hl_req *r = hl_name_req(n, &renew_cmd, HL_TOKEN_LEN + 20, done, owner);
-    if (r == NULL) return NULL;
-    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
-    hl_req_arg_u64(r, lease_ms);
-    return r;
+    return hl_prim_renew_req(n, &renew_cmd, token, lease_ms, done, owner);
 }
 
 /* A writer that waited and gave up (cancelled, timed out, failed) takes its

@@ -71,24 +71,14 @@ static int sem_admit(const hilock_wait *w, const hilock_hold *mine) {
 
 /* release(holders, hash; token, channel, PUBLISH or SPUBLISH (added by net)) */
 static hl_req *sem_release_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
-    hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN + n->chlen + 8, done, owner);
-    if (r == NULL) return NULL;
-    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
-    hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
-    r->publishes = 1;
-    r->everywhere = 1;
-    return r;
+    return hl_prim_release_req(n, &release_cmd, token, done, owner);
 }
 
 /* renew(holders, hash; token, lease_ms) */
 static hl_req *sem_renew_req(hl_name *n, const char *token, uint64_t fence, uint32_t lease_ms,
                              hl_req_done done, void *owner) {
     (void)fence;
-    hl_req *r = hl_name_req(n, &renew_cmd, HL_TOKEN_LEN + 20, done, owner);
-    if (r == NULL) return NULL;
-    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
-    hl_req_arg_u64(r, lease_ms);
-    return r;
+    return hl_prim_renew_req(n, &renew_cmd, token, lease_ms, done, owner);
 }
 
 const hl_prim hl_semaphore = {
