@@ -228,6 +228,8 @@ int scenario_waiters(void);
 /* The blocking-hiredis floor of a handoff (see floor.c); its p50 in *p50. */
 int scenario_floor(int handoffs, int self_sub, double *p50);
 int scenario_throughput(void);
+/* The mutex, the semaphore and the read-write lock on one name (prims.c). */
+int scenario_primitives(void);
 /* cluster.c: on the -c cluster, beside the -u server (see there). */
 int scenario_cluster_handoff(void);
 int scenario_cluster_throughput(void);

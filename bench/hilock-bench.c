@@ -50,7 +50,7 @@ static void usage(FILE *f) {
             "                    [-r redlock://HOST:PORT,HOST:PORT,...] [-s SCENARIOS] [-o DIR] [-q]\n"
             "                    [-n HANDOFFS] [-w WAITERS] [-N NAMES] [-k IN_FLIGHT]\n"
             "                    [-t SECONDS] [-r REPS] [-b REDIS_BENCHMARK]\n"
-            "  SCENARIOS: comma-separated of handoff,herd,waiters,throughput,polling,\n"
+            "  SCENARIOS: comma-separated of handoff,herd,waiters,throughput,primitives,polling,\n"
             "             cluster (= cluster_handoff,cluster_throughput,cluster_bus),\n"
             "             redlock (= redlock_acquire,redlock_handoff)\n"
             "             (default all; the cluster ones need -c, the Redlock ones -r URL)\n"
@@ -173,7 +173,7 @@ static void targets(void) {
 
 int main(int argc, char **argv) {
     const char *url = "redis://127.0.0.1:6379";
-    const char *scen = "handoff,herd,waiters,throughput,polling,cluster,redlock";
+    const char *scen = "handoff,herd,waiters,throughput,primitives,polling,cluster,redlock";
     int scen_given = 0;
     g_opts.redis_benchmark = getenv("REDIS_BENCHMARK") ? getenv("REDIS_BENCHMARK") : "redis-benchmark";
     g_opts.handoffs = 1500;
@@ -285,6 +285,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "== throughput: %d in flight, %d x %.0f s, beside redis-benchmark\n",
                 g_opts.inflight, g_opts.reps, g_opts.tp_seconds);
         failed |= scenario_throughput();
+    }
+    if (has(scen, "primitives")) {
+        fprintf(stderr, "== primitives: mutex, semaphore, read and write lock on one name, %d x %.0f s\n",
+                g_opts.reps, g_opts.tp_seconds);
+        failed |= scenario_primitives();
     }
     if (has(scen, "polling")) {
         fprintf(stderr, "== polling baseline: handoff, %d handoffs\n", g_opts.poll_handoffs);
