@@ -68,6 +68,23 @@ int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
     return 0;
 }
 
+int hl_prim_try_reply(hilock_client *c, const redisReply *reply, const char *what, int third,
+                      long long v[3]) {
+    if (reply->type == REDIS_REPLY_ERROR) return hl_reply_error(&c->loop, reply);
+    int has_third = reply->type == REDIS_REPLY_ARRAY && reply->elements > 2;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
+        reply->element[0]->type != REDIS_REPLY_INTEGER ||
+        reply->element[1]->type != REDIS_REPLY_INTEGER ||
+        (third && has_third && reply->element[2]->type != REDIS_REPLY_INTEGER)) {
+        hl_set_error(&c->loop, "unexpected reply to %s", what);
+        return HILOCK_EPROTO;
+    }
+    v[0] = reply->element[0]->integer;
+    v[1] = reply->element[1]->integer;
+    v[2] = third && has_third ? reply->element[2]->integer : 0;
+    return 0;
+}
+
 hl_req *hl_prim_release_req(hl_name *n, const hl_cmd *cmd, const char *token, hl_req_done done,
                             void *owner) {
     hl_req *r = hl_name_req(n, cmd, HL_TOKEN_LEN + n->chlen + 8, done, owner);

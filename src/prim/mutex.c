@@ -26,14 +26,10 @@ static hl_req *mutex_try_req(hl_name *n, const char *token, uint32_t lease_ms,
 /* {1, fence}: ours; {0, pttl, holder}: taken, and may expire in pttl ms (-2: gone
  * already; -1: a key without TTL, not ours: look again after a lease). */
 static int mutex_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
-    if (reply->type == REDIS_REPLY_ERROR) return hl_reply_error(&c->loop, reply);
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
-        reply->element[0]->type != REDIS_REPLY_INTEGER ||
-        reply->element[1]->type != REDIS_REPLY_INTEGER) {
-        hl_set_error(&c->loop, "unexpected reply to the acquire script");
-        return HILOCK_EPROTO;
-    }
-    long long got = reply->element[0]->integer, val = reply->element[1]->integer;
+    long long v[3];
+    int rc = hl_prim_try_reply(c, reply, "the acquire script", 0, v);
+    if (rc != 0) return rc;
+    long long got = v[0], val = v[1];
     out->granted = got == 1;
     out->fence = out->granted ? (uint64_t)val : 0;
     out->retry_ms = val >= 0 ? (uint64_t)val + 1 : val == -2 ? 0 : c->cfg.default_lease_ms;

@@ -19,6 +19,14 @@ int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
                     const hilock_acquire_opts *opts, const hl_terms *ask,
                     hilock_acquire_cb cb, void *data, hilock_wait **wait_out);
 
+/* A try's reply, {a, b[, c]}: a and b integers, and c, when `third` is
+ * set and it is there, an integer too (the mutex's third is the holder's
+ * token, left alone). Fills v[0..2] (v[2] = 0 when absent). 0, the error
+ * of an error reply, or HILOCK_EPROTO for another shape ("unexpected reply
+ * to <what>"). */
+int hl_prim_try_reply(hilock_client *c, const redisReply *reply, const char *what, int third,
+                      long long v[3]);
+
 /* The release every primitive sends: cmd(keys; token, channel, PUBLISH or
  * SPUBLISH (added by net)), to every node of a quorum. */
 hl_req *hl_prim_release_req(hl_name *n, const hl_cmd *cmd, const char *token, hl_req_done done,

@@ -77,18 +77,13 @@ static hl_req *rw_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_r
 /* {1, fence, more}: ours (more: a read grant, the next reader may go in at
  * once); {0, ms}: refused, and the lock may be free in ms. */
 static int rw_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
-    if (reply->type == REDIS_REPLY_ERROR) return hl_reply_error(&c->loop, reply);
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
-        reply->element[0]->type != REDIS_REPLY_INTEGER ||
-        reply->element[1]->type != REDIS_REPLY_INTEGER ||
-        (reply->elements > 2 && reply->element[2]->type != REDIS_REPLY_INTEGER)) {
-        hl_set_error(&c->loop, "unexpected reply to the read-write lock's acquire script");
-        return HILOCK_EPROTO;
-    }
-    long long got = reply->element[0]->integer, val = reply->element[1]->integer;
+    long long v[3];
+    int rc = hl_prim_try_reply(c, reply, "the read-write lock's acquire script", 1, v);
+    if (rc != 0) return rc;
+    long long got = v[0], val = v[1];
     out->granted = got == 1;
     out->fence = out->granted && val > 0 ? (uint64_t)val : 0;
-    out->more = out->granted && reply->elements > 2 && reply->element[2]->integer == 1;
+    out->more = out->granted && v[2] == 1;
     out->retry_ms = out->granted ? 0 : val > 0 ? (uint64_t)val : 1;
     return 0;
 }

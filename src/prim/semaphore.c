@@ -35,16 +35,10 @@ static hl_req *sem_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_
  * free, and the earliest lease runs out in ms; {-1, n}: the holders use n
  * permits in all, not ours. */
 static int sem_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
-    if (reply->type == REDIS_REPLY_ERROR) return hl_reply_error(&c->loop, reply);
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
-        reply->element[0]->type != REDIS_REPLY_INTEGER ||
-        reply->element[1]->type != REDIS_REPLY_INTEGER ||
-        (reply->elements > 2 && reply->element[2]->type != REDIS_REPLY_INTEGER)) {
-        hl_set_error(&c->loop, "unexpected reply to the semaphore's acquire script");
-        return HILOCK_EPROTO;
-    }
-    long long got = reply->element[0]->integer, val = reply->element[1]->integer;
-    long long left = reply->elements > 2 ? reply->element[2]->integer : 0;
+    long long v[3];
+    int rc = hl_prim_try_reply(c, reply, "the semaphore's acquire script", 1, v);
+    if (rc != 0) return rc;
+    long long got = v[0], val = v[1], left = v[2];
     if (got == -1) {
         hl_set_error(&c->loop, "the semaphore's holders acquired it with %lld permits in all", val);
         out->refused = HILOCK_EPERMITS;
