@@ -220,6 +220,11 @@ typedef struct tp_sample {
     int errors;
 } tp_sample;
 int tp_measure(const bench_target *t, tp_sample *out);
+/* The same window with `inflight` loops (tp_measure: -k) of another
+ * primitive, every loop on ONE name (but TP_MUTEX_NAMES, tp_measure's own:
+ * a name per loop); a semaphore has as many permits as loops. */
+enum { TP_MUTEX_NAMES, TP_MUTEX, TP_SEMAPHORE, TP_READ, TP_WRITE, TP_KINDS };
+int tp_measure_kind(const bench_target *t, int kind, int inflight, tp_sample *out);
 
 /* Each returns 0 on success; it prints its JSON line(s) itself. */
 int scenario_handoff(const lock_impl *impl, int handoffs, const char *scenario_name);

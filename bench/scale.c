@@ -304,6 +304,7 @@ struct tp_worker {
 struct tp_run {
     hilock_client *client;
     struct tp_worker *workers;
+    int kind, nworkers;        /* TP_*; the loops in flight */
     int measuring;
     long long cycles;
     int errors;
@@ -316,7 +317,16 @@ static void tp_acquired(hilock_hold *h, int status, void *data);
 static void tp_go(struct tp_worker *w) {
     struct tp_run *r = w->run;
     if (r->stop) { r->outstanding--; return; }
-    int e = hilock_acquire(r->client, w->name, NULL, tp_acquired, w, NULL);
+    int e;
+    switch (r->kind) {
+    case TP_SEMAPHORE:
+        e = hilock_semaphore_acquire(r->client, w->name, (unsigned)r->nworkers, 1, NULL, tp_acquired,
+                                     w, NULL);
+        break;
+    case TP_READ: e = hilock_read_acquire(r->client, w->name, NULL, tp_acquired, w, NULL); break;
+    case TP_WRITE: e = hilock_write_acquire(r->client, w->name, NULL, tp_acquired, w, NULL); break;
+    default: e = hilock_acquire(r->client, w->name, NULL, tp_acquired, w, NULL); break;
+    }
     if (e != 0) { r->errors++; r->outstanding--; }
 }
 
@@ -355,7 +365,7 @@ static double cpu_seconds_since(const struct rusage *ru0) {
 /* One window on `t`: IN_FLIGHT workers, each on a name of its own (on a
  * cluster the names fall on every master), and the scripts every node of
  * `t` ran meanwhile. */
-static int tp_child(const bench_target *t, struct tp_shm *s) {
+static int tp_child(const bench_target *t, int kind, int k, struct tp_shm *s) {
     struct event_base *base = base_new();
     redisContext *rc[TARGET_NODES_MAX] = {NULL};
     int nodes_ok = 1;
@@ -363,14 +373,16 @@ static int tp_child(const bench_target *t, struct tp_shm *s) {
         nodes_ok &= (rc[i] = node_connect(t->node[i].host, t->node[i].port)) != NULL;
     struct tp_run r;
     memset(&r, 0, sizeof r);
-    int k = g_opts.inflight;
     r.workers = calloc((size_t)k, sizeof *r.workers);
     r.client = base ? bench_hilock_client(base, t) : NULL;
     if (!base || !nodes_ok || !r.workers || !r.client) return 1;
     r.outstanding = k;
+    r.kind = kind;
+    r.nworkers = k;
     for (int i = 0; i < k; i++) {
         r.workers[i].run = &r;
-        snprintf(r.workers[i].name, sizeof r.workers[i].name, "hb-tp:%ld:%d", (long)getpid(), i);
+        snprintf(r.workers[i].name, sizeof r.workers[i].name, "hb-tp:%ld:%d", (long)getpid(),
+                 kind == TP_MUTEX_NAMES ? i : 0);
         tp_go(&r.workers[i]);
     }
     int never = 0;
@@ -411,13 +423,17 @@ static int tp_child(const bench_target *t, struct tp_shm *s) {
 }
 
 int tp_measure(const bench_target *t, tp_sample *out) {
+    return tp_measure_kind(t, TP_MUTEX_NAMES, g_opts.inflight, out);
+}
+
+int tp_measure_kind(const bench_target *t, int kind, int inflight, tp_sample *out) {
     memset(out, 0, sizeof *out);
     out->errors = 1;
     struct tp_shm *s = shm_alloc(sizeof *s);
     if (s == NULL) return 1;
     pid_t pid = fork_child();
     if (pid < 0) { shm_free(s, sizeof *s); return 1; }
-    if (pid == 0) _exit(tp_child(t, s));
+    if (pid == 0) _exit(tp_child(t, kind, inflight, s));
     int st = wait_child(pid, 60000 + (int)(g_opts.tp_seconds * 1000));
     out->errors = s->errors + (st != 0);
     if (st == 0 && s->seconds > 0) {
