@@ -1,7 +1,7 @@
 /* hilock: run a command while holding a distributed lock, a flock(1) for
  * machines that share one Redis.
  *
- *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE] [-n N | -s | -x] [-v] NAME -- COMMAND [ARG...]
+ *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE] [-n N | -s | -x | -f] [-v] NAME -- COMMAND [ARG...]
  *     hilock [-u URL] [-p PREFIX] [-v] unlock NAME
  *
  * Everything happens on one libevent loop: the lock request, the watchdog
@@ -39,7 +39,7 @@
 
 static const char usage_text[] =
 "Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE]\n"
-"              [-n N | -s | -x] [-v] NAME -- COMMAND [ARG...]\n"
+"              [-n N | -s | -x | -f] [-v] NAME -- COMMAND [ARG...]\n"
 "       hilock [-u URL] [-p PREFIX] [-v] unlock NAME\n"
 "       hilock -h | --help | -V | --version\n"
 "Run COMMAND while holding the distributed lock NAME in Redis.\n"
@@ -58,6 +58,8 @@ static const char usage_text[] =
 "                 number of -s holders run at once, none beside a -x holder\n"
 "  -x             exclusive: hold the write lock of the read-write lock NAME,\n"
 "                 alone (a waiting -x holds off new -s holders)\n"
+"  -f             fair: hold the fair lock NAME, granted to its waiters in the\n"
+"                 order they asked, over all machines (first come, first served)\n"
 "  -v             report progress on stderr\n"
 "  -h, --help     show this help\n"
 "  -V, --version  show the version\n"
@@ -66,9 +68,10 @@ static const char usage_text[] =
 "that grows with every acquisition of NAME, in $HILOCK_FENCE (with -s: the\n"
 "fence of the last -x holder, 0 if none).\n"
 "\n"
-"Without -s or -x, NAME is a plain mutex: a different lock from the\n"
-"read-write lock NAME that -s and -x share, so `hilock NAME` and\n"
-"`hilock -x NAME` do not exclude each other.\n"
+"Without -n, -s, -x or -f, NAME is a plain mutex: a different lock from the\n"
+"read-write lock NAME that -s and -x share, the fair lock NAME (-f) and the\n"
+"semaphore NAME (-n), so `hilock NAME` and `hilock -x NAME` do not exclude\n"
+"each other.\n"
 "\n"
 "hilock unlock NAME removes the lock NAME whoever holds it and wakes its\n"
 "waiters: for a holder known dead whose lease is too long to wait out. A\n"
@@ -122,7 +125,7 @@ typedef struct cli {
     int busy_status;        /* exit status for busy / not acquired in time (-E) */
     unsigned permits_total; /* -n N: a permit of the semaphore NAME; 0: the lock */
     char mode;              /* 0: the mutex NAME; 's' / 'x': the read / write lock
-                               of the read-write lock NAME */
+                               of the read-write lock NAME; 'f': the fair lock */
     int state;
     pid_t child;            /* COMMAND, once started */
     int stop_sig;           /* the signal that stopped the wait */
@@ -509,6 +512,8 @@ static int start_lock(cli *c, long long wait_ms, long long lease_ms) {
         rc = hilock_read_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
     else if (c->mode == 'x')
         rc = hilock_write_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
+    else if (c->mode == 'f')
+        rc = hilock_fair_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
     else
         rc = hilock_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
     if (rc != 0) {
@@ -527,7 +532,7 @@ typedef struct args {
     const char *prefix;
     long long wait_ms;
     long long lease_ms;
-    char lock_only;         /* a lock-only option given (-w, -l, -E, -n, -s, -x), or 0 */
+    char lock_only;         /* a lock-only option given (-w, -l, -E, -n, -s, -x, -f), or 0 */
     int unlock;             /* unlock NAME, not NAME -- COMMAND */
 } args;
 
@@ -573,7 +578,7 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
     int opt;
 
     opterr = 0; /* our own messages */
-    while ((opt = getopt_long(argc, argv, "+:hVu:w:l:p:E:n:svx", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+:hVu:w:l:p:E:n:svxf", longopts, NULL)) != -1) {
         switch (opt) {
         case 'h': fputs(usage_text, stdout); return 0;
         case 'V': print_version(); return 0;
@@ -602,14 +607,15 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
             if (parse_num(optarg, 1, HILOCK_PERMITS_MAX, &code) != 0)
                 return usage_error("bad -n N '%s': want a number of permits, 1 to %u", optarg,
                                    HILOCK_PERMITS_MAX);
-            if (c->mode != 0) return usage_error("-n, -s and -x exclude each other");
+            if (c->mode != 0) return usage_error("-n, -s, -x and -f exclude each other");
             c->permits_total = (unsigned)code;
             a->lock_only = 'n';
             break;
         case 's':
         case 'x':
+        case 'f':
             if ((c->mode != 0 && c->mode != opt) || c->permits_total > 0)
-                return usage_error("-n, -s and -x exclude each other");
+                return usage_error("-n, -s, -x and -f exclude each other");
             c->mode = (char)opt;
             a->lock_only = (char)opt;
             break;

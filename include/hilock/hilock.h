@@ -450,6 +450,59 @@ HILOCK_API int hilock_write_acquire(hilock_client *c, const char *name,
                                     hilock_acquire_cb cb, void *data,
                                     hilock_wait **wait_out);
 
+/* ---- Fair lock ------------------------------------------------------------ */
+
+/* The fair lock `name`: one holder at a time, as the mutex, and granted in
+ * the order the waits reached Redis, over all clients (first come, first
+ * served), not to whichever client tries first after a release. It is not
+ * the mutex of the same name (hilock_acquire): their keys and waiters are
+ * separate, and neither excludes the other.
+ *
+ * Everything else is as for hilock_acquire(): the options, the callback
+ * and its statuses, hilock_wait_cancel() (a grant that races the cancel is
+ * given back to the next waiter), reentrancy through an owner, and the
+ * hold, released with hilock_release(), renewed by the watchdog, extended
+ * with hilock_hold_extend() and reported lost by its lost_cb; fences
+ * strictly increase over the grants of the name.
+ *
+ * How it hands over: every wait joins a queue in Redis when it starts (one
+ * command). hilock_release() runs one script that gives the lock to the
+ * first waiter in the queue and names it in the release message, so the
+ * next holder learns that it holds the lock from the message alone, with
+ * no command of its own: a handoff costs two commands in all, whatever
+ * the number of clients and waiters. That grant lasts a claim window of
+ * 1 s; the new holder's watchdog renews it to the hold's lease a third of
+ * that later, if it still holds it (a hold shorter than that sends
+ * nothing more). A waiting client also tries once a second, whatever the
+ * number of its waiters: that keeps its waiters' places in the queue and
+ * finds a grant whose message it missed (a reconnect).
+ *
+ * Limits, in plain words:
+ *  - A waiter's place counts from when its first try reached Redis. The
+ *    waits of one client join in the order hilock_fair_acquire() was
+ *    called; clients that call at the same moment are ordered by Redis.
+ *  - A grant to a client that died (after its wait reached Redis) holds the
+ *    lock for the claim window, 1 s, or less if the lease is shorter, then
+ *    the next waiter gets it, within a second more. The places of a client
+ *    that died (or stopped its loop for more than 5 s) are dropped; one
+ *    whose loop only stalled rejoins at the end of the queue.
+ *  - A grant by message counts its lease from the server's clock, moved
+ *    onto this client's clock by its last try: a hold is never thought
+ *    longer than the key lives in Redis, unless the server's clock steps
+ *    between that try and the grant (never by more than the message's
+ *    time in transit).
+ *  - hilock_client_free() with waiters leaves their places for up to 5 s
+ *    (their client goes quiet); hilock_client_close() removes them.
+ *  - With try once (wait_ms 0), the lock is granted only when nobody waits
+ *    in the queue (HILOCK_EBUSY otherwise), and the wait joins no queue.
+ *
+ * Returns as hilock_acquire() does, and HILOCK_EINVAL on a redlock://
+ * client (a queue on each of N masters makes no single order). */
+HILOCK_API int hilock_fair_acquire(hilock_client *c, const char *name,
+                                   const hilock_acquire_opts *opts,
+                                   hilock_acquire_cb cb, void *data,
+                                   hilock_wait **wait_out);
+
 /* ---- Holds -------------------------------------------------------------- */
 
 /* The fencing token of this acquisition: strictly increasing per name (a

@@ -64,6 +64,10 @@ struct hl_name {
     unsigned woken : 1;  /* a wakeup came while trying */
     unsigned known_held : 1; /* the last try was answered: the lock is taken */
     uint32_t answers;    /* tries answered without error (see wait_seen_held) */
+    /* The server's clock as the last try that reported it read it
+     * (srv_ms), and when that try was sent (srv_at, ours): grants by
+     * message are dated with it (see grant_time in engine.c). */
+    uint64_t srv_at, srv_ms;
     hl_timer fallback;   /* the lock may have expired by then */
     hl_timer linger;     /* unsubscribe when it fires */
     size_t keylen;       /* the base key: the channel's first keylen bytes */
@@ -125,7 +129,7 @@ typedef struct hl_terms {
 /* A try's outcome: granted with a fence, or not, and when to look again. */
 typedef struct hl_try {
     int granted;
-    uint64_t fence;
+    uint64_t fence;        /* granted: ours; else the holder's, if `holder` */
     uint64_t retry_ms;     /* not granted: the lock may be free by then */
     /* granted, and more is free now (a semaphore with permits left, a
      * read-write lock's read grant): the next head tries at once instead of
@@ -135,7 +139,22 @@ typedef struct hl_try {
      * differs from Redis's): this waiter ends with this error, the others
      * go on. 0 otherwise. */
     int refused;
+    /* The server's clock (ms) when the try ran, if the primitive says. */
+    uint64_t server_ms;
+    /* Not granted: the token that holds the lock and for how much longer
+     * (ms), if the primitive says. One of this name's waits here may hold
+     * it (a grant by message that was missed). */
+    const char *holder;
+    uint64_t holder_ms;
 } hl_try;
+
+/* A grant by message (hl_prim.grant_msg): the lock is `token`'s, with
+ * `fence`, since `server_ms` by the server's clock, for `ttl_ms`. */
+typedef struct hl_grant {
+    char token[HL_TOKEN_LEN + 1];
+    uint64_t fence, server_ms;
+    uint32_t ttl_ms;
+} hl_grant;
 
 /* A primitive: its scripts and the decisions that are its own. The waiter
  * engine does the rest (queue, subscription, one try in flight, deadlines,
@@ -164,6 +183,18 @@ struct hl_prim {
      * hold of its owner on the name (`mine`, or NULL)? 0, or an error code
      * (a semaphore hold cannot grow; a reader cannot upgrade). */
     int (*admit)(const hilock_wait *w, const hilock_hold *mine);
+    /* A queue in Redis (the fair lock): every wait joins it on arrival,
+     * so a wait that is not its name's head sends its first try at once
+     * too (a join, answered for that wait alone); any queued wait may be
+     * granted, by a try or by message; a wait that ends without its own
+     * token granted (also one served by its owner's grant) is abandoned. */
+    int joins;
+    /* A name with waiters tries at least this often (ms; 0: no bound):
+     * the fair lock's tries keep its process's queue entries alive. */
+    uint32_t refresh_ms;
+    /* Optional: read a message on the name's channel. 1: a grant, *out
+     * filled; 0: a wakeup (the head tries, as after a release). */
+    int (*grant_msg)(const char *data, size_t len, hl_grant *out);
 };
 
 /* ---- Waits ---------------------------------------------------------------- */
@@ -188,6 +219,9 @@ struct hilock_wait {
     unsigned state : 2;
     unsigned try_once : 1;
     unsigned cb_done : 1;
+    unsigned tried : 1;    /* a try of it was sent (abandon has work) */
+    unsigned joining : 1;  /* req is its join, not its name's try (hl_prim.joins) */
+    unsigned own_grant : 1;/* granted with its own token (not shared) */
     char token[HL_TOKEN_LEN + 1];
 };
 
@@ -231,8 +265,10 @@ struct hilock_owner {
     hilock_client *c;
 };
 
-hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence,
-                         uint64_t sent_at, const hilock_wait *w);
+/* A hold of `w`'s terms: Redis set its key for lease_ms no earlier than
+ * sent_at. */
+hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence, uint64_t sent_at,
+                         uint32_t lease_ms, const hilock_wait *w);
 void hl_hold_free(hilock_hold *h);
 /* The instant after which the key may be another client's: the send time of
  * the last acquire or renewal that Redis confirmed, plus the lease. */

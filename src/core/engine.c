@@ -96,9 +96,14 @@ static void sub_acked(hl_name *n, int subscribed) {
 
 /* ---- Subscriber events, through the topology ---------------------------- */
 
-static void on_message(void *arg, const char *ch, size_t len) {
+static void grant_message(hl_name *n, const hl_grant *g);
+
+static void on_message(void *arg, const char *ch, size_t len, const char *data, size_t dlen) {
     hl_name *n = hl_name_by_channel(arg, ch, len);
-    if (n) hl_engine_kick(n);
+    hl_grant g;
+    if (n == NULL) return;
+    if (n->prim->grant_msg != NULL && n->prim->grant_msg(data, dlen, &g)) grant_message(n, &g);
+    else hl_engine_kick(n);
 }
 
 static void on_acked(void *arg, hl_node *node, const char *ch, size_t len, int subscribed) {
@@ -162,6 +167,13 @@ static void wait_free(hilock_wait *w) {
     free(w);
 }
 
+/* A wait that ends without its own grant undoes what its tries may have
+ * left in Redis (hl_prim.abandon), if it sent any. */
+static void wait_abandon(hilock_wait *w) {
+    if (w->tried && w->name->prim->abandon != NULL && !w->c->loop.freeing)
+        w->name->prim->abandon(w);
+}
+
 /* Give a waiter its outcome and queue its callback. */
 void hl_wait_finish(hilock_wait *w, int status, hilock_hold *h) {
     hl_name *n = w->name;
@@ -170,7 +182,7 @@ void hl_wait_finish(hilock_wait *w, int status, hilock_hold *h) {
     w->status = status;
     w->hold = h;
     hl_timer_stop(&w->c->loop, &w->timer);
-    if (status != 0 && n->prim->abandon != NULL && !w->c->loop.freeing) n->prim->abandon(w);
+    if (status != 0) wait_abandon(w);
     if (hl_linked(&w->link)) {
         hl_list_remove(&w->link);
         if (--n->nwaiters == 0) name_idle(n);
@@ -266,22 +278,33 @@ void hl_engine_kick(hl_name *n) {
     if (n->nwaiters == 0) return;
     if (n->trying) { n->woken = 1; return; }
     hl_timer_stop(&n->c->loop, &n->fallback);
-    try_send(HL_CONTAINER(n->waiters.next, hilock_wait, link));
+    hilock_wait *head = HL_CONTAINER(n->waiters.next, hilock_wait, link);
+    if (head->joining) {
+        /* Its join is still out (hl_prim.joins): that answer is as good as
+         * a try, and is the name's try now. */
+        head->joining = 0;
+        n->trying = 1;
+        n->woken = 0;
+        return;
+    }
+    try_send(head);
 }
 
 /* ---- Tries and grants -------------------------------------------------------- */
 
-/* The head won: it gets a hold, and so does every waiter queued behind it
- * that the primitive lets share it (a mutex: the same owner). */
-static void grant(hilock_wait *w, uint64_t fence, uint64_t sent_at) {
+/* `w` won with its own token: it gets a hold (its key set for lease_ms no
+ * earlier than sent_at), and so does every waiter queued behind it that
+ * the primitive lets share it (a mutex: the same owner). */
+static void grant(hilock_wait *w, uint64_t fence, uint64_t sent_at, uint32_t lease_ms) {
     hl_name *n = w->name;
-    hilock_hold *h = hl_hold_new(n, w->token, fence, sent_at, w);
+    hilock_hold *h = hl_hold_new(n, w->token, fence, sent_at, lease_ms, w);
     if (h == NULL) {
         hl_release_token(n, w->token, 0);
         hl_wait_finish(w, HILOCK_ENOMEM, NULL);
         return;
     }
-    hl_wait_finish(w, 0, h); /* the head's callback first */
+    w->own_grant = 1;
+    hl_wait_finish(w, 0, h); /* the grantee's callback first */
     hl_link *l = n->waiters.next;
     while (l != &n->waiters) {
         hilock_wait *o = HL_CONTAINER(l, hilock_wait, link);
@@ -289,8 +312,53 @@ static void grant(hilock_wait *w, uint64_t fence, uint64_t sent_at) {
         if (n->prim->shares(w, o)) {
             h->count++;
             hl_wait_finish(o, 0, h);
+            if (n->prim->joins) wait_abandon(o); /* its own place in the queue */
         }
     }
+}
+
+static uint32_t min_lease(uint64_t ms, const hilock_wait *w) {
+    return ms < w->terms.lease_ms ? (uint32_t)ms : w->terms.lease_ms;
+}
+
+/* The queued wait of n whose token is `token`, or NULL. Every token of
+ * this client starts with the same 16 digits (hl_token_new), so another
+ * process's token is told apart at once, however many wait here. */
+static hilock_wait *wait_by_token(hl_name *n, const char *token) {
+    if (n->nwaiters == 0) return NULL;
+    hilock_wait *head = HL_CONTAINER(n->waiters.next, hilock_wait, link);
+    if (memcmp(head->token, token, HL_TOKEN_LEN / 2) != 0) return NULL;
+    for (hl_link *l = n->waiters.next; l != &n->waiters; l = l->next) {
+        hilock_wait *w = HL_CONTAINER(l, hilock_wait, link);
+        if (memcmp(w->token, token, HL_TOKEN_LEN) == 0) return w;
+    }
+    return NULL;
+}
+
+/* When a grant by message began, by our clock: the server's time of the
+ * grant, moved onto our clock by the last try that read the server's
+ * clock (sent at srv_at, it read srv_ms no earlier), so no later than the
+ * grant really was (the two clocks running at the same rate). Never
+ * before the wait began, nor after the message came (`now`: a server
+ * clock that stepped forward must not stretch the lease). */
+static uint64_t grant_time(const hl_name *n, const hilock_wait *w, uint64_t server_ms,
+                           uint64_t now) {
+    uint64_t at = w->started_at;
+    if (n->srv_at != 0 && server_ms >= n->srv_ms && n->srv_at + (server_ms - n->srv_ms) > at)
+        at = n->srv_at + (server_ms - n->srv_ms);
+    return at < now ? at : now;
+}
+
+/* A grant by message (the fair lock): the releaser's script gave the lock
+ * to one of our waits, for a short claim window; the hold's watchdog
+ * claims it with its first renewal. A token that is not waiting here is
+ * another process's, or a wait that ended (its abandon gives it back). */
+static void grant_message(hl_name *n, const hl_grant *g) {
+    hilock_wait *w = wait_by_token(n, g->token);
+    if (w == NULL) return;
+    uint64_t now = hl_now_ms();
+    grant(w, g->fence, grant_time(n, w, g->server_ms, now), min_lease(g->ttl_ms, w));
+    hl_name_check(n);
 }
 
 /* Every waiter of the name shares the fate of a try that got no answer:
@@ -305,21 +373,39 @@ static void fail_all(hl_name *n, int err) {
 /* After a try, a name that still has waiters must try again: at once when
  * a wakeup came meanwhile, the head only tries once, or the lock is free
  * (retry_ms 0); else on a release message, or when the fallback timer at
- * retry_ms fires (a lock that expires without a release still wakes us). */
+ * retry_ms fires (a lock that expires without a release still wakes us),
+ * or the primitive's refresh_ms, if sooner. */
 static void try_later(hl_name *n, uint64_t retry_ms) {
     if (n->nwaiters == 0) return;
     hilock_wait *head = HL_CONTAINER(n->waiters.next, hilock_wait, link);
+    uint32_t refresh = n->prim->refresh_ms;
     ensure_subscribed(n);
+    if (refresh != 0 && retry_ms > refresh) retry_ms = refresh;
     if (n->woken || head->try_once || retry_ms == 0) hl_engine_kick(n);
     else hl_timer_start(&n->c->loop, &n->fallback, retry_ms);
+}
+
+/* A try said the lock is `w`'s. */
+static void try_won(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
+    if (w->state == HL_WAIT_QUEUED) grant(w, t->fence, sent_at, w->terms.lease_ms);
+    else if (!w->own_grant) hl_release_token(w->name, w->token, 0); /* it ended meanwhile */
+    /* else: granted by message already; this answer only renewed it */
+}
+
+/* A try that was not granted may name a holder that is one of our waits,
+ * granted by a message we missed (a reconnect): it is theirs for the
+ * holder_ms left, from when the try was sent. */
+static void try_found_holder(hl_name *n, const hl_try *t, uint64_t sent_at) {
+    hilock_wait *o = t->holder ? wait_by_token(n, t->holder) : NULL;
+    if (o != NULL && t->holder_ms > 0) grant(o, t->fence, sent_at, min_lease(t->holder_ms, o));
 }
 
 static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
     hl_name *n = w->name;
     n->answers++;
     n->known_held = 1;
-    if (t->granted && w->state == HL_WAIT_QUEUED) {
-        grant(w, t->fence, sent_at);
+    if (t->granted) {
+        try_won(w, t, sent_at);
         n->woken = 0; /* that wakeup was for the lock we now hold */
         /* A mutex is taken now: the next head waits for its release. What
          * still has room (a semaphore's permits, readers beside a reader)
@@ -329,36 +415,58 @@ static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
         /* This waiter's terms can never be met; those behind it may be. */
         if (w->state == HL_WAIT_QUEUED) hl_wait_finish(w, t->refused, NULL);
         try_later(n, 0);
-    } else if (t->granted) {
-        /* Cancelled or timed out meanwhile: never leak the lock, and let
-         * the next waiter (who sent nothing while we tried) go. */
-        hl_release_token(n, w->token, 0);
-        try_later(n, 0);
     } else {
         if (w->state == HL_WAIT_QUEUED && w->try_once) hl_wait_finish(w, HILOCK_EBUSY, NULL);
+        try_found_holder(n, t, sent_at);
         try_later(n, t->retry_ms);
     }
 }
 
-static void on_try_done(hl_req *r, redisReply *reply, int err) {
-    hilock_wait *w = r->owner;
+/* A join's answer (hl_prim.joins: the first try of a wait that was not its
+ * name's head). It speaks for that wait alone: granted (the lock was free
+ * and it came first), or not, and nothing else changes; an error leaves
+ * the wait in place (its head's tries add it to the queue if it is not). */
+static void join_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at, int err,
+                          const hl_req *r) {
     hl_name *n = w->name;
-    hilock_client *c = w->c;
-    hl_try t = {0, 0, 0, 0, 0};
-
-    n->trying = 0;
-    w->req = NULL;
-    if (c->loop.freeing) {
-        n->refs--; /* names go with the client */
-        if (w->cb_done) wait_free(w);
+    if (err != 0) {
+        if (r->ever_sent && w->state == HL_WAIT_DONE)
+            hl_release_token(n, w->token, w->terms.lease_ms); /* its place, if it ran */
         return;
     }
-    if (err == 0) err = n->prim->try_parse(c, reply, &t);
+    n->answers++;
+    if (t->granted) try_won(w, t, sent_at);
+    else if (w->state == HL_WAIT_DONE) wait_abandon(w); /* it may have joined after it left */
+}
+
+/* The answer to a try sent with a token its wait no longer has (granted by
+ * message meanwhile, then stale, and queued again with a new one): a lock
+ * it got with the old one goes back. */
+static void stale_answered(hl_name *n, const hl_req *r, const hl_try *t, int err,
+                           uint32_t lease_ms) {
+    char token[HL_TOKEN_LEN + 1];
+    if (err == 0 && !t->granted) return;
+    memcpy(token, r->argv[r->nkeys], HL_TOKEN_LEN);
+    token[HL_TOKEN_LEN] = '\0';
+    hl_release_token(n, token, err != 0 && r->ever_sent ? lease_ms : 0);
+}
+
+/* Was r sent with `token` (every primitive's try has it as its first
+ * argument after the keys)? */
+static int req_has_token(const hl_req *r, const char *token) {
+    return r->argl[r->nkeys] == HL_TOKEN_LEN && memcmp(r->argv[r->nkeys], token, HL_TOKEN_LEN) == 0;
+}
+
+/* The answer to the name's try: the head's outcome, and what the name does
+ * next. */
+static void head_answered(hilock_wait *w, hl_req *r, hl_try *t, int err) {
+    hl_name *n = w->name;
+    hilock_client *c = w->c;
     /* Redlock: some nodes granted, short of a quorum. Undo it without a
      * message (nothing was free for anyone else), and try again with a new
      * token: an undo that a node runs late (re-sent after NOSCRIPT, behind
      * the next try) must not delete the next grant. */
-    if (err == 0 && !t.granted && r->partial) {
+    if (err == 0 && !t->granted && r->partial) {
         hl_release_quiet(n, w->token);
         hl_token_new(c, w->token);
     }
@@ -368,7 +476,7 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
         if (r->ever_sent) hl_release_token(n, w->token, w->terms.lease_ms);
         n->known_held = 0;
         fail_all(n, err); /* w first, if it still waits: it is the head */
-    } else if (t.granted && r->acked < (int)r->wait_replicas) {
+    } else if (t->granted && r->acked < (int)r->wait_replicas) {
         /* Only the master has it: a failover now would hand it to another. */
         hl_set_error(&c->loop, "WAIT: %d of %u replicas confirmed the lock within %u ms", r->acked,
                      (unsigned)r->wait_replicas, c->cfg.wait_timeout_ms);
@@ -376,26 +484,67 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
         if (w->state == HL_WAIT_QUEUED) hl_wait_finish(w, HILOCK_EREPLICAS, NULL);
         try_later(n, 0);
     } else {
-        try_answered(w, &t, r->submitted_at);
+        try_answered(w, t, r->submitted_at);
+    }
+}
+
+static void on_try_done(hl_req *r, redisReply *reply, int err) {
+    hilock_wait *w = r->owner;
+    hl_name *n = w->name;
+    hilock_client *c = w->c;
+    hl_try t;
+    int joined = w->joining;
+
+    memset(&t, 0, sizeof(t));
+    if (!joined) n->trying = 0;
+    w->joining = 0;
+    w->req = NULL;
+    if (c->loop.freeing) {
+        n->refs--; /* names go with the client */
+        if (w->cb_done) wait_free(w);
+        return;
+    }
+    if (err == 0) err = n->prim->try_parse(c, reply, &t);
+    if (err == 0 && t.server_ms != 0) {
+        n->srv_at = r->submitted_at;
+        n->srv_ms = t.server_ms;
+    }
+    if (!req_has_token(r, w->token)) {
+        stale_answered(n, r, &t, err, w->terms.lease_ms);
+        if (!joined) try_later(n, 0);
+    } else if (joined) {
+        join_answered(w, &t, r->submitted_at, err, r);
+    } else {
+        head_answered(w, r, &t, err);
     }
     hl_name_check(n);
     if (w->state == HL_WAIT_DONE && w->cb_done) wait_free(w);
     hl_name_unref(n); /* last: the try kept n alive through its waiters' ends */
 }
 
-static void try_send(hilock_wait *w) {
+/* Send w's try: the name's (the head's), or w's join (hl_prim.joins). */
+static void try_submit(hilock_wait *w, int join) {
     hl_name *n = w->name;
     hl_req *r = n->prim->try_req(n, w->token, w->terms.lease_ms, on_try_done, w);
     if (r == NULL) {
-        fail_all(n, HILOCK_ENOMEM); /* nobody behind w could try either */
+        if (join) hl_wait_finish(w, HILOCK_ENOMEM, NULL);
+        else fail_all(n, HILOCK_ENOMEM); /* nobody behind w could try either */
         return;
     }
-    n->trying = 1;
-    n->woken = 0;
+    if (!join) {
+        n->trying = 1;
+        n->woken = 0;
+    }
+    w->joining = join != 0;
+    w->tried = 1;
     n->refs++; /* until on_try_done has finished with n */
     r->fail_fast = w->try_once;
     w->req = r;
     hl_name_submit_leased(n, r, w->terms.lease_ms);
+}
+
+static void try_send(hilock_wait *w) {
+    try_submit(w, 0);
 }
 
 /* ---- Starting and ending waits ------------------------------------------------ */
@@ -412,15 +561,18 @@ void hl_wait_start(hilock_wait *w, hilock_hold *reentrant, uint64_t now) {
         return;
     }
     wait_enqueue(w, 0, now);
-    if (n->nwaiters == 1) {
-        if (!n->trying) try_send(w); /* else it goes when the try in flight ends */
+    if (n->nwaiters == 1 && !n->trying) {
+        try_send(w);
     } else if (w->try_once) {
         /* Others wait already: the lock is not free for us now, and they
-         * come first. */
-        hl_wait_finish(w, HILOCK_EBUSY, NULL);
-    }
+         * come first. Alone behind a try in flight: it goes when that ends. */
+        if (n->nwaiters > 1) hl_wait_finish(w, HILOCK_EBUSY, NULL);
+    } else if (n->prim->joins) {
+        try_submit(w, 1); /* its place in the queue, in the order of arrival */
+    } /* else it goes when it is the head and the try in flight ends */
     hl_name_check(n);
 }
+
 
 int hl_wait_cancel(hilock_wait *w) {
     if (w->state != HL_WAIT_QUEUED || w->c->loop.freeing) return HILOCK_EINVAL;

@@ -162,8 +162,8 @@ static void lost_defer_init(hilock_hold *h) {
     hl_list_init(&h->lost_defer.link);
 }
 
-hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence,
-                         uint64_t sent_at, const hilock_wait *w) {
+hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence, uint64_t sent_at,
+                         uint32_t lease_ms, const hilock_wait *w) {
     hilock_hold *h = calloc(1, sizeof(*h));
     if (h == NULL) return NULL;
     h->c = n->c;
@@ -172,7 +172,7 @@ hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence,
     memcpy(h->token, token, HL_TOKEN_LEN + 1);
     h->fence = fence;
     h->confirmed = sent_at;
-    h->confirmed_lease = w->terms.lease_ms;
+    h->confirmed_lease = lease_ms;
     hl_list_init(&h->extends);
     h->waited_ms = hl_now_ms() - w->started_at;
     h->count = 1;

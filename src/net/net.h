@@ -164,7 +164,7 @@ int hl_conn_fd(const hl_conn *k);
  * or reply == NULL and err < 0. Runs exactly once. */
 typedef void (*hl_req_done)(hl_req *r, redisReply *reply, int err);
 
-#define HL_REQ_MAXARGS 8
+#define HL_REQ_MAXARGS 10
 
 struct hl_req {
     hl_link link;              /* in conn->queue while unsent */

@@ -68,15 +68,13 @@ static hl_req *mutex_fence_req(hl_name *n, uint64_t fence, hl_req_done done, voi
 }
 
 const hl_prim hl_mutex = {
-    ":ch",
-    mutex_try_req,
-    mutex_try_parse,
-    mutex_shares,
-    mutex_release_req,
-    mutex_renew_req,
-    mutex_fence_req,
-    NULL,
-    NULL,
+    .channel_suffix = ":ch",
+    .try_req = mutex_try_req,
+    .try_parse = mutex_try_parse,
+    .shares = mutex_shares,
+    .release_req = mutex_release_req,
+    .renew_req = mutex_renew_req,
+    .fence_req = mutex_fence_req,
 };
 
 /* ---- The public API of the mutex ------------------------------------------ */

@@ -1,6 +1,6 @@
 /* The primitives: each is a set of scripts (src/prim/lua) and an hl_prim
- * for the waiter engine. Today: the mutex, the counting semaphore and the
- * read-write lock. */
+ * for the waiter engine. Today: the mutex, the counting semaphore, the
+ * read-write lock and the fair lock. */
 #ifndef HILOCK_PRIM_H
 #define HILOCK_PRIM_H
 #include "core/core.h"
@@ -36,5 +36,7 @@ hl_req *hl_prim_renew_req(hl_name *n, const hl_cmd *cmd, const char *token, uint
                           hl_req_done done, void *owner);
 extern const hl_prim hl_rwlock;
 extern const hl_script hl_script_rw_acquire, hl_script_rw_release, hl_script_rw_renew;
+extern const hl_prim hl_fair;
+extern const hl_script hl_script_fair_acquire, hl_script_fair_release, hl_script_fair_renew;
 
 #endif

@@ -120,15 +120,14 @@ static void rw_abandon(hilock_wait *w) {
 static int rw_admit(const hilock_wait *w, const hilock_hold *mine);
 
 const hl_prim hl_rwlock = {
-    ":rw:ch",
-    rw_try_req,
-    rw_try_parse,
-    rw_shares,
-    rw_release_req,
-    rw_renew_req,
-    NULL, /* no Redlock: refused at acquire */
-    rw_abandon,
-    rw_admit,
+    .channel_suffix = ":rw:ch",
+    .try_req = rw_try_req,
+    .try_parse = rw_try_parse,
+    .shares = rw_shares,
+    .release_req = rw_release_req,
+    .renew_req = rw_renew_req,
+    .abandon = rw_abandon,
+    .admit = rw_admit, /* no fence_req: no Redlock, refused at acquire */
 };
 
 /* ---- The public API of the read-write lock --------------------------------- */

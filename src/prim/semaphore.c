@@ -76,15 +76,13 @@ static hl_req *sem_renew_req(hl_name *n, const char *token, uint64_t fence, uint
 }
 
 const hl_prim hl_semaphore = {
-    ":sem:ch",
-    sem_try_req,
-    sem_try_parse,
-    sem_shares,
-    sem_release_req,
-    sem_renew_req,
-    NULL, /* no Redlock: refused at acquire */
-    NULL,
-    sem_admit,
+    .channel_suffix = ":sem:ch",
+    .try_req = sem_try_req,
+    .try_parse = sem_try_parse,
+    .shares = sem_shares,
+    .release_req = sem_release_req,
+    .renew_req = sem_renew_req,
+    .admit = sem_admit, /* no fence_req: no Redlock, refused at acquire */
 };
 
 /* ---- The public API of the semaphore --------------------------------------- */

@@ -28,15 +28,13 @@ static void sub_error(hl_node *n, const char *text) {
 static void sub_push(void *arg, const char *kind, const char *ch, size_t len, const char *data,
                      size_t dlen) {
     hl_node *n = arg;
-    (void)data;
-    (void)dlen;
     hl_sub_events *ev = &n->topo->sub;
     if (strcmp(kind, "error") == 0) {
         sub_error(n, ch);
         return;
     }
     if (kind[0] == 's' && kind[1] != 'u') kind++; /* smessage, ssubscribe, sunsubscribe */
-    if (strcmp(kind, "message") == 0) ev->message(ev->arg, ch, len);
+    if (strcmp(kind, "message") == 0) ev->message(ev->arg, ch, len, data, dlen);
     else if (strcmp(kind, "subscribe") == 0) ev->acked(ev->arg, n, ch, len, 1);
     else if (strcmp(kind, "unsubscribe") == 0 || strcmp(kind, "sunsubscribe") == 0)
         ev->acked(ev->arg, n, ch, len, 0);

@@ -292,9 +292,9 @@ static void set_leader(hl_redlock *rl, hl_node *n) {
     rl->all->sub.state = n ? HL_CONN_READY : HL_CONN_DOWN;
 }
 
-static void rl_message(void *arg, const char *ch, size_t len) {
+static void rl_message(void *arg, const char *ch, size_t len, const char *data, size_t dlen) {
     hl_topo *t = arg;
-    t->redlock->up.message(t->redlock->up.arg, ch, len);
+    t->redlock->up.message(t->redlock->up.arg, ch, len, data, dlen);
 }
 
 static void rl_acked(void *arg, hl_node *node, const char *ch, size_t len, int subscribed) {

@@ -24,7 +24,8 @@ typedef struct hl_node {
 
 /* What the subscriber side tells the topology's owner (the waiter engine). */
 typedef struct hl_sub_events {
-    void (*message)(void *arg, const char *ch, size_t len);
+    /* A message on channel ch: its payload is data (dlen bytes). */
+    void (*message)(void *arg, const char *ch, size_t len, const char *data, size_t dlen);
     void (*acked)(void *arg, hl_node *node, const char *ch, size_t len, int subscribed);
     void (*ready)(void *arg, hl_node *node); /* (re)connected: subscribe again */
     void (*lost)(void *arg, hl_node *node);  /* every subscription on it is gone */

@@ -5,11 +5,7 @@
 -- Held by another: -> {0, pttl, its token} so the caller can sleep until it
 -- may expire (Redlock: and tell a holder of a quorum from a split vote).
 --
--- A fence is max(last + 1, server time in microseconds). The fence key then
--- need not live for ever: when it is gone (expired after fence_ttl_s unused,
--- deleted, evicted, or lost in a restart without persistence), the clock
--- still yields a larger fence, as long as it has not stepped back. Numbers
--- stay exact: microseconds since 1970 are below 2^53 until 2255.
+-- A fence is max(last + 1, server time in microseconds): see _fence.lua.
 --
 -- Both keys are declared, so that no acquire writes a fence key on the
 -- importing node of a migrating slot while the old one is still on the
@@ -19,15 +15,11 @@
 -- partly on each side or missing on the importing node (the caller retries
 -- until the slot has moved); release and renew declare only the lock and
 -- follow ASK throughout, so holds are never stalled.
+-- #include "_fence.lua"
 local held = redis.call('HMGET', KEYS[1], 'token', 'fence')
 if held[1] == false then
   local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-  local fence = now
-  if last >= now then fence = last + 1 end
-  local f = string.format('%.0f', fence) -- tostring would print 1.7e+15
-  redis.call('SET', KEYS[2], f, 'EX', ARGV[3])
+  local fence, f = next_fence(KEYS[2], ARGV[3], tonumber(t[1]) * 1000000 + tonumber(t[2]))
   redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', f)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, fence}

@@ -20,6 +20,7 @@
 -- again with the same fence (readers before the marker check).
 -- A write fence is max(last + 1, server time in microseconds), as the
 -- mutex's; a reader gets the last write fence (0 if none is kept).
+-- #include "_fence.lua"
 local t = redis.call('TIME')
 local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(nowus / 1000)
@@ -64,11 +65,7 @@ if redis.call('ZCARD', KEYS[2]) > 0 then
   if ms > 1000 then ms = 1000 end
   return {0, ms}
 end
-local last = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
-local fence = nowus
-if last >= nowus then fence = last + 1 end
-local f = string.format('%.0f', fence)
-redis.call('SET', KEYS[3], f, 'EX', ARGV[3])
+local fence, f = next_fence(KEYS[3], ARGV[3], nowus)
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', f)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if mark == ARGV[1] then redis.call('DEL', KEYS[4]) end

@@ -10,6 +10,7 @@
 -- Else -> {0, ms until the earliest lease runs out, free}.
 -- A fence is max(last + 1, server time in microseconds), as the mutex's.
 -- Every key is declared (see mutex_acquire.lua: slot migrations).
+-- #include "_fence.lua"
 local t = redis.call('TIME')
 local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(nowus / 1000)
@@ -47,11 +48,7 @@ if used + want > total then
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   return {0, tonumber(first[2]) - now + 1, total - used}
 end
-local last = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
-local fence = nowus
-if last >= nowus then fence = last + 1 end
-local f = string.format('%.0f', fence)
-redis.call('SET', KEYS[3], f, 'EX', ARGV[3])
+local fence, f = next_fence(KEYS[3], ARGV[3], nowus)
 redis.call('HSET', KEYS[2], 'n', ARGV[4], ARGV[1], ARGV[5] .. ' ' .. f)
 redis.call('HINCRBY', KEYS[2], 'u', want)
 redis.call('ZADD', KEYS[1], expiry, ARGV[1])

@@ -1,0 +1,168 @@
+/* The fair lock: one holder at a time, granted in the order the waits
+ * reached Redis, over all clients; the releaser's own script hands the
+ * lock to the next waiter and names it in the release message, so the
+ * next holder learns it holds the lock from the message alone.
+ *
+ * Keys of fair lock NAME under prefix P (see hilock.h), none shared with
+ * the mutex of the same NAME: P{T}:fair the lock (a hash {token, fence},
+ * its lease as TTL), P{T}:fair:q the queue (a sorted set, token -> place),
+ * P{T}:fair:p the clients that wait (a sorted set: the first 16 digits of
+ * their tokens -> until when their entries count, server ms),
+ * P{T}:fair:fence the last fence, and P{T}:fair:ch the channel of grants.
+ * The scripts are lua/fair_*.lua; _fair.lua says how they keep the queue.
+ *
+ * On the engine (hl_prim.joins): every wait joins the queue with its first
+ * try, sent at once in this client's order of arrival, so the queue keeps
+ * it; the head of this client's waits tries again at least every
+ * HL_FAIR_REFRESH_MS, which keeps all of this client's entries alive (one
+ * refresh per client and name, none per waiter) and finds a grant whose
+ * message was lost. A release grants the first live entry for a claim
+ * window of 1 s and publishes "g TOKEN FENCE NOW_MS 1000"; the waiting
+ * client grants that wait (fair_grant_msg), dating the lease by the
+ * server's clock, and the hold's watchdog claims it (renews it to its
+ * lease) a third of the window later, if it is still held. A grant to a
+ * client that died lapses after the window, and the next script that
+ * runs (a try or a release) grants the next entry.
+ *
+ * Redlock is refused (no fence_req): a queue per master does not make one
+ * order. */
+#include <stdlib.h>
+#include <string.h>
+#include "prim/prim.h"
+
+/* The head of a client's waits tries at least this often: _fair.lua's
+ * ALIVE_MS (5000) must leave room for a few missed tries. */
+#define HL_FAIR_REFRESH_MS 1000u
+
+static const hl_cmd acquire_cmd = {&hl_script_fair_acquire, 4,
+                                   {":fair", ":fair:q", ":fair:p", ":fair:fence"}};
+static const hl_cmd release_cmd = {&hl_script_fair_release, 4,
+                                   {":fair", ":fair:q", ":fair:p", ":fair:fence"}};
+static const hl_cmd renew_cmd = {&hl_script_fair_renew, 2, {":fair", ":fair:p"}};
+
+/* acquire(lock, queue, clients, fence; token, lease_ms, fence_ttl_s, once,
+ * channel, PUBLISH or SPUBLISH (added by net)). `owner` is the wait. */
+static hl_req *fair_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_req_done done,
+                            void *owner) {
+    const hilock_wait *w = owner;
+    hl_req *r = hl_name_req(n, &acquire_cmd, HL_TOKEN_LEN + 3 * 20 + 1 + n->chlen, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req_arg_u64(r, lease_ms);
+    hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
+    hl_req_arg(r, w->try_once ? "1" : "0", 1, "", 0);
+    hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
+    r->publishes = 1; /* a try that finds the lock free may grant the first waiter */
+    return r;
+}
+
+/* {1, fence, now}: ours. {0, pttl, now, holder, its fence}: held (maybe
+ * granted to `holder` by this very try, for the claim window). */
+static int fair_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
+    if (reply->type == REDIS_REPLY_ERROR) return hl_reply_error(&c->loop, reply);
+    size_t n = reply->type == REDIS_REPLY_ARRAY ? reply->elements : 0;
+    int ok = n == 3 || n == 5;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = reply->element[i]->type == (i == 3 ? REDIS_REPLY_STRING : REDIS_REPLY_INTEGER);
+    if (!ok || (n == 5 && reply->element[3]->len != HL_TOKEN_LEN)) {
+        hl_set_error(&c->loop, "unexpected reply to the fair lock's acquire script");
+        return HILOCK_EPROTO;
+    }
+    long long got = reply->element[0]->integer, val = reply->element[1]->integer;
+    out->granted = got == 1;
+    out->server_ms = (uint64_t)reply->element[2]->integer;
+    if (out->granted) {
+        out->fence = (uint64_t)val;
+        return 0;
+    }
+    /* The lock may be free by the end of its lease (-2: gone already;
+     * -1, no TTL: not ours, look again soon). */
+    out->retry_ms = val >= 0 ? (uint64_t)val + 1 : val == -2 ? 0 : HL_FAIR_REFRESH_MS;
+    if (n == 5) {
+        out->holder = reply->element[3]->str;
+        out->holder_ms = val > 0 ? (uint64_t)val : 0;
+        out->fence = (uint64_t)reply->element[4]->integer;
+    }
+    return 0;
+}
+
+/* Reentrancy: acquires by the same owner that queued behind the grantee
+ * (they leave the queue: hl_prim.joins). */
+static int fair_shares(const hilock_wait *w, const hilock_wait *o) {
+    return w->terms.owner != NULL && o->terms.owner == w->terms.owner;
+}
+
+/* release(lock, queue, clients, fence; token, fence_ttl_s, channel,
+ * PUBLISH or SPUBLISH (added by net)): also how a waiter leaves. */
+static hl_req *fair_release_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
+    hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN + 20 + n->chlen, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
+    hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
+    r->publishes = 1;
+    r->everywhere = 1;
+    return r;
+}
+
+/* renew(lock, clients; token, lease_ms): also the claim of a grant by
+ * message. */
+static hl_req *fair_renew_req(hl_name *n, const char *token, uint64_t fence, uint32_t lease_ms,
+                              hl_req_done done, void *owner) {
+    (void)fence;
+    return hl_prim_renew_req(n, &renew_cmd, token, lease_ms, done, owner);
+}
+
+/* A wait that ends without its own grant leaves the queue, and gives back
+ * a grant that raced its end (the release script does both). */
+static void fair_abandon(hilock_wait *w) {
+    if (!w->try_once) hl_release_token(w->name, w->token, 0);
+}
+
+static int parse_u64(const char **p, const char *end, uint64_t *out) {
+    const char *s = *p;
+    uint64_t v = 0;
+    if (s >= end || *s < '0' || *s > '9') return 0;
+    for (; s < end && *s >= '0' && *s <= '9'; s++) {
+        if (v > (UINT64_MAX - 9) / 10) return 0;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    *p = s;
+    return 1;
+}
+
+/* "g TOKEN FENCE NOW_MS CLAIM_MS" (fair_release.lua, _fair.lua). */
+static int fair_grant_msg(const char *data, size_t len, hl_grant *out) {
+    const char *p = data, *end = data + len;
+    uint64_t ttl;
+    if (data == NULL || len < 3 + HL_TOKEN_LEN || p[0] != 'g' || p[1] != ' ') return 0;
+    memcpy(out->token, p + 2, HL_TOKEN_LEN);
+    out->token[HL_TOKEN_LEN] = '\0';
+    p += 2 + HL_TOKEN_LEN;
+    if (p >= end || *p++ != ' ' || !parse_u64(&p, end, &out->fence)) return 0;
+    if (p >= end || *p++ != ' ' || !parse_u64(&p, end, &out->server_ms)) return 0;
+    if (p >= end || *p++ != ' ' || !parse_u64(&p, end, &ttl) || p != end) return 0;
+    out->ttl_ms = ttl > UINT32_MAX ? UINT32_MAX : (uint32_t)ttl;
+    return 1;
+}
+
+const hl_prim hl_fair = {
+    .channel_suffix = ":fair:ch",
+    .try_req = fair_try_req,
+    .try_parse = fair_try_parse,
+    .shares = fair_shares,
+    .release_req = fair_release_req,
+    .renew_req = fair_renew_req,
+    .abandon = fair_abandon, /* no fence_req: no Redlock, refused at acquire */
+    .joins = 1,
+    .refresh_ms = HL_FAIR_REFRESH_MS,
+    .grant_msg = fair_grant_msg,
+};
+
+/* ---- The public API of the fair lock --------------------------------------- */
+
+int hilock_fair_acquire(hilock_client *c, const char *name, const hilock_acquire_opts *opts,
+                        hilock_acquire_cb cb, void *data, hilock_wait **wait_out) {
+    return hl_prim_acquire(c, &hl_fair, name, opts, NULL, cb, data, wait_out);
+}

@@ -1,0 +1,64 @@
+-- The fair lock's queue, shared by its scripts (see src/prim/fair.c).
+-- KEYS[1] the lock (hash: token, fence), KEYS[2] the queue (zset: token ->
+-- its place), KEYS[3] the processes (zset: the first 16 hex digits of a
+-- token, which name its client, -> until when its entries count, server
+-- ms), KEYS[4] the last fence; one hash tag, one slot.
+--
+-- A queue entry lives as long as its process speaks: each try, claim or
+-- release of the process on this name moves its time on to ALIVE_MS from
+-- now (fair.c tries at least every 1000 ms while it waits), so entries of
+-- a process that died are skipped ALIVE_MS after its last word, with no
+-- refresh per waiter. A grant by message lives CLAIM_MS unless its
+-- process claims it (renews it to its lease) or releases it; the grant
+-- also cuts the process's time to CLAIM_MS, so the other entries of a
+-- process that died are skipped with its first lapsed grant, not one by
+-- one.
+local CLAIM_MS = 1000
+local ALIVE_MS = 5000
+local t = redis.call('TIME')
+local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(nowus / 1000)
+
+local function client_of(token) return string.sub(token, 1, 16) end
+
+-- `token`'s process spoke: its entries count for ALIVE_MS more.
+local function alive(procs, token)
+  redis.call('ZREMRANGEBYSCORE', procs, '-inf', now)
+  redis.call('ZADD', procs, now + ALIVE_MS, client_of(token))
+  redis.call('PEXPIRE', procs, ALIVE_MS)
+end
+
+-- The first entry whose process is alive, taken off the queue; entries of
+-- processes gone quiet are dropped on the way. nil: nobody waits.
+local function pop_live()
+  while true do
+    local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if head == nil then return nil end
+    redis.call('ZREM', KEYS[2], head)
+    local until_ms = tonumber(redis.call('ZSCORE', KEYS[3], client_of(head)))
+    if until_ms and until_ms > now then return head end
+  end
+end
+
+-- Give the lock to `token`, for ms.
+local function set_lock(token, ms, fence_ttl_s)
+  local fence, f = next_fence(KEYS[4], fence_ttl_s, nowus)
+  redis.call('HSET', KEYS[1], 'token', token, 'fence', f)
+  redis.call('PEXPIRE', KEYS[1], ms)
+  return fence, f
+end
+
+-- Grant the lock to `head` (taken off the queue), and tell its process on
+-- the channel: "g TOKEN FENCE NOW_MS CLAIM_MS". Returns the fence.
+local function grant_by_message(head, fence_ttl_s, channel, publish)
+  local fence, f = set_lock(head, CLAIM_MS, fence_ttl_s)
+  redis.call('ZADD', KEYS[3], 'XX', 'LT', now + CLAIM_MS, client_of(head))
+  redis.call(publish, channel, 'g ' .. head .. ' ' .. f .. ' ' .. now .. ' ' .. CLAIM_MS)
+  return fence
+end
+
+-- The lock is free: grant it to the first live waiter, if any.
+local function grant_next(fence_ttl_s, channel, publish)
+  local head = pop_live()
+  if head then grant_by_message(head, fence_ttl_s, channel, publish) end
+end
