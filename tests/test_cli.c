@@ -858,6 +858,9 @@ Test(cli, usage_errors_exit_64, .timeout = 60) {
         { "-u", srv.url, "-n", "1000001", "name", "--", "touch", ran, NULL },
         { "-u", srv.url, "-n", "x", "name", "--", "touch", ran, NULL },
         { "-u", srv.url, "-n", "2", "unlock", "name", NULL },
+        { "-u", srv.url, "-f", "-s", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-n", "2", "-f", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-f", "unlock", "name", NULL },
     };
     static const char hint[] = "Try 'hilock --help' for more information.\n";
     char out[4096];
@@ -1271,6 +1274,32 @@ Test(cli, help_tells_mutex_from_rwlock, .timeout = 30) {
     char out[8192];
     cr_assert_eq(RUN("--help"), 0);
     test_slurp(tmp("out"), out, sizeof(out));
-    cr_assert_not_null(strstr(out, "[-n N | -s | -x]"), "%s", out);
-    cr_assert_not_null(strstr(out, "Without -s or -x, NAME is a plain mutex"), "%s", out);
+    cr_assert_not_null(strstr(out, "[-n N | -s | -x | -f]"), "%s", out);
+    cr_assert_not_null(strstr(out, "Without -n, -s, -x or -f, NAME is a plain mutex"), "%s", out);
+}
+
+/* ---- The fair lock: -f ---------------------------------------------------- */
+
+/* Three -f waiters started 150 ms apart behind a -f holder run in the order
+ * they started; the plain mutex NAME is another lock. */
+Test(cli, fair_waiters_run_in_order, .timeout = 60) {
+    char order[64];
+    pid_t h, w[3];
+    h = cli_start("h", NULL, ARGS("-u", srv.url, "-f", "fl", "--", UNTIL_GO("held", "go")));
+    WAIT_UNTIL(file_exists(tmp("held")), 5000);
+    cr_assert(file_exists(tmp("held")));
+    cr_assert_eq(RUN("-u", srv.url, "-f", "-w", "0", "fl", "--", "true"), 75, "-f is busy");
+    cr_assert_eq(RUN("-u", srv.url, "-w", "0", "fl", "--", "true"), 0, "the mutex fl is another lock");
+    for (int i = 0; i < 3; i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd), "printf %d >> \"$0\"", i + 1);
+        w[i] = cli_start(i == 0 ? "w0" : i == 1 ? "w1" : "w2", NULL,
+                         ARGS("-u", srv.url, "-f", "fl", "--", "sh", "-c", cmd, tmp("order")));
+        test_msleep(150);
+    }
+    cr_assert_eq(close(open(tmp("go"), O_WRONLY | O_CREAT, 0600)), 0);
+    cr_assert_eq(cli_wait(h, 5000), 0);
+    for (int i = 0; i < 3; i++) cr_assert_eq(cli_wait(w[i], 5000), 0, "waiter %d", i);
+    test_slurp(tmp("order"), order, sizeof(order));
+    cr_assert_str_eq(order, "123", "ran in the order %s", order);
 }

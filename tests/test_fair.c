@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "prim/prim.h"
 #include "support/lockenv.h"
+#include "support/semload.h"
 
 static lockenv e;
 static void setup(void) { lockenv_start(&e); }
@@ -131,4 +132,602 @@ Test(fair, one_client_many_waits_and_try_once) {
     if (again.status == 0) release_now(&e, again.hold);
     hilock_client_free(c);
     hilock_client_free(o);
+}
+
+/* ---- Order and exclusion across processes ------------------------------------ */
+
+#define FIFO_PROCS 4
+#define FIFO_WAITS 6
+#define FIFO_GAP_MS 25
+
+typedef struct fifores {
+    volatile long long t0;           /* when arrival 0 is due (test_now_ms) */
+    volatile int ready, n, inside, overlaps, errors, first_error;
+    volatile int order[FIFO_PROCS * FIFO_WAITS];
+    volatile unsigned long long fence[FIFO_PROCS * FIFO_WAITS];
+} fifores;
+
+typedef struct fifowait {
+    fifores *res;
+    hilock_client *c;
+    struct event_base *base;
+    int arrival;                     /* its place in the global order */
+    hilock_hold *h;
+    volatile int *left;
+} fifowait;
+
+static void fifo_released(int status, void *data) {
+    fifowait *w = data;
+    if (status != 0 && __atomic_fetch_add(&w->res->errors, 1, __ATOMIC_SEQ_CST) == 0)
+        w->res->first_error = status;
+    --*w->left;
+}
+
+static void fifo_release(evutil_socket_t fd, short what, void *data) {
+    fifowait *w = data;
+    (void)fd; (void)what;
+    __atomic_sub_fetch(&w->res->inside, 1, __ATOMIC_SEQ_CST);
+    if (hilock_release(w->h, fifo_released, w) != 0) --*w->left;
+}
+
+static void fifo_granted(hilock_hold *h, int status, void *data) {
+    fifowait *w = data;
+    fifores *r = w->res;
+    if (status != 0) {
+        if (__atomic_fetch_add(&r->errors, 1, __ATOMIC_SEQ_CST) == 0) r->first_error = status;
+        --*w->left;
+        return;
+    }
+    if (__atomic_add_fetch(&r->inside, 1, __ATOMIC_SEQ_CST) > 1)
+        __atomic_add_fetch(&r->overlaps, 1, __ATOMIC_SEQ_CST);
+    int i = __atomic_fetch_add(&r->n, 1, __ATOMIC_SEQ_CST);
+    r->order[i] = w->arrival;
+    r->fence[i] = hilock_hold_fence(h);
+    w->h = h;
+    struct timeval tv = {0, 2000};
+    event_base_once(w->base, -1, EV_TIMEOUT, fifo_release, w, &tv);
+}
+
+static void fifo_arrive(evutil_socket_t fd, short what, void *data) {
+    fifowait *w = data;
+    (void)fd; (void)what;
+    if (hilock_fair_acquire(w->c, "fifo", NULL, fifo_granted, w, NULL) != 0) --*w->left;
+}
+
+/* Process p's waits arrive at t0 + (k * PROCS + p) * GAP. */
+static void fifo_child(fifores *r, int p) {
+    struct event_base *b = event_base_new();
+    lockenv ce = e;
+    ce.base = b;
+    hilock_libevent_init(&ce.loop, b);
+    hilock_client *c = lockenv_client(&ce);
+    fifowait w[FIFO_WAITS];
+    volatile int left = FIFO_WAITS;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    __atomic_add_fetch(&r->ready, 1, __ATOMIC_SEQ_CST);
+    while (r->t0 == 0) test_msleep(1);
+    for (int k = 0; k < FIFO_WAITS; k++) {
+        w[k] = (fifowait){r, c, b, k * FIFO_PROCS + p, NULL, &left};
+        long long due = r->t0 + w[k].arrival * FIFO_GAP_MS - test_now_ms();
+        struct timeval tv = {0, due > 0 ? (int)due * 1000 : 0};
+        event_base_once(b, -1, EV_TIMEOUT, fifo_arrive, &w[k], &tv);
+    }
+    long long until = test_now_ms() + 30000;
+    while (left > 0 && test_now_ms() < until) event_base_loop(b, EVLOOP_ONCE);
+    hilock_client_free(c);
+    event_base_free(b);
+    _exit(left == 0 ? 0 : 3);
+}
+
+/* 24 waits of 4 processes arrive 25 ms apart, interleaved, behind a holder:
+ * they are granted exactly in the order they arrived, one at a time, with
+ * fences that grow in that order. (The ordinary lock fails this: after a
+ * release, whichever process tries first wins.) */
+Test(fair, first_come_first_served_across_processes) {
+    fifores *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(r, MAP_FAILED);
+    memset((void *)r, 0, sizeof(*r));
+    hilock_client *c = lockenv_client(&e);
+    got holder = fair_now(c, "fifo", NULL);
+    cr_assert_eq(holder.status, 0);
+    pid_t kids[FIFO_PROCS];
+    for (int p = 0; p < FIFO_PROCS; p++) {
+        kids[p] = fork();
+        cr_assert_geq(kids[p], 0);
+        if (kids[p] == 0) fifo_child(r, p);
+    }
+    while (r->ready < FIFO_PROCS) test_msleep(1);
+    r->t0 = test_now_ms() + 100;
+    test_loop_for(e.base, 100 + FIFO_PROCS * FIFO_WAITS * FIFO_GAP_MS + 300);
+    cr_expect_eq(queued("fifo"), FIFO_PROCS * FIFO_WAITS);
+    cr_assert_eq(release_now(&e, holder.hold), 0);
+    int bad = 0;
+    for (int p = 0; p < FIFO_PROCS; p++) {
+        int st;
+        waitpid(kids[p], &st, 0);
+        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    cr_expect_eq(bad, 0, "a process did not get all its grants");
+    cr_expect_eq(r->errors, 0, "first error: %s", hilock_strerror(r->first_error));
+    cr_expect_eq(r->overlaps, 0, "two holders at once");
+    cr_assert_eq(r->n, FIFO_PROCS * FIFO_WAITS);
+    char got_order[512] = "";
+    int out_of_order = 0;
+    for (int i = 0; i < r->n; i++) {
+        out_of_order += r->order[i] != i;
+        snprintf(got_order + strlen(got_order), sizeof(got_order) - strlen(got_order), " %d", r->order[i]);
+        if (i > 0) cr_expect_gt(r->fence[i], r->fence[i - 1], "fence %d not above the one before", i);
+    }
+    cr_expect_eq(out_of_order, 0, "granted out of order:%s", got_order);
+    cr_expect_eq(held("fifo"), 0);
+    cr_expect_eq(queued("fifo"), 0);
+    hilock_client_free(c);
+    munmap((void *)r, sizeof(*r));
+}
+
+/* 4 processes of 4 waits each, 20 rounds of 1 ms holds on one name: never
+ * two holders, every fence above all fences delivered before its acquire
+ * and none twice. */
+#define CPROCS 4
+#define CSLOTS 4
+#define CROUNDS 20
+
+static void run_fair_slots(semres *res, hilock_client *c, struct event_base *base, const char *name,
+                           int nslots, int rounds, int timeout_ms) {
+    static semslot s[16];
+    volatile int active = nslots, done = 0;
+    for (int i = 0; i < nslots; i++)
+        s[i] = (semslot){res, c, base, name, 0, 1, 1, rounds, 1, 0, NULL, &active, &done, 1};
+    for (int i = 0; i < nslots; i++) semslot_go(&s[i]);
+    test_loop_until(base, &done, timeout_ms);
+}
+
+Test(fair, exclusion_over_processes, .timeout = 120) {
+    semres *res = mmap(NULL, sizeof(*res), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(res, MAP_FAILED);
+    memset((void *)res, 0, sizeof(*res));
+    pid_t kids[CPROCS];
+    long long t0 = test_now_ms(), calls0 = script_calls();
+    for (int p = 0; p < CPROCS; p++) {
+        kids[p] = fork();
+        cr_assert_geq(kids[p], 0);
+        if (kids[p] == 0) {
+            struct event_base *b = event_base_new();
+            lockenv ce = e;
+            ce.base = b;
+            hilock_libevent_init(&ce.loop, b);
+            hilock_client *c = lockenv_client(&ce);
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            run_fair_slots(res, c, b, "procs", CSLOTS, CROUNDS, 90000);
+            hilock_client_free(c);
+            event_base_free(b);
+            _exit(0);
+        }
+    }
+    for (int p = 0; p < CPROCS; p++) waitpid(kids[p], NULL, 0);
+    long total = CPROCS * CSLOTS * CROUNDS;
+    double per = (double)(script_calls() - calls0) / (double)res->grants;
+    cr_log_info("fair exclusion: %ld grants in %lld ms, %.2f scripts per grant", res->grants,
+                test_now_ms() - t0, per);
+    cr_expect_eq(res->errors, 0, "first error %s", hilock_strerror(res->first_error));
+    cr_expect_eq(res->grants, total);
+    cr_expect_eq(res->over, 0, "two holders at once");
+    cr_expect_eq(res->stale, 0, "a fence below one delivered before its acquire");
+    cr_expect_eq(semload_duplicates(res), 0, "two grants with one fence");
+    cr_expect_leq(per, 3.0, "%.2f scripts per grant", per);
+    cr_expect_eq(held("procs"), 0);
+    cr_expect_eq(queued("procs"), 0);
+    munmap((void *)res, sizeof(*res));
+}
+
+/* ---- Deaths ------------------------------------------------------------------ */
+
+typedef struct deadkid {
+    volatile int granted, joined;
+} deadkid;
+
+/* A child process that holds "name" (waits = 0), or has `waits` waits
+ * queued on it, then stays until it is killed. */
+static pid_t dead_child(deadkid *k, const char *name, int waits, uint32_t lease_ms) {
+    pid_t kid = fork();
+    cr_assert_geq(kid, 0);
+    if (kid != 0) return kid;
+    struct event_base *b = event_base_new();
+    lockenv ce = e;
+    ce.base = b;
+    hilock_libevent_init(&ce.loop, b);
+    hilock_client *c = lockenv_client(&ce);
+    hilock_acquire_opts o = wait_opts(HILOCK_WAIT_FOREVER, lease_ms);
+    got g[8];
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    for (int i = 0; i < (waits ? waits : 1); i++) {
+        memset(&g[i], 0, sizeof(g[i]));
+        hilock_fair_acquire(c, name, &o, got_cb, &g[i], NULL);
+    }
+    if (waits == 0) {
+        test_loop_until(b, &g[0].calls, 5000);
+        k->granted = g[0].status == 0;
+    } else {
+        test_loop_for(b, 200);
+        k->joined = 1;
+    }
+    test_loop_for(b, 30000); /* renewing, until killed */
+    _exit(2);
+}
+
+static void wait_flag(volatile int *flag) {
+    long long until = test_now_ms() + 5000;
+    while (!*flag && test_now_ms() < until) test_msleep(5);
+    cr_assert(*flag, "the child never got there");
+}
+
+/* A holder killed with SIGKILL: the next waiter gets the lock when its
+ * lease runs out (900 ms), found by its once-a-second try. */
+Test(fair, a_killed_holder_lapses_after_its_lease) {
+    deadkid *k = mmap(NULL, sizeof(*k), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    memset((void *)k, 0, sizeof(*k));
+    pid_t kid = dead_child(k, "dh", 0, 900);
+    wait_flag(&k->granted);
+    hilock_client *c = lockenv_client(&e);
+    got g;
+    fair_start(c, "dh", NULL, &g, NULL);
+    test_loop_for(e.base, 300);
+    if (g.calls != 0) kill(kid, SIGKILL);
+    cr_assert_eq(g.calls, 0, "granted a live holder's lock");
+    kill(kid, SIGKILL);
+    long long killed = test_now_ms();
+    waitpid(kid, NULL, 0);
+    cr_assert(test_loop_until(e.base, &g.calls, 5000), "never granted");
+    cr_expect_eq(g.status, 0, "%s", hilock_strerror(g.status));
+    cr_log_info("killed holder: next granted %lld ms after the kill (lease 900)", g.at_ms - killed);
+    cr_expect_lt(g.at_ms - killed, 2500);
+    if (g.status == 0) cr_expect_eq(release_now(&e, g.hold), 0);
+    hilock_client_free(c);
+    munmap((void *)k, sizeof(*k));
+}
+
+/* A process with 3 waits at the head of the queue is killed: the release
+ * grants its first wait, the grant lapses after the 1 s claim window, and
+ * the next live waiter gets the lock, with the dead one's two other waits
+ * skipped at once (the lapsed grant cut their time). */
+Test(fair, a_grant_to_a_dead_process_lapses_after_the_claim_window) {
+    deadkid *k = mmap(NULL, sizeof(*k), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    memset((void *)k, 0, sizeof(*k));
+    hilock_client *h = lockenv_client(&e), *c = lockenv_client(&e);
+    got gh = fair_now(h, "dg", NULL);
+    cr_assert_eq(gh.status, 0);
+    pid_t kid = dead_child(k, "dg", 3, 0);
+    wait_flag(&k->joined);
+    got g;
+    fair_start(c, "dg", NULL, &g, NULL);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(queued("dg"), 4);
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+    long long t0 = test_now_ms();
+    cr_assert_eq(release_now(&e, gh.hold), 0);
+    cr_assert(test_loop_until(e.base, &g.calls, 5000), "never granted");
+    cr_expect_eq(g.status, 0, "%s", hilock_strerror(g.status));
+    long long took = g.at_ms - t0;
+    cr_log_info("grant to a dead process: next granted %lld ms after the release", took);
+    cr_expect(took >= 900 && took < 2600, "granted %lld ms after the release", took);
+    cr_expect_eq(queued("dg"), 0, "the dead process's waits are still queued");
+    if (g.status == 0) cr_expect_eq(release_now(&e, g.hold), 0);
+    hilock_client_free(h);
+    hilock_client_free(c);
+    munmap((void *)k, sizeof(*k));
+}
+
+/* Waits of a process dead for more than 5 s are skipped by the release
+ * itself: the next live waiter gets the lock at once. */
+Test(fair, waits_of_a_long_dead_process_are_skipped) {
+    deadkid *k = mmap(NULL, sizeof(*k), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    memset((void *)k, 0, sizeof(*k));
+    hilock_client *h = lockenv_client(&e), *c = lockenv_client(&e);
+    got gh = fair_now(h, "dw", NULL);
+    cr_assert_eq(gh.status, 0);
+    pid_t kid = dead_child(k, "dw", 5, 0);
+    wait_flag(&k->joined);
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+    got g;
+    fair_start(c, "dw", NULL, &g, NULL);
+    test_loop_for(e.base, 5300);
+    cr_expect_eq(g.calls, 0);
+    long long t0 = test_now_ms();
+    cr_assert_eq(release_now(&e, gh.hold), 0);
+    cr_assert(test_loop_until(e.base, &g.calls, 3000), "never granted");
+    cr_expect_eq(g.status, 0, "%s", hilock_strerror(g.status));
+    cr_expect_lt(g.at_ms - t0, 500, "granted %lld ms after the release", g.at_ms - t0);
+    cr_expect_eq(queued("dw"), 0);
+    if (g.status == 0) cr_expect_eq(release_now(&e, g.hold), 0);
+    hilock_client_free(h);
+    hilock_client_free(c);
+    munmap((void *)k, sizeof(*k));
+}
+
+/* ---- Cancels, timeouts, reentrancy, close ---------------------------------------- */
+
+/* The holder releases and the next waiter is cancelled at once, in every
+ * order the two can meet: the lock always reaches the third, and nothing
+ * stays behind. */
+Test(fair, cancels_racing_grants_pass_the_lock_on) {
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e), *c = lockenv_client(&e);
+    for (int round = 0; round < 24; round++) {
+        got ga = fair_now(a, "cr", NULL), gb, gc;
+        cr_assert_eq(ga.status, 0);
+        hilock_wait *wb;
+        fair_start(b, "cr", NULL, &gb, &wb);
+        test_loop_for(e.base, 20);
+        fair_start(c, "cr", NULL, &gc, NULL);
+        test_loop_for(e.base, 20);
+        rel r = {0, 0};
+        cr_assert_eq(hilock_release(ga.hold, rel_cb, &r), 0);
+        if (round % 3 == 1) event_base_loop(e.base, EVLOOP_NONBLOCK);
+        if (round % 3 == 2) test_loop_for(e.base, round % 6 == 2 ? 1 : 0);
+        int crc = hilock_wait_cancel(wb);
+        cr_assert(test_loop_until(e.base, &gb.calls, 3000));
+        if (crc == 0) cr_expect_eq(gb.status, HILOCK_ECANCELED);
+        else cr_expect_eq(gb.status, 0, "round %d: cancel said %d, status %d", round, crc, gb.status);
+        if (gb.status == 0) cr_expect_eq(release_now(&e, gb.hold), 0);
+        cr_assert(test_loop_until(e.base, &gc.calls, 5000), "round %d: the third never got it", round);
+        cr_expect_eq(gc.status, 0);
+        cr_expect_lt(gc.at_ms - ga.at_ms, 1000, "round %d: a lapsed grant, not a handoff", round);
+        cr_expect_eq(release_now(&e, gc.hold), 0);
+        cr_expect_eq(held("cr"), 0, "round %d", round);
+        cr_expect_eq(queued("cr"), 0, "round %d", round);
+    }
+    hilock_client_free(a);
+    hilock_client_free(b);
+    hilock_client_free(c);
+}
+
+/* Waits that time out or are cancelled leave the queue; close removes the
+ * places of waits still there. */
+Test(fair, waits_that_end_leave_the_queue) {
+    hilock_client *h = lockenv_client(&e), *c = lockenv_client(&e);
+    got gh = fair_now(h, "lq", NULL);
+    hilock_acquire_opts o = wait_opts(300, 0);
+    got g1 = fair_now(c, "lq", &o);
+    cr_expect_eq(g1.status, HILOCK_ETIMEDOUT);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(queued("lq"), 0, "a timed out wait kept its place");
+    got g[3];
+    for (int i = 0; i < 3; i++) fair_start(c, "lq", NULL, &g[i], NULL);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(queued("lq"), 3);
+    hilock_client_close(c, NULL, NULL);
+    test_loop_for(e.base, 300);
+    for (int i = 0; i < 3; i++) cr_expect_eq(g[i].status, HILOCK_ECANCELED);
+    cr_expect_eq(queued("lq"), 0, "close left places in the queue");
+    cr_expect_eq(release_now(&e, gh.hold), 0);
+    cr_expect_eq(held("lq"), 0);
+    hilock_client_free(c);
+    hilock_client_free(h);
+}
+
+/* An owner's waits queued behind another holder are all served by its one
+ * grant (one hold, counted), and leave the queue. */
+Test(fair, reentrant_with_an_owner) {
+    hilock_client *h = lockenv_client(&e), *c = lockenv_client(&e);
+    hilock_owner *own = hilock_owner_new(c);
+    hilock_acquire_opts o = wait_opts(HILOCK_WAIT_FOREVER, 0);
+    o.owner = own;
+    got gh = fair_now(h, "re", NULL), g1, g2;
+    fair_start(c, "re", &o, &g1, NULL);
+    fair_start(c, "re", &o, &g2, NULL);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(queued("re"), 2);
+    cr_assert_eq(release_now(&e, gh.hold), 0);
+    cr_assert(test_loop_until(e.base, &g2.calls, 3000));
+    cr_expect_eq(g1.status, 0);
+    cr_expect_eq(g2.status, 0);
+    cr_expect_eq(g1.hold, g2.hold, "one hold for the owner");
+    got g3 = fair_now(c, "re", &o);
+    cr_expect_eq(g3.hold, g1.hold, "reentrant while held");
+    test_loop_for(e.base, 100);
+    cr_expect_eq(queued("re"), 0, "a served wait kept its place");
+    for (int i = 0; i < 3; i++) cr_expect_eq(release_now(&e, g1.hold), 0);
+    cr_expect_eq(held("re"), 0);
+    hilock_owner_free(own);
+    hilock_client_free(c);
+    hilock_client_free(h);
+}
+
+/* ---- Missed messages, stalls, connection kills ------------------------------------ */
+
+/* A client on a loop of its own, which the test runs only when it says. */
+typedef struct side {
+    struct event_base *base;
+    lockenv env;
+    hilock_client *c;
+} side;
+
+static void side_start(side *s) {
+    s->base = event_base_new();
+    s->env = e;
+    s->env.base = s->base;
+    hilock_libevent_init(&s->env.loop, s->base);
+    s->c = lockenv_client(&s->env);
+}
+
+static void side_stop(side *s) {
+    hilock_client_free(s->c);
+    event_base_free(s->base);
+}
+
+/* The grant's message is lost (the waiter's subscriber connection was
+ * killed just before the release): the try that follows the resubscription
+ * finds the lock in the waiter's name, and the grant is claimed. */
+Test(fair, a_missed_grant_message_is_found_after_resubscribing) {
+    hilock_client *h = lockenv_client(&e);
+    side s;
+    side_start(&s);
+    got gh = fair_now(h, "mm", NULL), g;
+    fair_start(s.c, "mm", NULL, &g, NULL);
+    test_loop_for(s.base, 150);
+    cr_assert_gt(test_redis_int(&e.r, "CLIENT KILL TYPE pubsub"), 0);
+    long long t0 = test_now_ms();
+    cr_assert_eq(release_now(&e, gh.hold), 0);
+    cr_assert(test_loop_until(s.base, &g.calls, 5000), "the missed grant was never found");
+    cr_expect_eq(g.status, 0, "%s", hilock_strerror(g.status));
+    cr_log_info("missed grant message: found %lld ms after the release", g.at_ms - t0);
+    test_loop_for(s.base, 600);
+    cr_expect_eq(hilock_hold_lost(g.hold), 0);
+    long long pttl = test_redis_int(&e.r, "PTTL %s", fkey("mm", ""));
+    cr_expect_gt(pttl, 20000, "the found grant was never claimed: pttl %lld", pttl);
+    rel r = {0, 0};
+    hilock_release(g.hold, rel_cb, &r);
+    test_loop_until(s.base, &r.calls, 3000);
+    cr_expect_eq(r.status, 0);
+    cr_expect_eq(held("mm"), 0);
+    side_stop(&s);
+    hilock_client_free(h);
+}
+
+/* The waiter's loop stalls past the claim window while its grant message
+ * sits unread: the grant lapses and the next waiter gets the lock. When
+ * the loop runs again, the grant is dated from when Redis made it (by the
+ * server's clock), so it is known stale: the wait joins again instead of
+ * believing it holds the lock beside the other holder, and gets it after. */
+Test(fair, a_stalled_grantee_does_not_believe_a_lapsed_grant) {
+    hilock_client *h = lockenv_client(&e), *c = lockenv_client(&e);
+    side s;
+    side_start(&s);
+    got gh = fair_now(h, "st", NULL), gx, gy;
+    fair_start(s.c, "st", NULL, &gx, NULL);
+    test_loop_for(s.base, 150);
+    fair_start(c, "st", NULL, &gy, NULL);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(queued("st"), 2);
+    cr_assert_eq(release_now(&e, gh.hold), 0); /* granted to x, whose loop is stopped */
+    cr_assert(test_loop_until(e.base, &gy.calls, 4000), "the lapsed grant never passed on");
+    cr_expect_eq(gy.status, 0);
+    test_loop_for(s.base, 300); /* x reads its old grant now */
+    cr_expect_eq(gx.calls, 0, "the stalled waiter believed a grant that lapsed (status %d)", gx.status);
+    cr_expect_eq(hilock_hold_lost(gy.hold), 0);
+    cr_expect_eq(release_now(&e, gy.hold), 0);
+    cr_assert(test_loop_until(s.base, &gx.calls, 3000), "the stalled waiter never got it after");
+    cr_expect_eq(gx.status, 0, "%s", hilock_strerror(gx.status));
+    rel r = {0, 0};
+    hilock_release(gx.hold, rel_cb, &r);
+    test_loop_until(s.base, &r.calls, 3000);
+    cr_expect_eq(held("st"), 0);
+    cr_expect_eq(queued("st"), 0);
+    side_stop(&s);
+    hilock_client_free(c);
+    hilock_client_free(h);
+}
+
+/* Both kinds of connection killed again and again under contention from 3
+ * clients: never two holders, fences in order, nothing left behind. */
+static void kill_tick(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what;
+    int *n = arg;
+    test_redis_int(&e.r, (*n)++ % 2 ? "CLIENT KILL TYPE normal" : "CLIENT KILL TYPE pubsub");
+}
+
+Test(fair, connection_kills_under_contention, .timeout = 90) {
+    semres *res = calloc(1, sizeof(*res));
+    hilock_client *c[3];
+    static semslot s[12];
+    volatile int active = 12, done = 0;
+    for (int i = 0; i < 3; i++) c[i] = lockenv_client(&e);
+    for (int i = 0; i < 12; i++)
+        s[i] = (semslot){res, c[i % 3], e.base, "kills", 0, 1, 1, 20, 2, 0, NULL, &active, &done, 1};
+    int kills = 0;
+    struct event *k = event_new(e.base, -1, EV_PERSIST, kill_tick, &kills);
+    struct timeval tv = {0, 40 * 1000};
+    evtimer_add(k, &tv);
+    for (int i = 0; i < 12; i++) semslot_go(&s[i]);
+    cr_assert(test_loop_until(e.base, &done, 60000), "every slot must end");
+    event_free(k);
+    cr_log_info("fair, connection kills: %d kills, %ld grants, %ld errors (first %s)", kills,
+                res->grants, res->errors, hilock_strerror(res->first_error));
+    cr_expect_gt(kills, 3);
+    cr_expect_eq(res->over, 0, "two holders at once");
+    cr_expect_eq(res->stale, 0);
+    cr_expect_eq(semload_duplicates(res), 0);
+    cr_expect_gt(res->grants, 12 * 20 / 2, "too few grants: %ld", res->grants);
+    long long until = test_now_ms() + 3000;
+    while ((held("kills") != 0 || queued("kills") != 0) && test_now_ms() < until)
+        test_loop_for(e.base, 50);
+    cr_expect_eq(held("kills"), 0, "a lock left behind");
+    cr_expect_eq(queued("kills"), 0, "places left in the queue");
+    for (int i = 0; i < 3; i++) hilock_client_free(c[i]);
+    free(res);
+}
+
+/* ---- Elsewhere ------------------------------------------------------------------ */
+
+Test(fair, refused_over_redlock) {
+    hilock_client *c = lockenv_client_url(&e, "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", 0);
+    got g = {0, 0, NULL, 0};
+    cr_expect_eq(hilock_fair_acquire(c, "rl", NULL, got_cb, &g, NULL), HILOCK_EINVAL);
+    cr_expect_neq(strstr(hilock_client_errstr(c), "Redlock"), NULL, "%s", hilock_client_errstr(c));
+    test_loop_for(e.base, 50);
+    cr_expect_eq(g.calls, 0);
+    hilock_client_free(c);
+}
+
+Test(fair, separate_from_the_mutex_of_the_same_name) {
+    hilock_client *c = lockenv_client(&e);
+    got m = acquire_now(&e, c, "same", NULL);
+    got f = fair_now(c, "same", NULL);
+    cr_expect_eq(m.status, 0);
+    cr_expect_eq(f.status, 0, "the mutex of the name held off the fair lock");
+    cr_expect_eq(release_now(&e, f.hold), 0);
+    cr_expect_eq(release_now(&e, m.hold), 0);
+    hilock_client_free(c);
+}
+
+/* Four names over the three masters, two clients (sharded pub/sub): every
+ * key of a name on its slot's master, never two holders of a name. */
+Test(fair, contention_on_a_cluster, .timeout = 180) {
+    test_cluster cl;
+    cr_assert_eq(test_cluster_start(&cl), 0, "the cluster did not start");
+    hilock_config cfg;
+    hilock_config_init(&cfg);
+    cfg.request_timeout_ms = 6000;
+    cfg.linger_ms = 100;
+    cfg.url = cl.url;
+    hilock_client *a = lockenv_client_cfg(&e, &cfg);
+    cfg.url = cl.node[3].url;
+    hilock_client *b = lockenv_client_cfg(&e, &cfg);
+    static const char *names[SEMLOAD_NAMES] = {"cf-0", "cf-1", "cf-2", "cf-3"};
+    for (int i = 0; i < SEMLOAD_NAMES; i++) {
+        got g = fair_now(a, names[i], NULL), w;
+        cr_assert_eq(g.status, 0, "%s: %s (%s)", names[i], hilock_strerror(g.status), hilock_client_errstr(a));
+        fair_start(b, names[i], NULL, &w, NULL);
+        test_loop_for(e.base, 100);
+        char key[256];
+        snprintf(key, sizeof(key), "%s", fkey(names[i], ""));
+        test_redis *m = test_cluster_master_of(&cl, hilock_key_slot(key, strlen(key)));
+        cr_assert_not_null(m);
+        cr_expect_eq(test_redis_int(m, "EXISTS %s", key), 1, "%s is not on its slot's master", key);
+        cr_expect_eq(test_redis_int(m, "ZCARD %s", fkey(names[i], ":q")), 1);
+        cr_expect_eq(release_now(&e, g.hold), 0);
+        cr_assert(test_loop_until(e.base, &w.calls, 3000), "%s: no handoff", names[i]);
+        cr_expect_eq(w.status, 0);
+        cr_expect_eq(release_now(&e, w.hold), 0);
+    }
+    semres *res = calloc(1, sizeof(*res));
+    static semslot s[16];
+    volatile int active = 16, done = 0;
+    for (int i = 0; i < 16; i++)
+        s[i] = (semslot){res, i % 2 ? a : b, e.base, names[i % 4], i % 4, 1, 1, 15, 3, 0, NULL,
+                         &active, &done, 1};
+    long long t0 = test_now_ms();
+    for (int i = 0; i < 16; i++) semslot_go(&s[i]);
+    cr_assert(test_loop_until(e.base, &done, 90000), "every slot must end");
+    cr_log_info("cluster fair lock: %ld grants in %lld ms", res->grants, test_now_ms() - t0);
+    cr_expect_eq(res->errors, 0, "first error %s (%s)", hilock_strerror(res->first_error), hilock_client_errstr(a));
+    cr_expect_eq(res->grants, 16 * 15);
+    cr_expect_eq(res->over, 0, "two holders of a name at once");
+    cr_expect_eq(res->stale, 0);
+    cr_expect_eq(semload_duplicates(res), 0);
+    free(res);
+    hilock_client_free(a);
+    hilock_client_free(b);
+    test_cluster_stop(&cl);
 }

@@ -552,7 +552,7 @@ static void run_slots(semres *res, hilock_client *c, struct event_base *base, co
     volatile int active = SLOTS, done = 0;
     for (int i = 0; i < SLOTS; i++) {
         s[i] = (semslot){res, c, base, name, idx, 3, 1 + (unsigned)(i % 2), ROUNDS, hold_ms, 0, NULL,
-                         &active, &done};
+                         &active, &done, 0};
     }
     for (int i = 0; i < SLOTS; i++) semslot_go(&s[i]);
     test_loop_until(base, &done, timeout_ms);
@@ -614,7 +614,7 @@ Test(semaphore, connection_kills_under_contention, .timeout = 90) {
     for (int i = 0; i < 3; i++) c[i] = lockenv_client(&e);
     for (int i = 0; i < 12; i++)
         s[i] = (semslot){res, c[i % 3], e.base, "kills", 0, 3, 1 + (unsigned)(i % 2), 20, 2, 0, NULL,
-                         &active, &done};
+                         &active, &done, 0};
     int kills = 0;
     struct event *k = event_new(e.base, -1, EV_PERSIST, kill_tick, &kills);
     struct timeval tv = {0, 40 * 1000};
@@ -671,7 +671,7 @@ Test(semaphore, contention_on_a_cluster, .timeout = 180) {
     volatile int active = 16, done = 0;
     for (int i = 0; i < 16; i++)
         s[i] = (semslot){res, i % 2 ? a : b, e.base, names[i % 4], i % 4, 2, 1, 15, 3, 0, NULL,
-                         &active, &done};
+                         &active, &done, 0};
     long long t0 = test_now_ms();
     for (int i = 0; i < 16; i++) semslot_go(&s[i]);
     cr_assert(test_loop_until(e.base, &done, 90000), "every slot must end");

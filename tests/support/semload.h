@@ -1,4 +1,4 @@
-/* Load on counting semaphores, with the invariants checked in memory that
+/* Load on counting semaphores (and on fair locks, as semaphores of one), with the invariants checked in memory that
  * several processes share: slots acquire `k` permits of a name, hold them a
  * few ms, release, and go again. Checked:
  *   - at most `total` permits of a name held at once (permits counted in
@@ -44,6 +44,7 @@ typedef struct semslot {
     hilock_hold *h;
     volatile int *active;   /* slots still running in this process */
     volatile int *done;     /* set when *active reaches 0 */
+    int fair;               /* the fair lock NAME (total 1, k 1), not the semaphore */
 } semslot;
 
 static inline void semslot_go(semslot *s);
@@ -109,7 +110,9 @@ static inline void semslot_granted(hilock_hold *h, int status, void *data) {
 
 static inline void semslot_go(semslot *s) {
     s->snapshot = __atomic_load_n(&s->res->max_seen[s->idx], __ATOMIC_SEQ_CST);
-    int rc = hilock_semaphore_acquire(s->c, s->name, s->total, s->k, NULL, semslot_granted, s, NULL);
+    int rc = s->fair ? hilock_fair_acquire(s->c, s->name, NULL, semslot_granted, s, NULL)
+                     : hilock_semaphore_acquire(s->c, s->name, s->total, s->k, NULL, semslot_granted, s,
+                                                NULL);
     if (rc != 0) {
         semload_error(s->res, rc);
         semslot_next(s);
