@@ -45,7 +45,7 @@ static const hl_cmd release_cmd = {&hl_script_rw_release, 3, {":rw", ":rwr", ":r
 static const hl_cmd renew_cmd = {&hl_script_rw_renew, 2, {":rw", ":rwr"}};
 
 /* acquire(writer, readers, fence, marker; token, lease_ms, fence_ttl_s,
- * "r" | "w" marker_ms): eight arguments in all, HL_REQ_MAXARGS. `owner`
+ * "r" | "w" marker_ms). `owner`
  * is the wait: its terms say the mode. */
 static hl_req *rw_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_req_done done,
                           void *owner) {
