@@ -139,6 +139,9 @@ typedef struct hl_try {
      * differs from Redis's): this waiter ends with this error, the others
      * go on. 0 otherwise. */
     int refused;
+    /* granted, and the lock was this token's already (the try renewed
+     * it), if the primitive says; else it was taken now. */
+    int renewed;
     /* The server's clock (ms) when the try ran, if the primitive says. */
     uint64_t server_ms;
     /* Not granted: the token that holds the lock and for how much longer

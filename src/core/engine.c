@@ -385,11 +385,14 @@ static void try_later(hl_name *n, uint64_t retry_ms) {
     else hl_timer_start(&n->c->loop, &n->fallback, retry_ms);
 }
 
-/* A try said the lock is `w`'s. */
+/* A try said the lock is `w`'s. A wait that ended meanwhile gives it back,
+ * unless the lock is its hold's (granted by message while this try was
+ * out, which only renewed it). A wait granted so, whose try took the lock
+ * anew, had lost or released that hold before the try ran (sent again
+ * after a drop, behind the release): the lock goes back too. */
 static void try_won(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
     if (w->state == HL_WAIT_QUEUED) grant(w, t->fence, sent_at, w->terms.lease_ms);
-    else if (!w->own_grant) hl_release_token(w->name, w->token, 0); /* it ended meanwhile */
-    /* else: granted by message already; this answer only renewed it */
+    else if (!w->own_grant || !t->renewed) hl_release_token(w->name, w->token, 0);
 }
 
 /* A try that was not granted may name a holder that is one of our waits,

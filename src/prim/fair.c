@@ -56,14 +56,15 @@ static hl_req *fair_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl
     return r;
 }
 
-/* {1, fence, now}: ours. {0, pttl, now, holder, its fence}: held (maybe
- * granted to `holder` by this very try, for the claim window). */
+/* {1, fence, now}: ours now; {1, fence, now, 1}: ours already (renewed).
+ * {0, pttl, now, holder, its fence}: held (maybe granted to `holder` by
+ * this very try, for the claim window). */
 static int fair_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
     if (reply->type == REDIS_REPLY_ERROR) return hl_reply_error(&c->loop, reply);
     size_t n = reply->type == REDIS_REPLY_ARRAY ? reply->elements : 0;
-    int ok = n == 3 || n == 5;
+    int ok = n >= 3 && n <= 5;
     for (size_t i = 0; ok && i < n; i++)
-        ok = reply->element[i]->type == (i == 3 ? REDIS_REPLY_STRING : REDIS_REPLY_INTEGER);
+        ok = reply->element[i]->type == (i == 3 && n == 5 ? REDIS_REPLY_STRING : REDIS_REPLY_INTEGER);
     if (!ok || (n == 5 && reply->element[3]->len != HL_TOKEN_LEN)) {
         hl_set_error(&c->loop, "unexpected reply to the fair lock's acquire script");
         return HILOCK_EPROTO;
@@ -73,16 +74,19 @@ static int fair_try_parse(hilock_client *c, const redisReply *reply, hl_try *out
     out->server_ms = (uint64_t)reply->element[2]->integer;
     if (out->granted) {
         out->fence = (uint64_t)val;
+        out->renewed = n == 4;
         return 0;
+    }
+    if (n != 5) {
+        hl_set_error(&c->loop, "unexpected reply to the fair lock's acquire script");
+        return HILOCK_EPROTO;
     }
     /* The lock may be free by the end of its lease (-2: gone already;
      * -1, no TTL: not ours, look again soon). */
     out->retry_ms = val >= 0 ? (uint64_t)val + 1 : val == -2 ? 0 : HL_FAIR_REFRESH_MS;
-    if (n == 5) {
-        out->holder = reply->element[3]->str;
-        out->holder_ms = val > 0 ? (uint64_t)val : 0;
-        out->fence = (uint64_t)reply->element[4]->integer;
-    }
+    out->holder = reply->element[3]->str;
+    out->holder_ms = val > 0 ? (uint64_t)val : 0;
+    out->fence = (uint64_t)reply->element[4]->integer;
     return 0;
 }
 

@@ -6,9 +6,10 @@
 -- (the head of each process's waits, at least every second) keep its
 -- process's entries alive, and find a grant whose message was missed.
 -- Returns
---   {1, fence, now}: ours (held by our token already, granted by a message
---     or an earlier send of this try: its lease starts now; or the lock
---     was free and we are the first live entry);
+--   {1, fence, now, 1}: ours already (granted by a message, or by an
+--     earlier send of this try): its lease starts again now;
+--   {1, fence, now}: ours now (the lock was free and we are the first live
+--     entry, or nobody waits and we try once);
 --   {0, pttl, now, holder, fence}: held by `holder` with `fence` (maybe
 --     one of our process's waits, whose grant message was missed), for
 --     pttl ms more (the lock was free, and this try granted it to the
@@ -22,7 +23,7 @@ local held = redis.call('HMGET', KEYS[1], 'token', 'fence')
 if held[1] == token then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('ZREM', KEYS[2], token)
-  return {1, tonumber(held[2]), now}
+  return {1, tonumber(held[2]), now, 1}
 end
 if ARGV[4] ~= '1' and redis.call('ZSCORE', KEYS[2], token) == false then
   local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
