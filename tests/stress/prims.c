@@ -6,7 +6,9 @@
  *   semaphore  SEM_PERMITS permits, each acquire asking 1 or 2: the
  *              permits in use (permits[]) never above SEM_PERMITS;
  *   rwlock     mostly readers, some writers: never a writer beside anyone
- *              (readers[], writer[]), write fences strictly increasing.
+ *              (readers[], writer[]), write fences strictly increasing, and
+ *              a reader's fence (the last write's) never below the fence
+ *              of a writer that came in before it.
  * A hold counts from its grant until it ends (before its release is sent)
  * or its lost callback runs, whichever is first (worker.c), as the mutex's
  * always did; a violation inside a limit window is counted apart.
@@ -79,7 +81,10 @@ static int rw_acquire(hilock_client *c, const char *name, int ask, const hilock_
 }
 
 /* A reader counts itself in, then looks for a writer; a writer puts its id
- * in, then looks for readers: of two that overlap, one sees the other. */
+ * in, then looks for readers: of two that overlap, one sees the other. A
+ * writer's fence is larger than every fence before it; a reader's is the
+ * last write's, so at least that of every writer that has come in (a
+ * later writer waits for this reader to leave). */
 static void rw_enter(const stress_grant *g) {
     if (g->ask) {
         int prev = __atomic_exchange_n(&sh->writer[g->name], g->id, __ATOMIC_SEQ_CST);
@@ -93,7 +98,9 @@ static void rw_enter(const stress_grant *g) {
     long readers = __atomic_add_fetch(&sh->readers[g->name], 1, __ATOMIC_SEQ_CST);
     stress_note_max(&sh->max_readers, readers);
     int writer = __atomic_load_n(&sh->writer[g->name], __ATOMIC_SEQ_CST);
-    if (writer != 0) stress_violation('w', g->name, writer, g->id, g->fence, 0, readers);
+    unsigned long long last = sh->last_fence[g->name];
+    if (writer != 0) stress_violation('w', g->name, writer, g->id, g->fence, last, readers);
+    else if (g->fence < last) stress_violation('r', g->name, 0, g->id, g->fence, last, 0);
 }
 
 static void rw_leave(const stress_grant *g) {
