@@ -2,6 +2,10 @@
 # bounded time (STRESS_SECONDS, at most 120, for the whole run), then a
 # report. Not in `make test`.
 #   STRESS_MODE=standalone  one server: connection kills, stalls, restarts
+#   STRESS_MODE=prims       the same on semaphores (3 permits, 1 or 2 per
+#                           acquire), read-write locks (1 writer in 10) and
+#                           mutexes: permits in use, writers alone, write
+#                           fences checked (tests/stress/prims.c)
 #   STRESS_MODE=cluster     3 masters + 3 replicas: slot migrations step by
 #                           step, redis-cli reshards, CLUSTER FAILOVER,
 #                           kill -9 of a master (half of them after its
@@ -17,9 +21,9 @@
 #                           backend that records overlaps and fences:
 #                           reloads, kill -9 of a worker, connection kills,
 #                           clients that go away
-#   STRESS_MODE=all         the default: every mode in turn (standalone 15%
-#                           of the time, cluster 30%, sentinel 20%, redlock
-#                           20%, nginx 15%)
+#   STRESS_MODE=all         the default: every mode in turn (standalone 10%
+#                           of the time, prims 15%, cluster 25%, sentinel
+#                           20%, redlock 20%, nginx 10%)
 #   STRESS_MODE=both        standalone (30%), then cluster (70%)
 STRESS := $(BUILD)/hilock-stress
 STRESS_SRC := $(wildcard tests/stress/*.c)

@@ -1,17 +1,20 @@
 /* hilock-stress: several processes, thousands of waiters, random faults for
  * a bounded time, then a report. Not part of `make test`; run `make stress`.
  *
- *   hilock-stress [-m all|standalone|cluster|sentinel|redlock|nginx|both]
+ *   hilock-stress [-m all|standalone|prims|cluster|sentinel|redlock|nginx|both]
  *                 [-s SECONDS] [-p PROCS] [-w WAITERS] [-n NAMES]
  *
  * SECONDS (at most 120) bounds the whole run. With -m all (the default)
  * every mode runs, one after the other, each until its share of the time
- * (standalone 15%, cluster 30%, sentinel 20%, redlock 20%, nginx 15%); -m both is
- * standalone and cluster alone (30% and 70%), as it was before Sentinel and
- * Redlock; one mode gets the whole time.
+ * (standalone 10%, prims 15%, cluster 25%, sentinel 20%, redlock 20%, nginx
+ * 10%); -m both is standalone and cluster alone (30% and 70%), as it was
+ * before Sentinel and Redlock; one mode gets the whole time.
  *
  * Standalone: one server with appendfsync always, so a restart keeps the
  * locks and fence counters; faults are connection kills, stalls, restarts.
+ * Prims (prims.c): the same server and faults, on names that are
+ * semaphores (3 permits, 1 or 2 per acquire), read-write locks (one
+ * writer in ten) and mutexes in turn.
  * Cluster (cluster.c): 3 masters + 3 replicas; faults are slot migrations
  * step by step, redis-cli reshards, CLUSTER FAILOVER, kill -9 of a master
  * (half of them with its last writes kept from its replica), connection
@@ -24,9 +27,12 @@
  * stalls, connection kills. Nginx (nginx.c): three nginx with the module
  * before a backend that records overlaps and fences; faults are reloads,
  * kill -9 of a worker, connection kills, clients that go away. Every
- * invariant must hold in each (worker.c; the backend for nginx):
- *   - no two holders of a name at once,
- *   - fencing tokens strictly increasing per name, as a resource sees them,
+ * invariant must hold in each (worker.c, prims.c; the backend for nginx):
+ *   - no two holders of a mutex at once,
+ *   - fencing tokens strictly increasing per name, as a resource sees them
+ *     (a read-write lock's: its writers'),
+ *   - never more than its permits in use of a semaphore,
+ *   - never a writer of a read-write lock beside another holder,
  *   - every acquire request ends with exactly one callback.
  * The one exception is the documented limit of asynchronous replication: an
  * overlap that starts right after a kill -9 of the master that served the
@@ -35,7 +41,10 @@
  * limit_from). Redlock has no such window. Errors (a request that met a
  * dead connection) are allowed and counted by cause; violations are not.
  * Exit status 0 only with zero violations in every phase; 1 on a
- * violation; 2 when a phase could not run to its end (a harness problem). */
+ * violation; 2 when a phase could not run to its end (a harness problem),
+ * or when the prims phase's semaphores never had all their permits in use
+ * at once, or its read-write locks never two readers or no writer (checks
+ * that could not have failed). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,8 +108,8 @@ static void run_standalone(stress_cfg *cfg, long long end_ms, phase *ph) {
         return;
     }
     snprintf(cfg->url, sizeof(cfg->url), "%s", r.url);
-    printf("hilock-stress: standalone: %d processes x %d waiters on %d names, %lld s, redis on port %d\n",
-           cfg->procs, cfg->per_proc, cfg->names, (end_ms - test_now_ms() + 999) / 1000, r.port);
+    printf("hilock-stress: %s: %d processes x %d waiters on %d names, %lld s, redis on port %d\n",
+           ph->mode, cfg->procs, cfg->per_proc, cfg->names, (end_ms - test_now_ms() + 999) / 1000, r.port);
     fflush(stdout);
     pid_t *kids = stress_workers_start(cfg);
     unsigned rnd = (unsigned)time(NULL);
@@ -122,7 +131,8 @@ static void run_standalone(stress_cfg *cfg, long long end_ms, phase *ph) {
  * end (a server that would not restart, a cluster that would not settle)
  * is not one: it fails the run apart (exit status 2). */
 static long phase_violations(const phase *ph) {
-    return sh->overlaps + sh->regressions + sh->double_callbacks + ph->stranded + ph->bad_exits;
+    return sh->overlaps + sh->regressions + sh->permit_overruns + sh->rw_conflicts + sh->double_callbacks +
+           ph->stranded + ph->bad_exits;
 }
 
 static void print_codes(const char *label, volatile long *table) {
@@ -142,29 +152,57 @@ static long sum_codes(volatile long *table) {
     return n;
 }
 
+static const char *event_kind(char kind) {
+    switch (kind) {
+    case 'o': return "overlap";
+    case 'r': return "fence regression";
+    case 'p': return "permits over the semaphore's";
+    default: return "a writer beside another holder";
+    }
+}
+
+/* What a grant in a trace asked, when it asked something. */
+static const char *ask_text(const stress_cfg *cfg, int name, int ask) {
+    static char buf[48];
+    const char *label = ask > 0 && ask < MAX_ASK ? stress_prims[cfg->kind[name]].grant_label[ask] : NULL;
+    snprintf(buf, sizeof(buf), " (%s)", label ? label : "?");
+    return buf;
+}
+
+static void print_event_head(const stress_cfg *cfg, const phase *ph, const stress_event *e) {
+    printf("hilock-stress:   [%6.1f s] %s on %s%s: ", (double)(e->at_ms - ph->started_ms) / 1000.0,
+           event_kind(e->kind), cfg->name[e->name],
+           e->limit ? " (within a limit window: asynchronous replication)" : "");
+    if (e->kind == 'p')
+        printf("holder %d came in, %ld permits in use of %d; fence %llu\n", e->next, e->count, SEM_PERMITS,
+               e->fence);
+    else if (e->kind == 'w' && e->prev == 0)
+        printf("writer %d came in beside %ld readers; fence %llu\n", e->next, e->count, e->fence);
+    else if (e->kind == 'w')
+        printf("writer %d, then %d came in (%ld readers); fence %llu\n", e->prev, e->next, e->count, e->fence);
+    else
+        printf("holder %d, then %d; fence %llu after %llu\n", e->prev, e->next, e->fence, e->last_fence);
+}
+
 static void print_events(const stress_cfg *cfg, const phase *ph) {
     int n = sh->nevents < MAX_EVENTS ? sh->nevents : MAX_EVENTS;
     for (int i = 0; i < n; i++) {
         const stress_event *e = &sh->events[i];
-        printf("hilock-stress:   [%6.1f s] %s on %s%s: holder %d, then %d; fence %llu after %llu\n",
-               (double)(e->at_ms - ph->started_ms) / 1000.0,
-               e->kind == 'o' ? "overlap" : "fence regression", cfg->name[e->name],
-               e->limit ? " (within a limit window: asynchronous replication)" : "", e->prev,
-               e->next, e->fence, e->last_fence);
-        if (e->kind == 'o')
+        print_event_head(cfg, ph, e);
+        if ((e->kind == 'o' || e->kind == 'w') && e->prev != 0)
             printf("hilock-stress:     holder %d, granted %lld ms before, %s\n", e->prev, e->at_ms - e->prev_since_ms,
                    e->prev_left_how == 0 ? "was not seen leaving"
                    : e->prev_left_how == 'l' ? "left by its lost callback"
                    : e->prev_left_lost ? "left when its hold ended, hilock_hold_lost() saying 1"
                                        : "left when its hold ended, hilock_hold_lost() saying 0");
-        if (e->kind == 'o' && e->prev_left_how)
+        if ((e->kind == 'o' || e->kind == 'w') && e->prev_left_how)
             printf("hilock-stress:     ... %+lld ms after the overlap began\n", e->prev_left_ms - e->at_ms);
         for (int k = e->ntrace > 10 ? e->ntrace - 10 : 0; k < e->ntrace; k++) {
             const stress_trace *t = &e->trace[k];
             printf("hilock-stress:     %+7lld ms  %-6d %s", t->at_ms - e->at_ms, t->id,
                    t->kind == 'g' ? "granted" : t->kind == 'e' ? "hold ended" : t->kind == 'l' ? "lost callback"
                                                                   : "release answered");
-            if (t->kind == 'g') printf(", fence %llu", t->fence);
+            if (t->kind == 'g') printf(", fence %llu%s", t->fence, t->arg ? ask_text(cfg, e->name, t->arg) : "");
             if (t->kind == 'e') printf(", hilock_hold_lost() %d", t->arg);
             if (t->kind == 'l' || t->kind == 'r') printf(", %s", t->arg ? hilock_strerror(t->arg) : "ok");
             printf("\n");
@@ -184,9 +222,12 @@ static long report(const stress_cfg *cfg, const phase *ph) {
         printf("%s\"%s\":%ld", i ? "," : "", ph->faults.kind[i], ph->faults.n[i]);
     printf("},\"violations\":%ld,\"overlaps\":%ld,\"fence_regressions\":%ld,\"double_callbacks\":%ld,"
            "\"stranded_waiters\":%ld,\"workers_unfinished\":%d,\"workers_crashed\":%d,\"phase_failed\":%d,"
-           "\"async_replication_overlaps\":%ld,\"async_replication_regressions\":%ld,\"lost_holds\":%ld",
+           "\"async_replication_overlaps\":%ld,\"async_replication_regressions\":%ld,\"lost_holds\":%ld,"
+           "\"permit_overruns\":%ld,\"rw_conflicts\":%ld",
            violations, sh->overlaps, sh->regressions, sh->double_callbacks, ph->stranded,
-           ph->bad_exits, sh->crashed, ph->failed, sh->overlaps_limit, sh->regressions_limit, sh->lost);
+           ph->bad_exits, sh->crashed, ph->failed, sh->overlaps_limit, sh->regressions_limit, sh->lost,
+           sh->permit_overruns, sh->rw_conflicts);
+    if (stress_prims_used(cfg)) stress_prims_json(cfg);
     print_codes("errors", sh->errors);
     print_codes("release_errors", sh->release_errors);
     printf("}\n");
@@ -194,13 +235,14 @@ static long report(const stress_cfg *cfg, const phase *ph) {
            "error, %.1f s\n",
            ph->mode, sh->acquisitions, stress_faults_total(&ph->faults), violations,
            sum_codes(sh->errors), secs);
+    if (stress_prims_used(cfg)) stress_prims_summary(cfg, ph->mode);
     if (sh->crashed)
         printf("hilock-stress: %s: %d workers crashed (their stacks are above: `addr2line -f -i -e\n"
                "  hilock-stress +0x...` names the functions); the phase stopped there\n", ph->mode, sh->crashed);
     if (ph->failed)
         printf("hilock-stress: %s: the phase could not run to its end (see above): not a violation\n"
                "  of the lock, but the run fails\n", ph->mode);
-    if (sh->overlaps_limit + sh->regressions_limit > 0)
+    if (sh->overlaps_limit + sh->regressions_limit + sh->permit_overruns_limit + sh->rw_conflicts_limit > 0)
         printf("hilock-stress: %s: %ld overlaps began within one lease after a kill -9 of the master\n"
                "  that served the name (or, under Sentinel, of the end of a plain SENTINEL FAILOVER,\n"
                "  whose old master takes writes until it is made a replica): a grant that master had\n"
@@ -208,7 +250,8 @@ static long report(const stress_cfg *cfg, const phase *ph) {
                "  the documented limit of asynchronous replication (README, Redis Cluster, Redis\n"
                "  Sentinel), not counted as a violation; fencing tokens are what protects a resource\n"
                "  then.\n",
-               ph->mode, sh->overlaps_limit + sh->regressions_limit);
+               ph->mode, sh->overlaps_limit + sh->regressions_limit + sh->permit_overruns_limit +
+                             sh->rw_conflicts_limit);
     for (int i = 0; i < NCODES; i++)
         if (sh->sampled[i] && sh->errors[i])
             printf("hilock-stress: %s: first \"%s\": %s\n", ph->mode, i ? hilock_strerror(-i) : "refused",
@@ -220,12 +263,14 @@ static long report(const stress_cfg *cfg, const phase *ph) {
 
 /* ---- Main ---------------------------------------------------------------- */
 
+/* Mutexes, all of them. */
 static void plain_names(stress_cfg *cfg) {
+    memset(cfg->kind, PRIM_MUTEX, sizeof(cfg->kind));
     for (int i = 0; i < cfg->names; i++) snprintf(cfg->name[i], sizeof(cfg->name[i]), "stress-%d", i);
 }
 
 static int usage(const char *argv0) {
-    fprintf(stderr, "usage: %s [-m all|standalone|cluster|sentinel|redlock|nginx|both] [-s SECONDS<=120] [-p PROCS] "
+    fprintf(stderr, "usage: %s [-m all|standalone|prims|cluster|sentinel|redlock|nginx|both] [-s SECONDS<=120] [-p PROCS] "
                     "[-w WAITERS/PROC] [-n NAMES<=%d]\n", argv0, MAX_NAMES);
     return 64;
 }
@@ -234,9 +279,9 @@ static int usage(const char *argv0) {
  * several run (the cluster's is the largest: six servers to start, and a
  * settle after each fault). `both` is standalone + cluster, as before
  * Sentinel and Redlock came: 30% and 70%. */
-enum { STANDALONE, CLUSTER, SENTINEL, REDLOCK, NGINX, NMODES };
-static const char *const mode_name[NMODES] = {"standalone", "cluster", "sentinel", "redlock", "nginx"};
-static const int mode_share[NMODES] = {15, 30, 20, 20, 15};
+enum { STANDALONE, PRIMS, CLUSTER, SENTINEL, REDLOCK, NGINX, NMODES };
+static const char *const mode_name[NMODES] = {"standalone", "prims", "cluster", "sentinel", "redlock", "nginx"};
+static const int mode_share[NMODES] = {10, 15, 25, 20, 20, 10};
 
 static int parse_mode(const char *mode, int run[NMODES]) {
     memset(run, 0, NMODES * sizeof(int));
@@ -305,6 +350,17 @@ int main(int argc, char **argv) {
             cfg.long_hold_permille = 0;
             run_standalone(&cfg, end, &ph);
             break;
+        case PRIMS:
+            /* The standalone phase's server, faults and lease, on
+             * semaphores, read-write locks and mutexes; a few holds of up
+             * to 2.5 s, renewed (every lease / 3) through the faults. */
+            stress_prims_names(&cfg);
+            cfg.lease_ms = 3000;
+            cfg.request_timeout_ms = 1500;
+            cfg.long_hold_permille = 1;
+            cfg.long_hold_max_ms = 2500;
+            run_standalone(&cfg, end, &ph);
+            break;
         case CLUSTER:
             stress_cluster_names(&cfg);
             /* Longer than a failover (about 3 s at node timeout 2000), as a
@@ -351,10 +407,11 @@ int main(int argc, char **argv) {
         }
         ph.ended_ms = test_now_ms();
         violations += report(&cfg, &ph);
-        failed |= ph.failed;
+        /* A check that never met its limit could not have failed. */
+        failed |= ph.failed || (stress_prims_used(&cfg) && stress_prims_unexercised(&cfg) != NULL);
         cfg.names = names;
     }
     printf("hilock-stress: %ld violations in %.1f s%s\n", violations, (double)(test_now_ms() - start) / 1000.0,
-           failed ? "; a phase could not run to its end" : "");
+           failed ? "; a phase could not run to its end, or its checks never met their limits" : "");
     return violations ? 1 : failed ? 2 : 0;
 }

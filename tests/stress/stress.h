@@ -1,12 +1,14 @@
 /* hilock-stress, shared between its parts: the workers (worker.c), the
- * standalone and cluster fault injectors (stress.c, cluster.c) and the
- * report. Workers are forked processes; everything they tell the parent
- * lives in one shared mapping (stress_shared), reset before each phase. */
+ * primitives they ask for and their invariants (prims.c), the standalone
+ * and cluster fault injectors (stress.c, cluster.c) and the report.
+ * Workers are forked processes; everything they tell the parent lives in
+ * one shared mapping (stress_shared), reset before each phase. */
 #ifndef HILOCK_STRESS_H
 #define HILOCK_STRESS_H
 
 #include <stdint.h>
 #include <sys/types.h>
+#include "hilock/hilock.h"
 
 #define MAX_NAMES 64
 #define MAX_PROCS 32
@@ -16,27 +18,36 @@
 
 #define TRACE_LEN 24    /* the last steps of each name, for the events */
 
+/* The primitives a name may be (prims.c: stress_prims[], indexed by
+ * stress_cfg.kind[name]); the mutex is 0, what every phase but prims uses. */
+enum { PRIM_MUTEX, PRIM_SEMAPHORE, PRIM_RWLOCK, NPRIMS };
+#define MAX_ASK 4      /* what one acquire of a primitive asks: 0..MAX_ASK-1 */
+#define SEM_PERMITS 3  /* permits_total of the prims phase's semaphores */
+
 /* One step of a name, as a worker saw it (the trace of an event). */
 typedef struct stress_trace {
     long long at_ms;            /* test_now_ms() */
     int id;                     /* the waiter */
     char kind;                  /* 'g' granted, 'e' hold ended (release sent),
                                  * 'l' lost callback, 'r' release answered */
-    int arg;                    /* 'e': hilock_hold_lost() then; 'l': why; 'r': status */
+    int arg;                    /* 'g': the ask (permits, 1 = write); 'e': hilock_hold_lost()
+                                 * then; 'l': why; 'r': status */
     unsigned long long fence;   /* 'g' */
 } stress_trace;
 
-/* One overlap or fence regression, as a worker saw it. */
+/* One violation, as a worker saw it. */
 typedef struct stress_event {
-    char kind;                  /* 'o' overlap, 'r' fence regression */
+    char kind;                  /* 'o' overlap, 'r' fence regression, 'p' permits over
+                                 * permits_total, 'w' a writer beside another holder */
     int name;
     int limit;                  /* 1: inside a kill -9 window (see limit_from) */
     int prev, next;             /* holder ids (proc * 100000 + waiter + 1) */
     long long at_ms;            /* test_now_ms() */
     unsigned long long fence, last_fence;
-    /* An overlap: when and how the previous holder left ('e' its hold
-     * ended, 'l' its lost callback; 0 not seen), and whether
-     * hilock_hold_lost() said 1 then. */
+    long count;                 /* 'p': permits in use then; 'w': readers then */
+    /* An overlap (or a 'w' after a writer): when and how the previous
+     * holder left ('e' its hold ended, 'l' its lost callback; 0 not seen),
+     * and whether hilock_hold_lost() said 1 then. */
     long long prev_since_ms;    /* when the previous holder was granted */
     volatile long long prev_left_ms;
     volatile char prev_left_how;
@@ -62,6 +73,15 @@ typedef struct stress_shared {
     volatile long acquisitions, long_holds, lost;
     volatile long overlaps, overlaps_limit, regressions, regressions_limit;
     volatile long double_callbacks;
+    /* The prims phase (prims.c), per name: the semaphore's permits in use
+     * (added on grant, subtracted before release or at a loss), the
+     * read-write lock's readers and its writer's id (0: none; cleared by
+     * that writer only, as inside[]); and the most seen at once. */
+    volatile long permits[MAX_NAMES], readers[MAX_NAMES];
+    volatile int writer[MAX_NAMES];
+    volatile long max_permits, max_readers;
+    volatile long permit_overruns, permit_overruns_limit, rw_conflicts, rw_conflicts_limit;
+    volatile long grants[NPRIMS][MAX_ASK]; /* by primitive and ask */
     volatile long errors[NCODES];          /* acquire callbacks, by -status */
     volatile long release_errors[NCODES];  /* release callbacks, by -status */
     volatile int sampled[NCODES];          /* err_sample[code] is written */
@@ -84,6 +104,7 @@ typedef struct stress_cfg {
     char url[256];
     int procs, per_proc, names;
     char name[MAX_NAMES][40];
+    unsigned char kind[MAX_NAMES];  /* PRIM_*: the primitive of each name */
     uint32_t lease_ms, request_timeout_ms;
     /* Per mille of grants held long (300..long_hold_max_ms ms instead of
      * 0..2): holds that span a migration or a failover, renewed through it. */
@@ -147,6 +168,56 @@ int stress_redlock(stress_cfg *cfg, long long end_ms, stress_faults *faults, lon
  * to *stranded; alerts and nginx that would not quit to *bad_exits.
  * Returns 0, or -1 when nginx could not be started. */
 int stress_nginx(stress_cfg *cfg, long long end_ms, stress_faults *faults, long *stranded, int *bad_exits);
+
+/* What one grant of a primitive is, for its invariant. */
+typedef struct stress_grant {
+    int name, id, ask;
+    unsigned long long fence;
+} stress_grant;
+
+/* A primitive of the workers: a table entry (prims.c). To add one: its
+ * PRIM_* above, an entry in stress_prims[], and a place among the names of
+ * the prims phase (stress_prims_names). */
+typedef struct stress_prim {
+    const char *label;
+    /* The report's name of a grant of each ask (NULL: never asked). */
+    const char *grant_label[MAX_ASK];
+    /* What one acquire asks, at random (NULL: always 0). */
+    int (*pick)(unsigned *rnd);
+    /* The acquire: hilock_acquire()'s signature (a mutex, or any primitive
+     * that asks nothing more), or acquire_ask's, given the ask. */
+    int (*acquire)(hilock_client *c, const char *name, const hilock_acquire_opts *opts,
+                   hilock_acquire_cb cb, void *data, hilock_wait **wait_out);
+    int (*acquire_ask)(hilock_client *c, const char *name, int ask, const hilock_acquire_opts *opts,
+                       hilock_acquire_cb cb, void *data);
+    /* The invariant: enter on a grant, before the hold is used; leave once
+     * when it ends (before its release is sent, or at its lost callback). */
+    void (*enter)(const stress_grant *g);
+    void (*leave)(const stress_grant *g);
+} stress_prim;
+
+extern const stress_prim stress_prims[NPRIMS];
+
+/* The names of the prims phase: semaphores, read-write locks and mutexes
+ * in turn (stress_cfg.kind). */
+void stress_prims_names(stress_cfg *cfg);
+/* Does the phase use a primitive besides the mutex? */
+int stress_prims_used(const stress_cfg *cfg);
+/* The prims' part of a phase's JSON line (",\"key\":..."), and of its
+ * summary (lines). */
+void stress_prims_json(const stress_cfg *cfg);
+void stress_prims_summary(const stress_cfg *cfg, const char *mode);
+/* NULL when the phase's semaphores reached permits_total in use at once
+ * and its read-write locks two readers at once and a writer (their checks
+ * could have failed); else which did not. */
+const char *stress_prims_unexercised(const stress_cfg *cfg);
+
+/* A violation seen by a worker (kind as in stress_event), counted apart
+ * inside a limit window (see limit_from), with the name's trace. */
+void stress_violation(char kind, int name, int prev, int next, unsigned long long fence,
+                      unsigned long long last, long count);
+/* *max = v if v is larger (atomically). */
+void stress_note_max(volatile long *max, long v);
 
 /* Shared by the sentinel and redlock phases (worker.c). */
 /* Lines of the phase's event log: on stdout, "[  12.3 s] ..." from t0, and

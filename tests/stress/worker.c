@@ -1,9 +1,12 @@
 /* hilock-stress workers: one client per process, per_proc waiters that
  * acquire a random name, hold it briefly, release it and start again, and
  * check the invariants in the shared mapping as they go:
- *   - no two holders of a name at once (inside[] holds the holder's id),
- *   - fencing tokens strictly increasing per name, as a resource sees them,
- *   - every acquire request ends with exactly one callback. */
+ *   - the primitive's own, on each grant and when the hold ends (prims.c:
+ *     for the mutex, no two holders of a name at once and fencing tokens
+ *     strictly increasing per name, as a resource sees them),
+ *   - every acquire request ends with exactly one callback.
+ * A name's primitive is fixed (stress_cfg.kind); the worker knows it only
+ * through its entry in stress_prims[]. */
 #include <errno.h>
 #include <execinfo.h>
 #include <signal.h>
@@ -24,7 +27,11 @@ stress_shared *sh;
 typedef struct slot {
     struct worker *w;
     int id;            /* proc * 100000 + index + 1: never 0 */
+    int kind;          /* its names' primitive: those of name index % names */
     int name;
+    int ask;           /* what the acquire asked (stress_prim.pick) */
+    int in;            /* counted by the name's invariant: from the grant until
+                        * the hold ends or is lost, whichever comes first */
     int pending;
     hilock_hold *hold;
     struct event *hold_timer;
@@ -38,6 +45,7 @@ typedef struct worker {
     struct event_base *base;
     slot *slots;
     unsigned rnd;
+    int of_kind[NPRIMS][MAX_NAMES], nof_kind[NPRIMS]; /* the names of each primitive */
 } worker;
 
 static void issue(slot *s);
@@ -66,7 +74,7 @@ static void trace(int name, int id, char kind, int arg, unsigned long long fence
 }
 
 static void note_event(char kind, int name, int limit, int prev, int next, unsigned long long fence,
-                       unsigned long long last) {
+                       unsigned long long last, long count) {
     int i = __atomic_fetch_add(&sh->nevents, 1, __ATOMIC_SEQ_CST);
     if (i >= MAX_EVENTS) return;
     stress_event *e = &sh->events[i];
@@ -78,11 +86,12 @@ static void note_event(char kind, int name, int limit, int prev, int next, unsig
     e->at_ms = test_now_ms();
     e->fence = fence;
     e->last_fence = last;
+    e->count = count;
     e->prev_since_ms = sh->inside_since[name];
     unsigned n = sh->trace_n[name], from = n > TRACE_LEN ? n - TRACE_LEN : 0;
     e->ntrace = 0;
     for (unsigned k = from; k < n; k++) e->trace[e->ntrace++] = sh->trace[name][k % TRACE_LEN];
-    if (kind == 'o') {
+    if (prev != 0 && (kind == 'o' || kind == 'w')) {
         sh->watch_ev[name] = i + 1;
         sh->watch_id[name] = prev;
     }
@@ -94,10 +103,38 @@ static int in_limit(int name) {
     return sh->limit_from[name] != 0 && now >= sh->limit_from[name] && now <= sh->limit_until[name];
 }
 
-/* The holder leaves (end of its hold, or its lock was lost): clear its own
- * id only, never that of a holder that came in meanwhile. */
+static volatile long *violation_counter(char kind, int limit) {
+    switch (kind) {
+    case 'o': return limit ? &sh->overlaps_limit : &sh->overlaps;
+    case 'r': return limit ? &sh->regressions_limit : &sh->regressions;
+    case 'p': return limit ? &sh->permit_overruns_limit : &sh->permit_overruns;
+    default: return limit ? &sh->rw_conflicts_limit : &sh->rw_conflicts;
+    }
+}
+
+void stress_violation(char kind, int name, int prev, int next, unsigned long long fence,
+                      unsigned long long last, long count) {
+    int limit = in_limit(name);
+    __atomic_add_fetch(violation_counter(kind, limit), 1, __ATOMIC_SEQ_CST);
+    note_event(kind, name, limit, prev, next, fence, last, count);
+}
+
+void stress_note_max(volatile long *max, long v) {
+    long m = *max;
+    while (v > m && !__atomic_compare_exchange_n(max, &m, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+}
+
+static const stress_prim *prim_of(const slot *s) {
+    return &stress_prims[s->kind];
+}
+
+static stress_grant grant_of(const slot *s, unsigned long long fence) {
+    return (stress_grant){s->name, s->id, s->ask, fence};
+}
+
+/* The holder leaves (end of its hold, or its lock was lost): the name's
+ * invariant counts it out once, at the first of the two. */
 static void leave(slot *s, char how, int lost) {
-    int mine = s->id;
     trace(s->name, s->id, how, lost, 0);
     if (sh->watch_id[s->name] == s->id) { /* an overlap met us: say when we left */
         int ev = sh->watch_ev[s->name] - 1;
@@ -108,7 +145,10 @@ static void leave(slot *s, char how, int lost) {
             sh->events[ev].prev_left_how = how;
         }
     }
-    __atomic_compare_exchange_n(&sh->inside[s->name], &mine, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    if (!s->in) return;
+    s->in = 0;
+    stress_grant g = grant_of(s, 0);
+    prim_of(s)->leave(&g);
 }
 
 static void lost_cb(hilock_hold *h, int why, void *data) {
@@ -136,20 +176,11 @@ static void end_hold(evutil_socket_t fd, short what, void *arg) {
 }
 
 static void enter(slot *s, hilock_hold *h) {
-    int limit = in_limit(s->name);
-    int prev = __atomic_exchange_n(&sh->inside[s->name], s->id, __ATOMIC_SEQ_CST);
-    unsigned long long f = hilock_hold_fence(h), last = sh->last_fence[s->name];
-    trace(s->name, s->id, 'g', 0, f);
-    if (prev != 0) {
-        __atomic_add_fetch(limit ? &sh->overlaps_limit : &sh->overlaps, 1, __ATOMIC_SEQ_CST);
-        note_event('o', s->name, limit, prev, s->id, f, last);
-    }
-    sh->inside_since[s->name] = test_now_ms();
-    if (f <= last) {
-        __atomic_add_fetch(limit ? &sh->regressions_limit : &sh->regressions, 1, __ATOMIC_SEQ_CST);
-        note_event('r', s->name, limit, prev, s->id, f, last);
-    }
-    sh->last_fence[s->name] = f;
+    stress_grant g = grant_of(s, hilock_hold_fence(h));
+    trace(s->name, s->id, 'g', s->ask, g.fence);
+    __atomic_add_fetch(&sh->grants[s->kind][s->ask], 1, __ATOMIC_SEQ_CST);
+    s->in = 1;
+    prim_of(s)->enter(&g);
 }
 
 /* Most holds are short (0-2 ms): contention and hand-offs. A few are long,
@@ -196,10 +227,15 @@ static void issue(slot *s) {
     o.lease_ms = w->cfg->lease_ms;
     o.lost_cb = lost_cb;
     o.lost_data = s;
-    s->name = (int)(rand_r(&w->rnd) % (unsigned)w->cfg->names);
+    s->name = w->of_kind[s->kind][rand_r(&w->rnd) % (unsigned)w->nof_kind[s->kind]];
+    const stress_prim *p = prim_of(s);
+    const char *name = w->cfg->name[s->name];
+    s->ask = p->pick ? p->pick(&w->rnd) : 0;
     s->pending = 1;
     __atomic_add_fetch(&sh->issued[w->proc], 1, __ATOMIC_SEQ_CST);
-    if (hilock_acquire(w->client, w->cfg->name[s->name], &o, acquired, s, NULL) != 0) {
+    int rc = p->acquire ? p->acquire(w->client, name, &o, acquired, s, NULL)
+                        : p->acquire_ask(w->client, name, s->ask, &o, acquired, s);
+    if (rc != 0) {
         s->pending = 0;
         __atomic_add_fetch(&sh->ended[w->proc], 1, __ATOMIC_SEQ_CST);
         count_code(sh->errors, 0);
@@ -227,10 +263,13 @@ static void on_crash(int sig) {
     char head[96];
     void *frames[48];
     __atomic_add_fetch(&sh->crashed, 1, __ATOMIC_SEQ_CST); /* the fault loop stops */
-    for (int k = 0; k < MAX_NAMES; k++) { /* a dead process holds nothing */
-        int id = sh->inside[k];
+    for (int k = 0; k < MAX_NAMES; k++) { /* a dead process holds nothing (its permits
+                                           * and reads are not known here) */
+        int id = sh->inside[k], wid = sh->writer[k];
         if (id / 100000 == my_proc)
             __atomic_compare_exchange_n(&sh->inside[k], &id, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        if (wid / 100000 == my_proc)
+            __atomic_compare_exchange_n(&sh->writer[k], &wid, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     }
     int n = snprintf(head, sizeof(head), "hilock-stress: worker pid %d: signal %d; its stack:\n", (int)getpid(), sig);
     if (write(2, head, (size_t)n) < 0) { /* nothing to do */ }
@@ -244,6 +283,23 @@ static void catch_crashes(void) {
     backtrace(warm, 1); /* loads libgcc now, not in the handler */
     int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL};
     for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) signal(sigs[i], on_crash);
+}
+
+/* Each waiter asks for names of one primitive only: as many waiters per
+ * name for each, however fast its names turn (waiters that picked any name
+ * would pile up on the slowest primitive's, the mutex's). With mutexes
+ * alone, any name. */
+static void init_slots(worker *w) {
+    const stress_cfg *cfg = w->cfg;
+    for (int i = 0; i < cfg->names; i++) w->of_kind[cfg->kind[i]][w->nof_kind[cfg->kind[i]]++] = i;
+    for (int i = 0; i < cfg->per_proc; i++) {
+        slot *s = &w->slots[i];
+        s->w = w;
+        s->id = w->proc * 100000 + i + 1;
+        s->kind = cfg->kind[i % cfg->names];
+        s->hold_timer = evtimer_new(w->base, end_hold, s);
+        s->retry_timer = evtimer_new(w->base, retry, s);
+    }
 }
 
 static int run_worker(const stress_cfg *cfg, int proc) {
@@ -262,13 +318,8 @@ static int run_worker(const stress_cfg *cfg, int proc) {
     hc.reconnect_max_ms = 200;
     if (hilock_client_new(&w.client, &hc, &loop) != 0) return 2;
     w.slots = calloc((size_t)cfg->per_proc, sizeof(slot));
-    for (int i = 0; i < cfg->per_proc; i++) {
-        w.slots[i].w = &w;
-        w.slots[i].id = proc * 100000 + i + 1;
-        w.slots[i].hold_timer = evtimer_new(w.base, end_hold, &w.slots[i]);
-        w.slots[i].retry_timer = evtimer_new(w.base, retry, &w.slots[i]);
-        issue(&w.slots[i]);
-    }
+    init_slots(&w);
+    for (int i = 0; i < cfg->per_proc; i++) issue(&w.slots[i]);
     struct event *tick = event_new(w.base, -1, EV_PERSIST, stop_check, &w);
     struct timeval tv = {0, 20000};
     evtimer_add(tick, &tv);
