@@ -3,9 +3,9 @@
 # report. Not in `make test`.
 #   STRESS_MODE=standalone  one server: connection kills, stalls, restarts
 #   STRESS_MODE=prims       the same on semaphores (3 permits, 1 or 2 per
-#                           acquire), read-write locks (1 writer in 10) and
-#                           mutexes: permits in use, writers alone, write
-#                           fences checked (tests/stress/prims.c)
+#                           acquire), read-write locks (1 writer in 10), fair
+#                           locks and mutexes: permits in use, writers alone,
+#                           one holder, fences checked (tests/stress/prims.c)
 #   STRESS_MODE=cluster     3 masters + 3 replicas: slot migrations step by
 #                           step, redis-cli reshards, CLUSTER FAILOVER,
 #                           kill -9 of a master (half of them after its

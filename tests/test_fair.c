@@ -735,3 +735,41 @@ Test(fair, contention_on_a_cluster, .timeout = 180) {
     hilock_client_free(b);
     test_cluster_stop(&cl);
 }
+
+/* The missed grant went to a wait that is not its client's first (the
+ * first one's place was lost, as after a stall): the first wait's try,
+ * after the resubscription, names the holder, and the client grants that
+ * other wait; the first one has joined again and comes next. */
+Test(fair, a_missed_grant_to_a_later_wait_is_found_by_the_first) {
+    hilock_client *h = lockenv_client(&e);
+    side s;
+    side_start(&s);
+    got gh = fair_now(h, "mm2", NULL), g1, g2;
+    fair_start(s.c, "mm2", NULL, &g1, NULL);
+    fair_start(s.c, "mm2", NULL, &g2, NULL);
+    test_loop_for(s.base, 150);
+    cr_assert_eq(queued("mm2"), 2);
+    redisReply *first = test_redis_cmd(&e.r, "ZRANGE %s 0 0", fkey("mm2", ":q"));
+    cr_assert(first && first->type == REDIS_REPLY_ARRAY && first->elements == 1);
+    test_redis_int(&e.r, "ZREM %s %s", fkey("mm2", ":q"), first->element[0]->str);
+    freeReplyObject(first);
+    cr_assert_gt(test_redis_int(&e.r, "CLIENT KILL TYPE pubsub"), 0);
+    cr_assert_eq(release_now(&e, gh.hold), 0); /* to the second wait, unheard */
+    cr_assert(test_loop_until(s.base, &g2.calls, 5000), "the missed grant was never found");
+    cr_expect_eq(g2.status, 0, "%s", hilock_strerror(g2.status));
+    cr_expect_eq(g1.calls, 0, "the first wait got a lock it was not given");
+    test_loop_for(s.base, 600);
+    cr_expect_eq(hilock_hold_lost(g2.hold), 0);
+    cr_expect_gt(test_redis_int(&e.r, "PTTL %s", fkey("mm2", "")), 20000, "never claimed");
+    cr_expect_eq(queued("mm2"), 1, "the first wait did not join again");
+    rel r = {0, 0};
+    hilock_release(g2.hold, rel_cb, &r);
+    cr_assert(test_loop_until(s.base, &g1.calls, 3000), "the first wait never got it");
+    cr_expect_eq(g1.status, 0);
+    memset(&r, 0, sizeof(r));
+    hilock_release(g1.hold, rel_cb, &r);
+    test_loop_until(s.base, &r.calls, 3000);
+    cr_expect_eq(held("mm2"), 0);
+    side_stop(&s);
+    hilock_client_free(h);
+}

@@ -3,6 +3,7 @@
  * the hold ends. One entry of stress_prims[] per primitive:
  *   mutex      no two holders of a name at once (inside[]), fences strictly
  *              increasing per name;
+ *   fair       the fair lock, with the mutex's checks;
  *   semaphore  SEM_PERMITS permits, each acquire asking 1 or 2: the
  *              permits in use (permits[]) never above SEM_PERMITS;
  *   rwlock     mostly readers, some writers: never a writer beside anyone
@@ -15,7 +16,7 @@
  *
  * The prims phase is the standalone phase (one server: connection kills,
  * stalls, restarts; stress.c) on names that are semaphores, read-write
- * locks and mutexes in turn (stress_prims_names). A fourth primitive is a
+ * locks, fair locks and mutexes in turn (stress_prims_names). A fourth primitive is a
  * PRIM_* in stress.h, an entry below (a lock with hilock_acquire()'s
  * signature takes .acquire and the mutex's checks as they are), and its
  * place in `cycle`. */
@@ -121,10 +122,12 @@ const stress_prim stress_prims[NPRIMS] = {
                         .leave = sem_leave},
     [PRIM_RWLOCK] = {.label = "rwlock", .grant_label = {"read", "write"}, .pick = rw_pick,
                      .acquire_ask = rw_acquire, .enter = rw_enter, .leave = rw_leave},
+    [PRIM_FAIR] = {.label = "fair", .grant_label = {"fair"}, .acquire = hilock_fair_acquire,
+                   .enter = mutex_enter, .leave = mutex_leave},
 };
 
 /* The primitives of the prims phase's names, in turn. */
-static const int cycle[] = {PRIM_SEMAPHORE, PRIM_RWLOCK, PRIM_MUTEX};
+static const int cycle[] = {PRIM_SEMAPHORE, PRIM_RWLOCK, PRIM_FAIR, PRIM_MUTEX};
 
 void stress_prims_names(stress_cfg *cfg) {
     int n = (int)(sizeof(cycle) / sizeof(cycle[0]));

@@ -20,7 +20,7 @@
 
 /* The primitives a name may be (prims.c: stress_prims[], indexed by
  * stress_cfg.kind[name]); the mutex is 0, what every phase but prims uses. */
-enum { PRIM_MUTEX, PRIM_SEMAPHORE, PRIM_RWLOCK, NPRIMS };
+enum { PRIM_MUTEX, PRIM_SEMAPHORE, PRIM_RWLOCK, PRIM_FAIR, NPRIMS };
 #define MAX_ASK 4      /* what one acquire of a primitive asks: 0..MAX_ASK-1 */
 #define SEM_PERMITS 3  /* permits_total of the prims phase's semaphores */
 
