@@ -773,3 +773,37 @@ Test(fair, a_missed_grant_to_a_later_wait_is_found_by_the_first) {
     side_stop(&s);
     hilock_client_free(h);
 }
+
+/* The queue's keys are lost (a restart without persistence, a failover
+ * that lost them) while 10 waits of one client are queued: that client's
+ * next try learns it, and every wait joins again, so they are served one
+ * handoff after another, not one per second as each becomes the first. */
+static void serve_and_release(hilock_hold *h, int status, void *data) {
+    got *g = data;
+    got_cb(h, status, data);
+    if (status == 0) hilock_release(h, NULL, NULL);
+    (void)g;
+}
+
+Test(fair, waits_whose_places_were_lost_join_again) {
+    hilock_client *h = lockenv_client(&e), *c = lockenv_client(&e);
+    got gh = fair_now(h, "lost", NULL), g[10];
+    memset(g, 0, sizeof(g));
+    for (int i = 0; i < 10; i++)
+        cr_assert_eq(hilock_fair_acquire(c, "lost", NULL, serve_and_release, &g[i], NULL), 0);
+    test_loop_for(e.base, 150);
+    cr_assert_eq(queued("lost"), 10);
+    test_redis_int(&e.r, "DEL %s %s", fkey("lost", ":q"), fkey("lost", ":p"));
+    long long t0 = test_now_ms();
+    cr_assert_eq(release_now(&e, gh.hold), 0);
+    cr_assert(test_loop_until(e.base, &g[9].calls, 8000), "the last wait never got it");
+    long long took = g[9].at_ms - t0;
+    cr_log_info("places lost: 10 waits served in %lld ms after the release", took);
+    for (int i = 0; i < 10; i++) cr_expect_eq(g[i].status, 0, "wait %d: %s", i, hilock_strerror(g[i].status));
+    cr_expect_lt(took, 2500, "served one per second: %lld ms", took);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(held("lost"), 0);
+    cr_expect_eq(queued("lost"), 0);
+    hilock_client_free(c);
+    hilock_client_free(h);
+}

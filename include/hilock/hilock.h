@@ -484,8 +484,10 @@ HILOCK_API int hilock_write_acquire(hilock_client *c, const char *name,
  *  - A grant to a client that died (after its wait reached Redis) holds the
  *    lock for the claim window, 1 s, or less if the lease is shorter, then
  *    the next waiter gets it, within a second more. The places of a client
- *    that died (or stopped its loop for more than 5 s) are dropped; one
- *    whose loop only stalled rejoins at the end of the queue.
+ *    that died (or stopped its loop for more than 5 s) are dropped; when
+ *    one whose loop only stalled tries again, or Redis lost the queue (a
+ *    restart without persistence), all its waits join again, in their
+ *    order, at the end of the queue.
  *  - A grant by message counts its lease from the server's clock, moved
  *    onto this client's clock by its last try: a hold is never thought
  *    longer than the key lives in Redis, unless the server's clock steps

@@ -142,6 +142,9 @@ typedef struct hl_try {
     /* granted, and the lock was this token's already (the try renewed
      * it), if the primitive says; else it was taken now. */
     int renewed;
+    /* The primitive's queue lost this client's places (hl_prim.joins):
+     * every queued wait joins again. */
+    int rejoin;
     /* The server's clock (ms) when the try ran, if the primitive says. */
     uint64_t server_ms;
     /* Not granted: the token that holds the lock and for how much longer

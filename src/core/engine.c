@@ -18,6 +18,7 @@
 #include "core/engine.h"
 
 static void try_send(hilock_wait *w);
+static void try_submit(hilock_wait *w, int join);
 
 /* ---- Subscription state -------------------------------------------------- */
 
@@ -385,6 +386,18 @@ static void try_later(hl_name *n, uint64_t retry_ms) {
     else hl_timer_start(&n->c->loop, &n->fallback, retry_ms);
 }
 
+/* The queue in Redis lost this client's places (it was silent too long,
+ * or the server lost its keys): every queued wait that has no try out
+ * joins again, in order, behind the one that learned it (`w`). */
+static void rejoin_all(hl_name *n, const hilock_wait *w) {
+    hl_link *l = n->waiters.next;
+    while (l != &n->waiters) {
+        hilock_wait *o = HL_CONTAINER(l, hilock_wait, link);
+        l = l->next;
+        if (o != w && o->req == NULL && !o->try_once) try_submit(o, 1);
+    }
+}
+
 /* A try said the lock is `w`'s. A wait that ended meanwhile gives it back,
  * unless the lock is its hold's (granted by message while this try was
  * out, which only renewed it). A wait granted so, whose try took the lock
@@ -423,6 +436,7 @@ static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
         try_found_holder(n, t, sent_at);
         try_later(n, t->retry_ms);
     }
+    if (t->rejoin) rejoin_all(n, w);
 }
 
 /* A join's answer (hl_prim.joins: the first try of a wait that was not its
@@ -440,6 +454,7 @@ static void join_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at, int
     n->answers++;
     if (t->granted) try_won(w, t, sent_at);
     else if (w->state == HL_WAIT_DONE) wait_abandon(w); /* it may have joined after it left */
+    if (t->rejoin) rejoin_all(n, w);
 }
 
 /* The answer to a try sent with a token its wait no longer has (granted by

@@ -56,30 +56,29 @@ static hl_req *fair_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl
     return r;
 }
 
-/* {1, fence, now}: ours now; {1, fence, now, 1}: ours already (renewed).
- * {0, pttl, now, holder, its fence}: held (maybe granted to `holder` by
- * this very try, for the claim window). */
+/* {granted, n, now, holder, its fence, flags} (fair_acquire.lua): ours
+ * with fence n (flags & 1: ours already, renewed), or held by `holder` for
+ * n ms more; flags & 2: this client's other places were lost. */
 static int fair_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
+    static const int types[6] = {REDIS_REPLY_INTEGER, REDIS_REPLY_INTEGER, REDIS_REPLY_INTEGER,
+                                 REDIS_REPLY_STRING, REDIS_REPLY_INTEGER, REDIS_REPLY_INTEGER};
     if (reply->type == REDIS_REPLY_ERROR) return hl_reply_error(&c->loop, reply);
-    size_t n = reply->type == REDIS_REPLY_ARRAY ? reply->elements : 0;
-    int ok = n >= 3 && n <= 5;
-    for (size_t i = 0; ok && i < n; i++)
-        ok = reply->element[i]->type == (i == 3 && n == 5 ? REDIS_REPLY_STRING : REDIS_REPLY_INTEGER);
-    if (!ok || (n == 5 && reply->element[3]->len != HL_TOKEN_LEN)) {
+    int ok = reply->type == REDIS_REPLY_ARRAY && reply->elements == 6;
+    for (size_t i = 0; ok && i < 6; i++) ok = reply->element[i]->type == types[i];
+    long long got = ok ? reply->element[0]->integer : 0, val = ok ? reply->element[1]->integer : 0;
+    size_t holder_len = ok ? reply->element[3]->len : 0;
+    if (!ok || (got == 0 && holder_len != HL_TOKEN_LEN)) {
         hl_set_error(&c->loop, "unexpected reply to the fair lock's acquire script");
         return HILOCK_EPROTO;
     }
-    long long got = reply->element[0]->integer, val = reply->element[1]->integer;
+    long long flags = reply->element[5]->integer;
     out->granted = got == 1;
     out->server_ms = (uint64_t)reply->element[2]->integer;
+    out->rejoin = (flags & 2) != 0;
     if (out->granted) {
         out->fence = (uint64_t)val;
-        out->renewed = n == 4;
+        out->renewed = (flags & 1) != 0;
         return 0;
-    }
-    if (n != 5) {
-        hl_set_error(&c->loop, "unexpected reply to the fair lock's acquire script");
-        return HILOCK_EPROTO;
     }
     /* The lock may be free by the end of its lease (-2: gone already;
      * -1, no TTL: not ours, look again soon). */

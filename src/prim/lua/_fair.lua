@@ -21,11 +21,14 @@ local now = math.floor(nowus / 1000)
 
 local function client_of(token) return string.sub(token, 1, 16) end
 
--- `token`'s process spoke: its entries count for ALIVE_MS more.
+-- `token`'s process spoke: its entries count for ALIVE_MS more. Returns
+-- true if it had no time left (it was silent too long, or the keys were
+-- lost): its other entries may be gone, and it must join them again.
 local function alive(procs, token)
   redis.call('ZREMRANGEBYSCORE', procs, '-inf', now)
-  redis.call('ZADD', procs, now + ALIVE_MS, client_of(token))
+  local new = redis.call('ZADD', procs, now + ALIVE_MS, client_of(token)) == 1
   redis.call('PEXPIRE', procs, ALIVE_MS)
+  return new
 end
 
 -- The first entry whose process is alive, taken off the queue; entries of

@@ -5,36 +5,41 @@
 -- The first try of every wait joins the queue at its tail; later tries
 -- (the head of each process's waits, at least every second) keep its
 -- process's entries alive, and find a grant whose message was missed.
--- Returns
---   {1, fence, now, 1}: ours already (granted by a message, or by an
---     earlier send of this try): its lease starts again now;
---   {1, fence, now}: ours now (the lock was free and we are the first live
---     entry, or nobody waits and we try once);
---   {0, pttl, now, holder, fence}: held by `holder` with `fence` (maybe
---     one of our process's waits, whose grant message was missed), for
---     pttl ms more (the lock was free, and this try granted it to the
---     first live entry, by message, when pttl is the claim window).
+-- Returns {granted, n, now, holder, its fence, flags}:
+--   granted 1: ours, with fence n; flags has 1 when it was ours already
+--     (granted by a message, or by an earlier send of this try: its lease
+--     starts again now), else the lock was free and we were the first live
+--     entry (or nobody waits and we try once);
+--   granted 0: held by `holder` with `fence` (maybe one of our process's
+--     waits, whose grant message was missed) for n ms more (the lock was
+--     free, and this try granted it to the first live entry, by message,
+--     when n is the claim window);
+--   flags has 2 when our process had no time left (see alive()): its
+--     other waits must join again.
 -- `now` is the server's clock (ms): fair.c dates grants by message with it.
 -- #include "_fence.lua"
 -- #include "_fair.lua"
 local token = ARGV[1]
-alive(KEYS[3], token)
+local lost = 0
+if alive(KEYS[3], token) then lost = 2 end
 local held = redis.call('HMGET', KEYS[1], 'token', 'fence')
 if held[1] == token then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('ZREM', KEYS[2], token)
-  return {1, tonumber(held[2]), now, 1}
+  return {1, tonumber(held[2]), now, '', 0, 1 + lost}
 end
 if ARGV[4] ~= '1' and redis.call('ZSCORE', KEYS[2], token) == false then
   local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
   redis.call('ZADD', KEYS[2], (tonumber(last) or 0) + 1, token)
 end
 redis.call('PEXPIRE', KEYS[2], ALIVE_MS)
-if held[1] then return {0, redis.call('PTTL', KEYS[1]), now, held[1], tonumber(held[2])} end
+if held[1] then
+  return {0, redis.call('PTTL', KEYS[1]), now, held[1], tonumber(held[2]), lost}
+end
 local head = pop_live()
 if head == nil or head == token then
   local fence = set_lock(token, ARGV[2], ARGV[3])
-  return {1, fence, now}
+  return {1, fence, now, '', 0, lost}
 end
 local fence = grant_by_message(head, ARGV[3], ARGV[5], ARGV[6])
-return {0, CLAIM_MS, now, head, fence}
+return {0, CLAIM_MS, now, head, fence, lost}
