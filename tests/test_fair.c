@@ -807,3 +807,29 @@ Test(fair, waits_whose_places_were_lost_join_again) {
     hilock_client_free(c);
     hilock_client_free(h);
 }
+
+/* A grant by message lives the waiter's lease when that is shorter than
+ * the 1 s claim window: a waiter that asked for 300 ms blocks nobody
+ * longer if it never claims. */
+Test(fair, the_claim_window_is_never_longer_than_the_lease) {
+    hilock_client *h = lockenv_client(&e);
+    side s;
+    side_start(&s);
+    hilock_acquire_opts o = wait_opts(HILOCK_WAIT_FOREVER, 300);
+    got gh = fair_now(h, "cw", NULL), g;
+    fair_start(s.c, "cw", &o, &g, NULL);
+    test_loop_for(s.base, 150);
+    cr_assert_eq(release_now(&e, gh.hold), 0); /* s's loop is not running */
+    long long pttl = test_redis_int(&e.r, "PTTL %s", fkey("cw", ""));
+    cr_expect(pttl > 0 && pttl <= 300, "a grant for a 300 ms lease lives %lld ms", pttl);
+    cr_assert(test_loop_until(s.base, &g.calls, 3000));
+    cr_expect_eq(g.status, 0);
+    test_loop_for(s.base, 500);
+    cr_expect_eq(hilock_hold_lost(g.hold), 0, "renewals of a 300 ms lease did not keep it");
+    rel r = {0, 0};
+    hilock_release(g.hold, rel_cb, &r);
+    test_loop_until(s.base, &r.calls, 3000);
+    cr_expect_eq(r.status, 0);
+    side_stop(&s);
+    hilock_client_free(h);
+}

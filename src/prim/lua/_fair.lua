@@ -1,6 +1,7 @@
 -- The fair lock's queue, shared by its scripts (see src/prim/fair.c).
 -- KEYS[1] the lock (hash: token, fence), KEYS[2] the queue (zset: token ->
--- its place), KEYS[3] the processes (zset: the first 16 hex digits of a
+-- its place * 1024 + its claim window, which is its lease, at most
+-- CLAIM_MS), KEYS[3] the processes (zset: the first 16 hex digits of a
 -- token, which name its client, -> until when its entries count, server
 -- ms), KEYS[4] the last fence; one hash tag, one slot.
 --
@@ -8,11 +9,11 @@
 -- release of the process on this name moves its time on to ALIVE_MS from
 -- now (fair.c tries at least every 1000 ms while it waits), so entries of
 -- a process that died are skipped ALIVE_MS after its last word, with no
--- refresh per waiter. A grant by message lives CLAIM_MS unless its
--- process claims it (renews it to its lease) or releases it; the grant
--- also cuts the process's time to CLAIM_MS, so the other entries of a
--- process that died are skipped with its first lapsed grant, not one by
--- one.
+-- refresh per waiter. A grant by message lives for the entry's claim
+-- window unless its process claims it (renews it to its lease) or
+-- releases it; the grant also cuts the process's time to that window, so
+-- the other entries of a process that died are skipped with its first
+-- lapsed grant, not one by one.
 local CLAIM_MS = 1000
 local ALIVE_MS = 5000
 local t = redis.call('TIME')
@@ -31,15 +32,24 @@ local function alive(procs, token)
   return new
 end
 
--- The first entry whose process is alive, taken off the queue; entries of
--- processes gone quiet are dropped on the way. nil: nobody waits.
+-- Join the queue at its tail, unless there already.
+local function join(token, lease_ms)
+  if redis.call('ZSCORE', KEYS[2], token) then return end
+  local last = tonumber(redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2] or '0')
+  local claim = math.min(tonumber(lease_ms), CLAIM_MS)
+  redis.call('ZADD', KEYS[2], (math.floor(last / 1024) + 1) * 1024 + claim, token)
+end
+
+-- The first entry whose process is alive, taken off the queue, and its
+-- claim window; entries of processes gone quiet are dropped on the way.
+-- nil: nobody waits.
 local function pop_live()
   while true do
-    local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-    if head == nil then return nil end
-    redis.call('ZREM', KEYS[2], head)
-    local until_ms = tonumber(redis.call('ZSCORE', KEYS[3], client_of(head)))
-    if until_ms and until_ms > now then return head end
+    local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    if head[1] == nil then return nil end
+    redis.call('ZREM', KEYS[2], head[1])
+    local until_ms = tonumber(redis.call('ZSCORE', KEYS[3], client_of(head[1])))
+    if until_ms and until_ms > now then return head[1], tonumber(head[2]) % 1024 end
   end
 end
 
@@ -51,17 +61,18 @@ local function set_lock(token, ms, fence_ttl_s)
   return fence, f
 end
 
--- Grant the lock to `head` (taken off the queue), and tell its process on
--- the channel: "g TOKEN FENCE NOW_MS CLAIM_MS". Returns the fence.
-local function grant_by_message(head, fence_ttl_s, channel, publish)
-  local fence, f = set_lock(head, CLAIM_MS, fence_ttl_s)
-  redis.call('ZADD', KEYS[3], 'XX', 'LT', now + CLAIM_MS, client_of(head))
-  redis.call(publish, channel, 'g ' .. head .. ' ' .. f .. ' ' .. now .. ' ' .. CLAIM_MS)
+-- Grant the lock to `head` (taken off the queue) for its claim window,
+-- and tell its process on the channel: "g TOKEN FENCE NOW_MS CLAIM_MS".
+-- Returns the fence.
+local function grant_by_message(head, claim, fence_ttl_s, channel, publish)
+  local fence, f = set_lock(head, claim, fence_ttl_s)
+  redis.call('ZADD', KEYS[3], 'XX', 'LT', now + claim, client_of(head))
+  redis.call(publish, channel, 'g ' .. head .. ' ' .. f .. ' ' .. now .. ' ' .. claim)
   return fence
 end
 
 -- The lock is free: grant it to the first live waiter, if any.
 local function grant_next(fence_ttl_s, channel, publish)
-  local head = pop_live()
-  if head then grant_by_message(head, fence_ttl_s, channel, publish) end
+  local head, claim = pop_live()
+  if head then grant_by_message(head, claim, fence_ttl_s, channel, publish) end
 end

@@ -28,18 +28,15 @@ if held[1] == token then
   redis.call('ZREM', KEYS[2], token)
   return {1, tonumber(held[2]), now, '', 0, 1 + lost}
 end
-if ARGV[4] ~= '1' and redis.call('ZSCORE', KEYS[2], token) == false then
-  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
-  redis.call('ZADD', KEYS[2], (tonumber(last) or 0) + 1, token)
-end
+if ARGV[4] ~= '1' then join(token, ARGV[2]) end
 redis.call('PEXPIRE', KEYS[2], ALIVE_MS)
 if held[1] then
   return {0, redis.call('PTTL', KEYS[1]), now, held[1], tonumber(held[2]), lost}
 end
-local head = pop_live()
+local head, claim = pop_live()
 if head == nil or head == token then
   local fence = set_lock(token, ARGV[2], ARGV[3])
   return {1, fence, now, '', 0, lost}
 end
-local fence = grant_by_message(head, ARGV[3], ARGV[5], ARGV[6])
-return {0, CLAIM_MS, now, head, fence, lost}
+local fence = grant_by_message(head, claim, ARGV[3], ARGV[5], ARGV[6])
+return {0, claim, now, head, fence, lost}
