@@ -36,10 +36,8 @@ Test(exclusion, many_waiters_and_processes, .timeout = 180) {
         cr_assert_geq(kids[p], 0);
         if (kids[p] == 0) {
             /* A fresh loop: libevent state must not be shared across fork. */
-            struct event_base *b = event_base_new();
-            lockenv ce = e;
-            ce.base = b;
-            hilock_libevent_init(&ce.loop, b);
+            lockenv ce = lockenv_child(&e);
+            struct event_base *b = ce.base;
             worker w = {res, PROC_WAITERS, 0, 0, 0};
             hilock_client *c = lockenv_client(&ce);
             for (int i = 0; i < PROC_WAITERS; i++)

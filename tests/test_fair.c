@@ -34,15 +34,7 @@ static void fair_start(hilock_client *c, const char *name, const hilock_acquire_
 }
 
 /* The fair lock's key with `suffix` ("", ":q", ":p", ":fence"). */
-static const char *fkey(const char *name, const char *suffix) {
-    static char ring[4][256];
-    static int next;
-    char *p = ring[next++ % 4];
-    hilock_key("hilock:", name, p, 200);
-    strcat(p, ":fair");
-    strcat(p, suffix);
-    return p;
-}
+#define fkey(name, suffix) prim_key(name, ":fair" suffix)
 
 static long long queued(const char *name) {
     return test_redis_int(&e.r, "ZCARD %s", fkey(name, ":q"));
@@ -52,15 +44,8 @@ static long long held(const char *name) {
     return test_redis_int(&e.r, "EXISTS %s", fkey(name, ""));
 }
 
-static long long script_calls(void) {
-    return stat_calls(&e.r, "evalsha") + stat_calls(&e.r, "eval");
-}
-
-static hilock_acquire_opts wait_opts(int64_t wait_ms, uint32_t lease_ms) {
-    hilock_acquire_opts o = opts_wait(wait_ms);
-    if (lease_ms) o.lease_ms = lease_ms;
-    return o;
-}
+static long long script_calls(void) { return script_calls_of(&e.r); }
+#define wait_opts opts_wait_lease
 
 /* ---- The handoff ------------------------------------------------------------- */
 
@@ -197,10 +182,8 @@ static void fifo_arrive(evutil_socket_t fd, short what, void *data) {
 
 /* Process p's waits arrive at t0 + (k * PROCS + p) * GAP. */
 static void fifo_child(fifores *r, int p) {
-    struct event_base *b = event_base_new();
-    lockenv ce = e;
-    ce.base = b;
-    hilock_libevent_init(&ce.loop, b);
+    lockenv ce = lockenv_child(&e);
+    struct event_base *b = ce.base;
     hilock_client *c = lockenv_client(&ce);
     fifowait w[FIFO_WAITS];
     volatile int left = FIFO_WAITS;
@@ -293,10 +276,8 @@ Test(fair, exclusion_over_processes, .timeout = 120) {
         kids[p] = fork();
         cr_assert_geq(kids[p], 0);
         if (kids[p] == 0) {
-            struct event_base *b = event_base_new();
-            lockenv ce = e;
-            ce.base = b;
-            hilock_libevent_init(&ce.loop, b);
+            lockenv ce = lockenv_child(&e);
+            struct event_base *b = ce.base;
             hilock_client *c = lockenv_client(&ce);
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             run_fair_slots(res, c, b, "procs", CSLOTS, CROUNDS, 90000);
@@ -333,10 +314,8 @@ static pid_t dead_child(deadkid *k, const char *name, int waits, uint32_t lease_
     pid_t kid = fork();
     cr_assert_geq(kid, 0);
     if (kid != 0) return kid;
-    struct event_base *b = event_base_new();
-    lockenv ce = e;
-    ce.base = b;
-    hilock_libevent_init(&ce.loop, b);
+    lockenv ce = lockenv_child(&e);
+    struct event_base *b = ce.base;
     hilock_client *c = lockenv_client(&ce);
     hilock_acquire_opts o = wait_opts(HILOCK_WAIT_FOREVER, lease_ms);
     got g[8];
@@ -548,10 +527,8 @@ typedef struct side {
 } side;
 
 static void side_start(side *s) {
-    s->base = event_base_new();
-    s->env = e;
-    s->env.base = s->base;
-    hilock_libevent_init(&s->env.loop, s->base);
+    s->env = lockenv_child(&e);
+    s->base = s->env.base;
     s->c = lockenv_client(&s->env);
 }
 

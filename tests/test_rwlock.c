@@ -51,9 +51,7 @@ static got rw_now(hilock_client *c, int write, const char *name, const hilock_ac
     return g;
 }
 
-static long long script_calls(void) {
-    return stat_calls(&e.r, "evalsha") + stat_calls(&e.r, "eval");
-}
+static long long script_calls(void) { return script_calls_of(&e.r); }
 
 /* ---- Basics ---------------------------------------------------------------- */
 

@@ -34,14 +34,7 @@ static void sem_start(hilock_client *c, const char *name, unsigned total, unsign
 }
 
 /* The semaphore's key with `suffix` (":sem", ":sem:h", ...). */
-static const char *skey(const char *name, const char *suffix) {
-    static char ring[4][256];
-    static int next;
-    char *p = ring[next++ % 4];
-    hilock_key("hilock:", name, p, 200);
-    strcat(p, suffix);
-    return p;
-}
+#define skey prim_key
 
 static long long holders(const char *name) {
     return test_redis_int(&e.r, "ZCARD %s", skey(name, ":sem"));
@@ -55,15 +48,8 @@ static long long in_use(const char *name) {
     return n;
 }
 
-static long long script_calls(void) {
-    return stat_calls(&e.r, "evalsha") + stat_calls(&e.r, "eval");
-}
-
-static hilock_acquire_opts wait_opts(int64_t wait_ms, uint32_t lease_ms) {
-    hilock_acquire_opts o = opts_wait(wait_ms);
-    if (lease_ms) o.lease_ms = lease_ms;
-    return o;
-}
+static long long script_calls(void) { return script_calls_of(&e.r); }
+#define wait_opts opts_wait_lease
 
 /* ---- N holders, k permits --------------------------------------------------- */
 
@@ -265,10 +251,8 @@ Test(semaphore, permits_of_a_killed_holder_come_back_after_its_lease) {
     pid_t kid = fork();
     cr_assert_geq(kid, 0);
     if (kid == 0) {
-        struct event_base *b = event_base_new();
-        lockenv ce = e;
-        ce.base = b;
-        hilock_libevent_init(&ce.loop, b);
+        lockenv ce = lockenv_child(&e);
+        struct event_base *b = ce.base;
         hilock_client *c = lockenv_client(&ce);
         got g = {0, 0, NULL, 0};
         hilock_acquire_opts o = wait_opts(HILOCK_WAIT_FOREVER, 900);
@@ -570,10 +554,8 @@ Test(semaphore, at_most_n_over_processes, .timeout = 120) {
         kids[p] = fork();
         cr_assert_geq(kids[p], 0);
         if (kids[p] == 0) {
-            struct event_base *b = event_base_new();
-            lockenv ce = e;
-            ce.base = b;
-            hilock_libevent_init(&ce.loop, b);
+            lockenv ce = lockenv_child(&e);
+            struct event_base *b = ce.base;
             hilock_client *c = lockenv_client(&ce);
             run_slots(res, c, b, "procs", 0, 3, 90000);
             hilock_client_free(c);

@@ -22,6 +22,14 @@ static inline void lockenv_loop(lockenv *e) {
     hilock_libevent_init(&e->loop, e->base);
 }
 
+/* In a forked child: the parent's server, a fresh loop (libevent's state
+ * must not be shared across fork). */
+static inline lockenv lockenv_child(const lockenv *parent) {
+    lockenv c = *parent;
+    lockenv_loop(&c);
+    return c;
+}
+
 static inline void lockenv_start(lockenv *e) {
     cr_assert_eq(test_redis_start(&e->r, 0, NULL), 0, "redis-server did not start");
     lockenv_loop(e);
@@ -151,6 +159,29 @@ static inline hilock_acquire_opts opts_wait(int64_t wait_ms) {
     hilock_acquire_opts_init(&o);
     o.wait_ms = wait_ms;
     return o;
+}
+
+/* A wait of wait_ms with a lease of lease_ms (0: the client's default). */
+static inline hilock_acquire_opts opts_wait_lease(int64_t wait_ms, uint32_t lease_ms) {
+    hilock_acquire_opts o = opts_wait(wait_ms);
+    if (lease_ms) o.lease_ms = lease_ms;
+    return o;
+}
+
+/* Scripts the server ran so far (EVALSHA and EVAL). */
+static inline long long script_calls_of(const test_redis *r) {
+    return stat_calls(r, "evalsha") + stat_calls(r, "eval");
+}
+
+/* The key of primitive NAME under the tests' prefix with `suffix`
+ * (":sem", ":fair:q", ...), in one of 4 buffers used in turn. */
+static inline const char *prim_key(const char *name, const char *suffix) {
+    static char ring[4][HILOCK_NAME_MAX * 3 + 64];
+    static int next;
+    char *p = ring[next++ % 4];
+    hilock_key("hilock:", name, p, HILOCK_NAME_MAX * 3 + 32);
+    strcat(p, suffix);
+    return p;
 }
 
 /* Acquire and run the loop until the callback came (or 5 s). */
