@@ -8,7 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "prim/prim.h"
-#include "support/lockenv.h"
+#include "support/clusterenv.h"
 #include "support/semload.h"
 
 static lockenv e;
@@ -667,14 +667,8 @@ Test(fair, separate_from_the_mutex_of_the_same_name) {
 Test(fair, contention_on_a_cluster, .timeout = 180) {
     test_cluster cl;
     cr_assert_eq(test_cluster_start(&cl), 0, "the cluster did not start");
-    hilock_config cfg;
-    hilock_config_init(&cfg);
-    cfg.request_timeout_ms = 6000;
-    cfg.linger_ms = 100;
-    cfg.url = cl.url;
-    hilock_client *a = lockenv_client_cfg(&e, &cfg);
-    cfg.url = cl.node[3].url;
-    hilock_client *b = lockenv_client_cfg(&e, &cfg);
+    hilock_client *a, *b;
+    cluster_client_pair(&cl, &e.loop, &a, &b);
     static const char *names[SEMLOAD_NAMES] = {"cf-0", "cf-1", "cf-2", "cf-3"};
     for (int i = 0; i < SEMLOAD_NAMES; i++) {
         got g = fair_now(a, names[i], NULL), w;

@@ -781,11 +781,8 @@ Test(rwlock, connection_kills_during_contention, .timeout = 90) {
 Test(rwlock, cluster_contention, .timeout = 120) {
     clusterenv ce;
     clusterenv_start(&ce);
-    hilock_config cfg;
-    cluster_config(&cfg, ce.cl.url);
-    hilock_client *a = cluster_client_cfg(&ce, &cfg);
-    cluster_config(&cfg, ce.cl.node[3].url);
-    hilock_client *b = cluster_client_cfg(&ce, &cfg);
+    hilock_client *a, *b;
+    cluster_client_pair(&ce.cl, &ce.loop, &a, &b);
     enum { NAMES = 3, T = 240 };
     static rwshared s[NAMES];
     static rwproc p[NAMES];

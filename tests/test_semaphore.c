@@ -7,7 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "prim/prim.h"
-#include "support/lockenv.h"
+#include "support/clusterenv.h"
 #include "support/semload.h"
 
 static lockenv e;
@@ -626,14 +626,8 @@ Test(semaphore, connection_kills_under_contention, .timeout = 90) {
 Test(semaphore, contention_on_a_cluster, .timeout = 180) {
     test_cluster cl;
     cr_assert_eq(test_cluster_start(&cl), 0, "the cluster did not start");
-    hilock_config cfg;
-    hilock_config_init(&cfg);
-    cfg.request_timeout_ms = 6000;
-    cfg.linger_ms = 100;
-    cfg.url = cl.url;
-    hilock_client *a = lockenv_client_cfg(&e, &cfg);
-    cfg.url = cl.node[3].url;
-    hilock_client *b = lockenv_client_cfg(&e, &cfg);
+    hilock_client *a, *b;
+    cluster_client_pair(&cl, &e.loop, &a, &b);
     static const char *names[SEMLOAD_NAMES] = {"cs-0", "cs-1", "cs-2", "cs-3"};
 
     for (int i = 0; i < SEMLOAD_NAMES; i++) {

@@ -40,6 +40,17 @@ static inline hilock_client *cluster_client_cfg(clusterenv *e, const hilock_conf
     return c;
 }
 
+/* Two clients of `cl` on `loop`, seeded at different nodes (the first
+ * master, and node 3, a replica): what the primitives' cluster tests use. */
+static inline void cluster_client_pair(const test_cluster *cl, hilock_loop *loop, hilock_client **a,
+                                       hilock_client **b) {
+    hilock_config cfg;
+    cluster_config(&cfg, cl->url);
+    cr_assert_eq(hilock_client_new(a, &cfg, loop), 0);
+    cluster_config(&cfg, cl->node[3].url);
+    cr_assert_eq(hilock_client_new(b, &cfg, loop), 0);
+}
+
 static inline unsigned cluster_slot_of(const char *name) {
     char key[256];
     hilock_key("hilock:", name, key, sizeof(key));
