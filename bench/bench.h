@@ -4,7 +4,8 @@
  *   common.c        clocks, statistics, JSON lines, shared memory, pipes,
  *                   a synchronous Redis connection (PING, INFO), lock clients
  *   polling.c       the polling baseline client: SET NX PX, retry every 10 ms
- *   contend.c       the handoff and herd scenarios (hilock and polling)
+ *   contend.c       the handoff and herd scenarios (hilock's mutex, its
+ *                   fair lock, and polling: the lock_impl is the parameter)
  *   scale.c         the waiters and throughput scenarios (hilock)
  *   cluster.c       the cluster scenarios: handoff, throughput and
  *                   cluster-bus messages on a Redis Cluster, each beside
@@ -134,11 +135,14 @@ typedef struct cmdstats {
     int n;
     char name[CMDSTAT_MAX][48];
     long long calls[CMDSTAT_MAX];
+    long long usec[CMDSTAT_MAX]; /* Redis's time in them (a script's: its calls included) */
 } cmdstats;
 int cmdstats_get(redisContext *rc, cmdstats *out);
 long long cmdstats_calls(const cmdstats *s, const char *name);
 /* Calls of the commands in the NULL-terminated list `names`, after - before. */
 long long cmdstats_delta(const cmdstats *before, const cmdstats *after, const char *const *names);
+/* Their time in Redis (us), after - before. */
+long long cmdstats_usec_delta(const cmdstats *before, const cmdstats *after, const char *const *names);
 /* Calls of every command but INFO (script-internal calls included). */
 long long cmdstats_delta_all(const cmdstats *before, const cmdstats *after);
 /* Connections that are subscribed to at least one channel. */
@@ -169,7 +173,8 @@ typedef struct lock_impl {
     int (*release)(void *client, void *hold, bench_waiter *w);
 } lock_impl;
 
-extern const lock_impl hilock_impl;
+extern const lock_impl hilock_impl;      /* the mutex: hilock_acquire */
+extern const lock_impl hilock_fair_impl; /* the fair lock: hilock_fair_acquire */
 extern const lock_impl polling_impl;
 
 /* ---- What the targets are checked against ------------------------------- */
@@ -177,6 +182,11 @@ extern const lock_impl polling_impl;
 typedef struct bench_results {
     int handoff_run;          /* hilock handoff */
     double ho_p50, ho_p99, ho_ping, ho_ratio;
+    int fair_ho_run;          /* fair_handoff: the fair lock and the mutex alternated */
+    double fair_ho_p50, fair_ho_p99, fair_ho_mutex_p50, fair_ho_mutex_p99;
+    double fair_ho_ratio;     /* median over the repetitions of fair p50 / mutex p50 */
+    double fair_ho_cmds;
+    double fair_floor_p50, fair_mutex_floor_p50, fair_mutex_floor_msg_p50; /* alternated too */
     double poll_p50, poll_p99;
     double floor_p50, floor_nosub_p50; /* 0: not measured */
     int herd_runs;            /* hilock herd runs */
@@ -184,6 +194,9 @@ typedef struct bench_results {
     double herd_worst_cmds;
     int herd_worst_p, herd_worst_w;
     double poll_herd_worst_cmds;
+    int fair_herd_runs;       /* the fair lock's herd runs (fair_herd) */
+    double fair_herd_worst_cmds;
+    int fair_herd_worst_p, fair_herd_worst_w;
     int waiters_run;
     double wv_bytes;
     int wv_errors, wv_subs, wv_waiters;
@@ -228,10 +241,20 @@ int tp_measure_kind(const bench_target *t, int kind, int inflight, tp_sample *ou
 
 /* Each returns 0 on success; it prints its JSON line(s) itself. */
 int scenario_handoff(const lock_impl *impl, int handoffs, const char *scenario_name);
+/* The fair lock's handoff beside the mutex's, `reps` runs of each alternated
+ * (handoffs / reps handoffs per run): their p50 ratio and commands. */
+int scenario_fair_handoff(int handoffs);
 int scenario_herd(const lock_impl *impl, int procs, int waiters, const char *scenario_name);
 int scenario_waiters(void);
 /* The blocking-hiredis floor of a handoff (see floor.c); its p50 in *p50. */
 int scenario_floor(int handoffs, int self_sub, double *p50);
+/* A floor measured only (self_sub 1), of the mutex or (fair 1) of the fair
+ * lock, for scenarios that alternate it with others. */
+typedef struct floor_result {
+    double p50, msg50;           /* us: the handoff, the release message alone */
+    int handoffs, errors;
+} floor_result;
+int floor_measure(int handoffs, int fair, floor_result *out);
 int scenario_throughput(void);
 /* The mutex, the semaphore and the read-write lock on one name (prims.c). */
 int scenario_primitives(void);

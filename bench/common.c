@@ -264,12 +264,14 @@ int cmdstats_get(redisContext *rc, cmdstats *out) {
          p = strstr(p + 1, "cmdstat_")) {
         char *colon = strchr(p, ':');
         char *calls = colon ? strstr(colon, "calls=") : NULL;
+        char *usec = colon ? strstr(colon, "usec=") : NULL;
         if (colon == NULL || calls == NULL) break;
         size_t len = (size_t)(colon - p - 8);
         if (len >= sizeof out->name[0]) continue;
         memcpy(out->name[out->n], p + 8, len);
         out->name[out->n][len] = '\0';
         out->calls[out->n] = strtoll(calls + 6, NULL, 10);
+        out->usec[out->n] = usec ? strtoll(usec + 5, NULL, 10) : 0;
         out->n++;
     }
     freeReplyObject(r);
@@ -285,6 +287,18 @@ long long cmdstats_calls(const cmdstats *s, const char *name) {
 long long cmdstats_delta(const cmdstats *before, const cmdstats *after, const char *const *names) {
     long long d = 0;
     for (; *names; names++) d += cmdstats_calls(after, *names) - cmdstats_calls(before, *names);
+    return d;
+}
+
+static long long cmdstats_usec(const cmdstats *s, const char *name) {
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->name[i], name) == 0) return s->usec[i];
+    return 0;
+}
+
+long long cmdstats_usec_delta(const cmdstats *before, const cmdstats *after, const char *const *names) {
+    long long d = 0;
+    for (; *names; names++) d += cmdstats_usec(after, *names) - cmdstats_usec(before, *names);
     return d;
 }
 
@@ -391,6 +405,15 @@ static int hl_acquire(void *c, const char *name, bench_waiter *w) {
     return hilock_acquire(c, name, &o, hl_acquired, w, NULL);
 }
 
+/* The fair lock (hilock_fair_acquire), behind the same interface: the
+ * scenarios take the primitive as their lock_impl. */
+static int hl_fair_acquire(void *c, const char *name, bench_waiter *w) {
+    hilock_acquire_opts o;
+    hilock_acquire_opts_init(&o);
+    o.wait_ms = HILOCK_WAIT_FOREVER;
+    return hilock_fair_acquire(c, name, &o, hl_acquired, w, NULL);
+}
+
 static int hl_release(void *c, void *hold, bench_waiter *w) {
     (void)c;
     return hilock_release(hold, hl_released, w);
@@ -400,4 +423,8 @@ static const char *const hl_commands[] = {"evalsha", "eval", "subscribe", "unsub
 
 const lock_impl hilock_impl = {
     "hilock", hl_commands, hl_client_new, hl_client_free, hl_acquire, hl_release,
+};
+
+const lock_impl hilock_fair_impl = {
+    "hilock-fair", hl_commands, hl_client_new, hl_client_free, hl_fair_acquire, hl_release,
 };

@@ -1,5 +1,6 @@
-/* The contended scenarios, run with any lock_impl (hilock or the polling
- * baseline), each process with its own event loop and client:
+/* The contended scenarios, run with any lock_impl (hilock's mutex, its fair
+ * lock, or the polling baseline), each process with its own event loop and
+ * client:
  *
  * handoff: two processes hand one lock back and forth. The holder tells
  *   the other process (a pipe) that it may queue; that process calls
@@ -11,7 +12,9 @@
  *   for every process, and no Redis round trip is part of the measurement.
  *   The run is cut into blocks; at the start of each block the holder times
  *   PING round trips on a blocking connection: the machine's baseline,
- *   measured in the same run, by the same processes.
+ *   measured in the same run, by the same processes. Commands per handoff:
+ *   INFO commandstats from when both processes are ready to when both have
+ *   exited, less the PINGs of the baseline, over the handoffs.
  *
  * herd: P processes with W waiters each on one name, all asking at once.
  *   Each waiter holds the lock for a fixed time once, then releases it.
@@ -204,11 +207,21 @@ void write_latencies(const char *tag, const uint64_t *sorted, size_t n) {
     fclose(f);
 }
 
+/* What the lock's clients sent during a run (see ho_run). */
+struct ho_cmds {
+    int ok;
+    long long cmds;   /* the impl's own commands (impl->commands) */
+    long long calls;  /* every call, those made inside scripts too */
+    long long usec;   /* Redis's time in the impl's commands (scripts: their calls too) */
+};
+
 /* Fork the two processes and let them hand `name` over `handoffs` times.
  * Returns the shared memory with the latencies and PINGs (the caller frees
- * it), or NULL; *rc is 0 when every handoff was made without error. */
+ * it), or NULL; *rc is 0 when every handoff was made without error. With
+ * `cmds`, the commands of t->node[0] from when both processes are ready
+ * (warmed up) to when both have exited, less the PINGs of the baseline. */
 static struct ho_shm *ho_run(const lock_impl *impl, const bench_target *t, const char *name,
-                             int handoffs, int *rc) {
+                             int handoffs, int *rc, struct ho_cmds *cmds) {
     int reps = g_opts.reps < 1 ? 1 : g_opts.reps > MAX_BLOCKS ? MAX_BLOCKS : g_opts.reps;
     if (handoffs > HO_MAX) handoffs = HO_MAX;
     if (handoffs < reps) handoffs = reps;
@@ -241,10 +254,28 @@ static struct ho_shm *ho_run(const lock_impl *impl, const bench_target *t, const
         }
     }
     int ok = read_byte(ready[0], 15000) == 'r' && read_byte(ready[0], 15000) == 'r';
+    redisContext *sc = NULL;
+    cmdstats before, after;
+    if (cmds != NULL) {
+        memset(cmds, 0, sizeof *cmds);
+        sc = node_connect(t->node[0].host, t->node[0].port);
+        cmds->ok = sc != NULL && cmdstats_get(sc, &before) == 0;
+    }
     if (ok) write_byte(in[0][1], 'g');
     else write_byte(in[0][1], 'q'), write_byte(in[1][1], 'q');
     int timeout = 60000 + handoffs * 30;
     int st0 = wait_child(pids[0], timeout), st1 = wait_child(pids[1], timeout);
+    if (cmds != NULL && cmds->ok && cmdstats_get(sc, &after) == 0) {
+        long long pings = s->nping; /* the baseline's, on the processes' side connections */
+        int lists_ping = 0;
+        for (const char *const *c = impl->commands; *c; c++) lists_ping |= strcmp(*c, "ping") == 0;
+        cmds->cmds = cmdstats_delta(&before, &after, impl->commands) - (lists_ping ? pings : 0);
+        cmds->calls = cmdstats_delta_all(&before, &after) - pings;
+        cmds->usec = cmdstats_usec_delta(&before, &after, impl->commands);
+    } else if (cmds != NULL) {
+        cmds->ok = 0;
+    }
+    if (sc) redisFree(sc);
     for (int i = 0; i < 2; i++) { close(in[i][0]); close(in[i][1]); }
     close(ready[0]);
     close(ready[1]);
@@ -292,7 +323,7 @@ static void ho_summarize(struct ho_shm *s, handoff_result *out) {
 int handoff_measure(const lock_impl *impl, const bench_target *t, const char *name,
                     int handoffs, handoff_result *out) {
     int rc;
-    struct ho_shm *s = ho_run(impl, t, name, handoffs, &rc);
+    struct ho_shm *s = ho_run(impl, t, name, handoffs, &rc, NULL);
     memset(out, 0, sizeof *out);
     if (s == NULL) return 1;
     ho_summarize(s, out);
@@ -305,10 +336,12 @@ int scenario_handoff(const lock_impl *impl, int handoffs, const char *scenario_n
     char name[64];
     snprintf(name, sizeof name, "hb-handoff:%s:%ld", impl->name, (long)getpid());
     int rc;
-    struct ho_shm *s = ho_run(impl, &g_standalone, name, handoffs, &rc);
+    struct ho_cmds c;
+    struct ho_shm *s = ho_run(impl, &g_standalone, name, handoffs, &rc, &c);
     if (s == NULL) return 1;
     handoff_result r;
     ho_summarize(s, &r);
+    double per = c.ok && r.handoffs > 0 ? (double)c.cmds / r.handoffs : -1;
 
     json_begin(scenario_name);
     if (strcmp(scenario_name, "handoff") != 0) json_str("of", "handoff");
@@ -326,6 +359,11 @@ int scenario_handoff(const lock_impl *impl, int handoffs, const char *scenario_n
         json_num("p50_over_floor", r.p50 / g_res.floor_p50, 2);
     }
     json_int("blocks", r.blocks);
+    if (c.ok && r.handoffs > 0) {
+        json_num("commands_per_handoff", per, 2);
+        json_num("redis_calls_per_handoff", (double)c.calls / r.handoffs, 2);
+        json_num("redis_us_per_handoff", (double)c.usec / r.handoffs, 1);
+    }
     json_str("hold_ms", "1..11 uniform");
     json_int("errors", s->errors);
     json_end();
@@ -342,6 +380,160 @@ int scenario_handoff(const lock_impl *impl, int handoffs, const char *scenario_n
     }
     shm_free(s, sizeof *s);
     return rc;
+}
+
+/* ---- fair_handoff: the fair lock beside the mutex --------------------------- */
+
+/* One lock's side of fair_handoff: the runs' figures, the handoffs pooled. */
+struct fh_side {
+    const lock_impl *impl;
+    int fair;                         /* floor_measure's */
+    double p50[MAX_BLOCKS], floor50[MAX_BLOCKS], msg50[MAX_BLOCKS];
+    int n, nfloor, errors, cmds_ok;
+    long long handoffs, cmds, calls, usec;
+    uint64_t *lat;                    /* every handoff of every run (ns), HO_MAX at most */
+    size_t nlat;
+};
+
+/* One run of `handoffs` for one side, after one of its floor (`floor_n`
+ * handoffs). 0 on success. */
+static int fh_run(struct fh_side *f, int handoffs, int floor_n) {
+    floor_result fl;
+    int bad = floor_measure(floor_n, f->fair, &fl) != 0;
+    f->errors += fl.errors;
+    if (!bad) {
+        f->floor50[f->nfloor] = fl.p50;
+        f->msg50[f->nfloor++] = fl.msg50;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "hb-fairho:%s:%ld", f->impl->name, (long)getpid());
+    int rc;
+    struct ho_cmds c;
+    struct ho_shm *s = ho_run(f->impl, &g_standalone, name, handoffs, &rc, &c);
+    if (s == NULL) { f->errors++; return 1; }
+    handoff_result r;
+    ho_summarize(s, &r); /* sorts s->lat */
+    f->errors += r.errors + (rc != 0 && r.errors == 0);
+    if (rc == 0 && r.handoffs > 0) {
+        f->p50[f->n++] = r.p50;
+        f->cmds_ok &= c.ok;
+        f->handoffs += r.handoffs;
+        f->cmds += c.cmds;
+        f->calls += c.calls;
+        f->usec += c.usec;
+        size_t room = HO_MAX - f->nlat, k = (size_t)s->nlat < room ? (size_t)s->nlat : room;
+        memcpy(f->lat + f->nlat, s->lat, k * sizeof *s->lat);
+        f->nlat += k;
+    }
+    shm_free(s, sizeof *s);
+    return bad || rc != 0 || r.handoffs == 0;
+}
+
+/* The side's figures, each key after `prefix`. Sorts its arrays. */
+static void fh_json(const char *prefix, struct fh_side *f) {
+    char k[64];
+    double per = f->handoffs > 0 ? 1.0 / (double)f->handoffs : 0;
+    double p50 = median_d(f->p50, (size_t)f->n), fl50 = median_d(f->floor50, (size_t)f->nfloor);
+#define FH_KEY(s) (snprintf(k, sizeof k, "%s%s", prefix, s), k)
+    sort_u64(f->lat, f->nlat);
+    json_num(FH_KEY("p50_us"), p50, 1);
+    json_num(FH_KEY("p90_us"), (double)pct_u64(f->lat, f->nlat, 90) / 1000.0, 1);
+    json_num(FH_KEY("p99_us"), (double)pct_u64(f->lat, f->nlat, 99) / 1000.0, 1);
+    if (f->cmds_ok && f->handoffs > 0) {
+        json_num(FH_KEY("commands_per_handoff"), (double)f->cmds * per, 2);
+        json_num(FH_KEY("redis_calls_per_handoff"), (double)f->calls * per, 2);
+        json_num(FH_KEY("redis_us_per_handoff"), (double)f->usec * per, 1);
+    }
+    json_num(FH_KEY("floor_p50_us"), fl50, 1);
+    if (!f->fair) json_num(FH_KEY("floor_message_p50_us"), median_d(f->msg50, (size_t)f->nfloor), 1);
+    json_num(FH_KEY("p50_over_floor"), fl50 > 0 ? p50 / fl50 : 0, 2);
+#undef FH_KEY
+}
+
+static double fh_min(const double *v, int n) {
+    double m = n ? v[0] : 0;
+    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+static double fh_max(const double *v, int n) {
+    double m = n ? v[0] : 0;
+    for (int i = 1; i < n; i++) m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+/* The fair lock's handoff beside the mutex's: `reps` repetitions of the
+ * mutex's floor and run, then the fair lock's, so that both meet the same
+ * machine (on a shared VM, the speed of a run, and which vCPUs its processes
+ * land on, vary from one run to the next). The goal is on the median of the
+ * repetitions' ratios of fair p50 over mutex p50. */
+int scenario_fair_handoff(int handoffs) {
+    int reps = g_opts.reps < 1 ? 1 : g_opts.reps > MAX_BLOCKS ? MAX_BLOCKS : g_opts.reps;
+    int per = handoffs / reps > 0 ? handoffs / reps : 1;
+    int floor_n = g_opts.poll_handoffs / reps > 20 ? g_opts.poll_handoffs / reps : 20;
+    struct fh_side side[2]; /* the mutex, the fair lock */
+    memset(side, 0, sizeof side);
+    side[0].impl = &hilock_impl;
+    side[1].impl = &hilock_fair_impl;
+    side[1].fair = 1;
+    double ratio[MAX_BLOCKS], fratio[MAX_BLOCKS];
+    int nratio = 0, nfratio = 0, failed = 0;
+    for (int i = 0; i < 2; i++) {
+        side[i].cmds_ok = 1;
+        side[i].lat = malloc(sizeof(uint64_t) * HO_MAX);
+        if (side[i].lat == NULL) { free(side[0].lat); return 1; }
+    }
+    for (int rep = 0; rep < reps; rep++) {
+        int nf0 = side[0].nfloor, nf1 = side[1].nfloor;
+        int bad = fh_run(&side[0], per, floor_n);
+        bad |= fh_run(&side[1], per, floor_n);
+        failed |= bad;
+        if (side[0].nfloor > nf0 && side[1].nfloor > nf1)
+            fratio[nfratio++] = side[1].floor50[nf1] / side[0].floor50[nf0];
+        if (bad) continue;
+        ratio[nratio++] = side[1].p50[side[1].n - 1] / side[0].p50[side[0].n - 1];
+        fprintf(stderr, "  run %d: mutex p50 %.1f us (floor %.1f), fair p50 %.1f us (floor %.1f): %.3fx\n",
+                rep + 1, side[0].p50[side[0].n - 1], side[0].floor50[nf0], side[1].p50[side[1].n - 1],
+                side[1].floor50[nf1], ratio[nratio - 1]);
+    }
+    double rmin = fh_min(ratio, nratio), rmax = fh_max(ratio, nratio);
+    double r50 = median_d(ratio, (size_t)nratio);
+
+    json_begin("fair_handoff");
+    json_str("of", "handoff");
+    json_str("client", "hilock-fair");
+    fh_json("", &side[1]);
+    fh_json("mutex_", &side[0]);
+    json_num("p50_over_mutex", r50, 3);
+    json_num("p50_over_mutex_min", rmin, 3);
+    json_num("p50_over_mutex_max", rmax, 3);
+    json_num("floor_over_mutex_floor", median_d(fratio, (size_t)nfratio), 3);
+    json_int("handoffs", side[1].handoffs);
+    json_int("mutex_handoffs", side[0].handoffs);
+    json_int("floor_handoffs_per_run", floor_n);
+    json_int("reps", nratio);
+    json_str("hold_ms", "1..11 uniform");
+    json_int("errors", side[0].errors + side[1].errors);
+    json_end();
+    write_latencies("hilock-fair", side[1].lat, side[1].nlat); /* sorted by fh_json */
+
+    double fair50 = median_d(side[1].p50, (size_t)side[1].n);
+    double mutex50 = median_d(side[0].p50, (size_t)side[0].n);
+    fprintf(stderr, "  fair handoff p50 %.1f us, the mutex's %.1f us (alternated, %d x %d handoffs each): "
+            "%.3fx (runs %.2f..%.2f)\n", fair50, mutex50, nratio, per, r50, rmin, rmax);
+    g_res.fair_ho_run = nratio > 0;
+    g_res.fair_ho_p50 = fair50;
+    g_res.fair_ho_p99 = (double)pct_u64(side[1].lat, side[1].nlat, 99) / 1000.0;
+    g_res.fair_ho_mutex_p50 = mutex50;
+    g_res.fair_ho_mutex_p99 = (double)pct_u64(side[0].lat, side[0].nlat, 99) / 1000.0;
+    g_res.fair_ho_ratio = r50;
+    g_res.fair_ho_cmds = side[1].cmds_ok && side[1].handoffs ? (double)side[1].cmds / side[1].handoffs : -1;
+    g_res.fair_floor_p50 = median_d(side[1].floor50, (size_t)side[1].nfloor);
+    g_res.fair_mutex_floor_p50 = median_d(side[0].floor50, (size_t)side[0].nfloor);
+    g_res.fair_mutex_floor_msg_p50 = median_d(side[0].msg50, (size_t)side[0].nfloor);
+    free(side[0].lat);
+    free(side[1].lat);
+    return failed || nratio == 0;
 }
 
 /* ---- herd ----------------------------------------------------------------- */
@@ -549,6 +741,9 @@ int scenario_herd(const lock_impl *impl, int procs, int waiters, const char *sce
     long long calls = ok ? cmdstats_delta_all(&before, &after) : -1;
     sort_u64(s->lat, (size_t)s->nlat);
     double secs = (double)(t1 - t0) / 1e9;
+    /* The fair lock's goal is a constant: its release grants the next
+     * waiter by message, whatever P and W. */
+    int target = impl == &hilock_fair_impl ? 3 : procs + 2;
     json_begin(scenario_name);
     if (strcmp(scenario_name, "herd") != 0) json_str("of", "herd");
     json_str("client", impl->name);
@@ -557,7 +752,7 @@ int scenario_herd(const lock_impl *impl, int procs, int waiters, const char *sce
     json_int("handoffs", handoffs);
     json_num("commands_per_handoff", handoffs > 0 ? (double)cmds / (double)handoffs : 0, 2);
     json_num("redis_calls_per_handoff", handoffs > 0 ? (double)calls / (double)handoffs : 0, 2);
-    json_int("target_commands_per_handoff", procs + 2);
+    json_int("target_commands_per_handoff", target);
     json_num("p50_us", (double)pct_u64(s->lat, (size_t)s->nlat, 50) / 1000.0, 1);
     json_num("p99_us", (double)pct_u64(s->lat, (size_t)s->nlat, 99) / 1000.0, 1);
     json_int("hold_us", g_opts.herd_hold_us);
@@ -565,7 +760,16 @@ int scenario_herd(const lock_impl *impl, int procs, int waiters, const char *sce
     json_int("errors", s->errors + (rcode != 0 && s->errors == 0));
     json_end();
     double per = handoffs > 0 ? (double)cmds / (double)handoffs : 0;
-    if (impl == &hilock_impl) {
+    fprintf(stderr, "  %s: %.2f commands/handoff (target %d), p50 %.1f us, p99 %.1f us\n", impl->name,
+            per, target, (double)pct_u64(s->lat, (size_t)s->nlat, 50) / 1000.0,
+            (double)pct_u64(s->lat, (size_t)s->nlat, 99) / 1000.0);
+    if (impl == &hilock_fair_impl) {
+        if (g_res.fair_herd_runs++ == 0 || per > g_res.fair_herd_worst_cmds) {
+            g_res.fair_herd_worst_cmds = per;
+            g_res.fair_herd_worst_p = procs;
+            g_res.fair_herd_worst_w = waiters;
+        }
+    } else if (impl == &hilock_impl) {
         double excess = per - (procs + 2);
         if (g_res.herd_runs++ == 0 || excess > g_res.herd_worst_excess) {
             g_res.herd_worst_excess = excess;

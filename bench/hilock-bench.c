@@ -7,8 +7,14 @@
  * Scenarios (comma-separated, default all, in this order):
  *   handoff     two processes hand one lock back and forth; beside it the
  *               PING round trip of the same processes
+ *   fair_handoff  the same with the fair lock (hilock_fair_acquire)
+ *               beside the mutex, alternated run by run with each other
+ *               and with both floors: p50 over the mutex's, commands per
+ *               handoff
  *   herd        P processes x W waiters on one name; Redis commands per
  *               handoff from INFO commandstats
+ *   fair_herd   the same grid with the fair lock, each cell right after
+ *               the mutex's (with herd)
  *   waiters     100,000 waiters on 1,000 names in one process: bytes per
  *               waiter, errors, subscriber connections
  *   throughput  uncontended acquire+release cycles, many in flight, beside
@@ -50,7 +56,8 @@ static void usage(FILE *f) {
             "                    [-r redlock://HOST:PORT,HOST:PORT,...] [-s SCENARIOS] [-o DIR] [-q]\n"
             "                    [-n HANDOFFS] [-w WAITERS] [-N NAMES] [-k IN_FLIGHT]\n"
             "                    [-t SECONDS] [-r REPS] [-b REDIS_BENCHMARK]\n"
-            "  SCENARIOS: comma-separated of handoff,herd,waiters,throughput,primitives,polling,\n"
+            "  SCENARIOS: comma-separated of handoff,fair_handoff,herd,fair_herd,waiters,\n"
+            "             throughput,primitives,polling,\n"
             "             cluster (= cluster_handoff,cluster_throughput,cluster_bus),\n"
             "             redlock (= redlock_acquire,redlock_handoff)\n"
             "             (default all; the cluster ones need -c, the Redlock ones -r URL)\n"
@@ -131,6 +138,27 @@ static void targets(void) {
                 g_res.herd_worst_p + 2, verdict(a));
         json_bool("herd_commands_le_p_plus_2", a);
     }
+    if (g_res.fair_ho_run) {
+        int a = g_res.fair_ho_ratio <= 0.75;
+        fprintf(stderr, "  fair handoff p50 %.0f us = %.2fx the mutex's %.0f us (alternated, median of "
+                "the runs' ratios), goal <= 0.75x: %s (p99 %.0f us, the mutex's %.0f us; "
+                "%.2f commands/handoff)\n", g_res.fair_ho_p50, g_res.fair_ho_ratio,
+                g_res.fair_ho_mutex_p50, verdict(a), g_res.fair_ho_p99, g_res.fair_ho_mutex_p99,
+                g_res.fair_ho_cmds);
+        if (g_res.fair_floor_p50 > 0 && g_res.fair_mutex_floor_p50 > 0)
+            fprintf(stderr, "  (the floors, blocking hiredis with each lock's scripts, alternated too: fair "
+                    "p50 %.0f us = %.2fx the mutex's %.0f us, whose release message alone takes %.0f us)\n",
+                    g_res.fair_floor_p50, g_res.fair_floor_p50 / g_res.fair_mutex_floor_p50,
+                    g_res.fair_mutex_floor_p50, g_res.fair_mutex_floor_msg_p50);
+        json_bool("fair_handoff_p50_le_0_75x_handoff", a);
+    }
+    if (g_res.fair_herd_runs) {
+        int a = g_res.fair_herd_worst_cmds <= 3;
+        fprintf(stderr, "  fair herd: worst %.2f commands/handoff at P=%d W=%d, goal <= 3: %s\n",
+                g_res.fair_herd_worst_cmds, g_res.fair_herd_worst_p, g_res.fair_herd_worst_w,
+                verdict(a));
+        json_bool("fair_commands_per_handoff_le_3", a);
+    }
     if (g_res.waiters_run) {
         int a = g_res.wv_bytes <= 512, b = g_res.wv_errors == 0, c = g_res.wv_subs == 1;
         fprintf(stderr, "  waiters: %.0f bytes/waiter <= 512: %s; errors %d: %s; "
@@ -173,7 +201,8 @@ static void targets(void) {
 
 int main(int argc, char **argv) {
     const char *url = "redis://127.0.0.1:6379";
-    const char *scen = "handoff,herd,waiters,throughput,primitives,polling,cluster,redlock";
+    const char *scen = "handoff,fair_handoff,herd,fair_herd,waiters,throughput,primitives,polling,"
+                       "cluster,redlock";
     int scen_given = 0;
     g_opts.redis_benchmark = getenv("REDIS_BENCHMARK") ? getenv("REDIS_BENCHMARK") : "redis-benchmark";
     g_opts.handoffs = 1500;
@@ -264,19 +293,34 @@ int main(int argc, char **argv) {
 
     int failed = 0;
     uint64_t t0 = now_ns();
-    if (has(scen, "handoff")) {
+    int ho = has(scen, "handoff"), fair_ho = has(scen, "fair_handoff");
+    if (ho) {
         fprintf(stderr, "== handoff floor: blocking hiredis, hilock's scripts, %d handoffs x 2\n",
                 g_opts.poll_handoffs);
         failed |= scenario_floor(g_opts.poll_handoffs, 1, &g_res.floor_p50);
         failed |= scenario_floor(g_opts.poll_handoffs, 0, &g_res.floor_nosub_p50);
+    }
+    if (ho) {
         fprintf(stderr, "== handoff: hilock, %d handoffs\n", g_opts.handoffs);
         failed |= scenario_handoff(&hilock_impl, g_opts.handoffs, "handoff");
     }
-    if (has(scen, "herd"))
-        for (int i = 0; i < ngrid; i++) {
+    if (fair_ho) {
+        fprintf(stderr, "== fair handoff: hilock_fair_acquire beside the mutex, alternated, "
+                "%d x %d handoffs each\n", g_opts.reps, g_opts.handoffs / (g_opts.reps > 0 ? g_opts.reps : 1));
+        failed |= scenario_fair_handoff(g_opts.handoffs);
+    }
+    int herd = has(scen, "herd"), fair_herd = has(scen, "fair_herd");
+    for (int i = 0; i < ngrid && (herd || fair_herd); i++) {
+        if (herd) {
             fprintf(stderr, "== herd: hilock, %d processes x %d waiters\n", grid[i][0], grid[i][1]);
             failed |= scenario_herd(&hilock_impl, grid[i][0], grid[i][1], "herd");
         }
+        if (fair_herd) { /* beside the mutex's cell */
+            fprintf(stderr, "== fair herd: hilock_fair_acquire, %d processes x %d waiters\n",
+                    grid[i][0], grid[i][1]);
+            failed |= scenario_herd(&hilock_fair_impl, grid[i][0], grid[i][1], "fair_herd");
+        }
+    }
     if (has(scen, "waiters")) {
         fprintf(stderr, "== waiters: %d waiters on %d names\n", g_opts.waiters, g_opts.names);
         failed |= scenario_waiters();

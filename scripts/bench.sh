@@ -185,7 +185,7 @@ cat "$RESULTS"
 # ---- The plot ------------------------------------------------------------------
 files=""
 titles=""
-for c in hilock floor polling redis-semaphore redlock; do
+for c in hilock hilock-fair floor polling redis-semaphore redlock; do
     f=$OUT/handoff-$c.dat
     [ -s "$f" ] || continue
     case $c in
