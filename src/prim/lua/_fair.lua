@@ -40,22 +40,29 @@ local function join(token, lease_ms)
   redis.call('ZADD', KEYS[2], (math.floor(last / 1024) + 1) * 1024 + claim, token)
 end
 
+-- `token`'s process spoke, and has time left: it counts for ALIVE_MS more
+-- (a grant cut it short). One call, for the release: the tries of a
+-- process that waits prune the others and keep the key alive.
+local function still_alive(procs, token)
+  redis.call('ZADD', procs, 'XX', 'GT', now + ALIVE_MS, client_of(token))
+end
+
 -- The first entry whose process is alive, taken off the queue, and its
 -- claim window; entries of processes gone quiet are dropped on the way.
 -- nil: nobody waits.
 local function pop_live()
   while true do
-    local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    local head = redis.call('ZPOPMIN', KEYS[2])
     if head[1] == nil then return nil end
-    redis.call('ZREM', KEYS[2], head[1])
     local until_ms = tonumber(redis.call('ZSCORE', KEYS[3], client_of(head[1])))
     if until_ms and until_ms > now then return head[1], tonumber(head[2]) % 1024 end
   end
 end
 
--- Give the lock to `token`, for ms.
-local function set_lock(token, ms, fence_ttl_s)
-  local fence, f = next_fence(KEYS[4], fence_ttl_s, nowus)
+-- Give the lock to `token`, for ms (`last`: the fence of the lock being
+-- released, if any).
+local function set_lock(token, ms, fence_ttl_s, last)
+  local fence, f = next_fence(KEYS[4], fence_ttl_s, nowus, last)
   redis.call('HSET', KEYS[1], 'token', token, 'fence', f)
   redis.call('PEXPIRE', KEYS[1], ms)
   return fence, f
@@ -64,8 +71,8 @@ end
 -- Grant the lock to `head` (taken off the queue) for its claim window,
 -- and tell its process on the channel: "g TOKEN FENCE NOW_MS CLAIM_MS".
 -- Returns the fence.
-local function grant_by_message(head, claim, fence_ttl_s, channel, publish)
-  local fence, f = set_lock(head, claim, fence_ttl_s)
+local function grant_by_message(head, claim, fence_ttl_s, channel, publish, last)
+  local fence, f = set_lock(head, claim, fence_ttl_s, last)
   redis.call('ZADD', KEYS[3], 'XX', 'LT', now + claim, client_of(head))
   redis.call(publish, channel, 'g ' .. head .. ' ' .. f .. ' ' .. now .. ' ' .. claim)
   return fence
