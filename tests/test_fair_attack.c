@@ -1,0 +1,168 @@
+/* Attacks on the fair lock at its worst moments: a grant message that
+ * overtakes the reply of a try or a join (Redis writes the replies of one
+ * event-loop turn in the reverse order of their making, so the subscriber
+ * connection's message can come before the command connection's reply of
+ * a script that ran first), grants dated across those reorderings,
+ * no_renew holds granted by message, the order of one client's waits after
+ * it lost its places, and the engine paths the mutex shares.
+ *
+ * The reorderings are made on purpose: DEBUG SLEEP holds the server while
+ * the clients write, so that what they wrote runs in one turn of its loop
+ * when it wakes (see stall_begin). */
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "prim/prim.h"
+#include "support/lockenv.h"
+
+static lockenv e;
+static void setup(void) { lockenv_start_debuggable(&e); }
+static void teardown(void) { lockenv_stop(&e); }
+
+TestSuite(fair_attack, .init = setup, .fini = teardown, .timeout = 60);
+
+/* ---- Helpers ------------------------------------------------------------------ */
+
+static got fair_now(hilock_client *c, const char *name, const hilock_acquire_opts *o) {
+    got g = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_fair_acquire(c, name, o, got_cb, &g, NULL), 0);
+    test_loop_until(e.base, &g.calls, 5000);
+    cr_assert_eq(g.calls, 1, "acquire of %s got no callback", name);
+    return g;
+}
+
+static void fair_start(hilock_client *c, const char *name, const hilock_acquire_opts *o, got *g,
+                       hilock_wait **w) {
+    memset(g, 0, sizeof(*g));
+    cr_assert_eq(hilock_fair_acquire(c, name, o, got_cb, g, w), 0);
+}
+
+/* The fair lock's key with `suffix` ("", ":q", ":p", ":fence"). */
+static const char *fkey(const char *name, const char *suffix) {
+    static char ring[4][256];
+    static int next;
+    char *p = ring[next++ % 4];
+    hilock_key("hilock:", name, p, 200);
+    strcat(p, ":fair");
+    strcat(p, suffix);
+    return p;
+}
+
+static long long queued(const char *name) {
+    return test_redis_int(&e.r, "ZCARD %s", fkey(name, ":q"));
+}
+
+static long long held(const char *name) {
+    return test_redis_int(&e.r, "EXISTS %s", fkey(name, ""));
+}
+
+/* The fence of the lock in Redis (0: not held). */
+static unsigned long long held_fence(const char *name) {
+    redisReply *r = test_redis_cmd(&e.r, "HGET %s fence", fkey(name, ""));
+    unsigned long long f = r && r->type == REDIS_REPLY_STRING ? strtoull(r->str, NULL, 10) : 0;
+    if (r) freeReplyObject(r);
+    return f;
+}
+
+static hilock_acquire_opts wait_opts(int64_t wait_ms, uint32_t lease_ms) {
+    hilock_acquire_opts o = opts_wait(wait_ms);
+    if (lease_ms) o.lease_ms = lease_ms;
+    return o;
+}
+
+/* A client whose subscriptions linger for a minute: once it has waited on
+ * a name, it hears that name's grants from the first instant of its next
+ * wait. */
+static hilock_client *lingering_client(void) {
+    return lockenv_client_url(&e, e.r.url, 60000);
+}
+
+/* Make c subscribe to `name`'s channel (held by someone else) and leave
+ * no place in its queue. */
+static void subscribe_early(hilock_client *c, const char *name) {
+    got g;
+    hilock_wait *w;
+    fair_start(c, name, NULL, &g, &w);
+    test_loop_for(e.base, 150);
+    cr_assert_eq(g.calls, 0, "%s was free", name);
+    cr_assert_eq(hilock_wait_cancel(w), 0);
+    test_loop_until(e.base, &g.calls, 1000);
+    test_loop_for(e.base, 50);
+    cr_assert_eq(queued(name), 0);
+}
+
+/* Stall the server: DEBUG SLEEP `secs` is written on a connection of its
+ * own, and the caller goes on while it sleeps. What clients write
+ * meanwhile runs in one turn of the server's loop when it wakes, in the
+ * order it was written, and their replies and messages leave in the
+ * reverse order of their making. */
+static redisContext *stall_begin(const char *secs) {
+    redisContext *k = test_redis_connect(&e.r);
+    int done = 0;
+    cr_assert_not_null(k);
+    redisAppendCommand(k, "DEBUG SLEEP %s", secs);
+    while (!done) cr_assert_eq(redisBufferWrite(k, &done), REDIS_OK);
+    test_msleep(30); /* it sleeps now */
+    return k;
+}
+
+/* Wait for the server to wake (DEBUG SLEEP's answer). */
+static void stall_end(redisContext *k) {
+    void *r = NULL;
+    cr_expect_eq(redisGetReply(k, &r), REDIS_OK);
+    if (r) freeReplyObject(r);
+    redisFree(k);
+}
+
+/* ---- A grant message that overtakes a reply ----------------------------------- */
+
+/* Client s has a try-once wait w0 at its head (its try in flight) and a
+ * wait w1 whose join is in flight behind it; the holder releases while
+ * both are on their way, and the server runs them in one turn: w0's try
+ * (busy), w1's join (first in the queue), the release (which grants w1).
+ * The grant message reaches s before the join's reply. w1 holds the lock:
+ * the join's reply (not granted: it ran before the grant) must not make s
+ * give it back, which would hand the lock to the next waiter while w1's
+ * callback said it holds it. */
+Test(fair_attack, a_join_answered_after_its_grant_keeps_the_lock) {
+    hilock_client *m = lockenv_client(&e), *s = lingering_client(), *x = lockenv_client(&e);
+    hilock_acquire_opts once = wait_opts(0, 0);
+    int bad = 0;
+    for (int round = 0; round < 3; round++) {
+        char name[32];
+        snprintf(name, sizeof(name), "jg%d", round);
+        got gm = fair_now(m, name, NULL), g0, g1;
+        cr_assert_eq(gm.status, 0);
+        subscribe_early(s, name);
+        redisContext *k = stall_begin("0.2");
+        fair_start(s, name, &once, &g0, NULL); /* its try: the name's */
+        fair_start(s, name, NULL, &g1, NULL);  /* its join */
+        test_loop_for(e.base, 10);
+        rel r = {0, 0};
+        cr_assert_eq(hilock_release(gm.hold, rel_cb, &r), 0);
+        test_loop_for(e.base, 10);
+        stall_end(k);
+        cr_assert(test_loop_until(e.base, &g1.calls, 3000), "round %d: w1 never granted", round);
+        test_loop_until(e.base, &r.calls, 1000);
+        cr_expect_eq(g0.status, HILOCK_EBUSY, "round %d: %s", round, hilock_strerror(g0.status));
+        cr_assert_eq(g1.status, 0, "round %d: %s", round, hilock_strerror(g1.status));
+        test_loop_for(e.base, 200); /* the join's reply, and whatever it sends */
+        unsigned long long f = held_fence(name);
+        got gx = fair_now(x, name, &once);
+        if (f != hilock_hold_fence(g1.hold) || gx.status == 0 || hilock_hold_lost(g1.hold)) bad++;
+        cr_expect_eq(f, hilock_hold_fence(g1.hold),
+                     "round %d: the lock in Redis is not w1's (fence %llu, w1's %llu)", round, f,
+                     (unsigned long long)hilock_hold_fence(g1.hold));
+        cr_expect_neq(gx.status, 0, "round %d: a second holder while w1 holds", round);
+        cr_expect_eq(hilock_hold_lost(g1.hold), 0, "round %d: w1's hold was lost", round);
+        if (gx.status == 0) release_now(&e, gx.hold);
+        release_now(&e, g1.hold);
+        test_loop_for(e.base, 50);
+        cr_expect_eq(held(name), 0);
+        cr_expect_eq(queued(name), 0);
+    }
+    cr_expect_eq(bad, 0);
+    hilock_client_free(x);
+    hilock_client_free(s);
+    hilock_client_free(m);
+}
