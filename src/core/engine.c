@@ -238,6 +238,7 @@ static int wait_retry(hilock_wait *w, uint64_t now) {
     int releasing = h->releasing;
     int again = !w->try_once && (w->deadline_at == 0 || now < w->deadline_at);
     w->hold = NULL;
+    w->own_grant = 0; /* that grant was the old token's */
     if (again) {
         hl_token_new(w->c, w->token);
         wait_enqueue(w, 1, now);
@@ -442,18 +443,24 @@ static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
 /* A join's answer (hl_prim.joins: the first try of a wait that was not its
  * name's head). It speaks for that wait alone: granted (the lock was free
  * and it came first), or not, and nothing else changes; an error leaves
- * the wait in place (its head's tries add it to the queue if it is not). */
+ * the wait in place (its head's tries add it to the queue if it is not).
+ * A wait granted with its own token meanwhile (by message, which can
+ * overtake this reply: it comes on the other connection) holds the lock
+ * with that token: nothing of it is given back here, its hold's release
+ * does it (a join not granted ran before that grant, which took its place
+ * off the queue). */
 static void join_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at, int err,
                           const hl_req *r) {
     hl_name *n = w->name;
     if (err != 0) {
-        if (r->ever_sent && w->state == HL_WAIT_DONE)
+        if (r->ever_sent && w->state == HL_WAIT_DONE && !w->own_grant)
             hl_release_token(n, w->token, w->terms.lease_ms); /* its place, if it ran */
         return;
     }
     n->answers++;
     if (t->granted) try_won(w, t, sent_at);
-    else if (w->state == HL_WAIT_DONE) wait_abandon(w); /* it may have joined after it left */
+    else if (w->state == HL_WAIT_DONE && !w->own_grant)
+        wait_abandon(w); /* it may have joined after it left */
     if (t->rejoin) rejoin_all(n, w);
 }
 
@@ -490,8 +497,10 @@ static void head_answered(hilock_wait *w, hl_req *r, hl_try *t, int err) {
     }
     if (err != 0) {
         /* If the try may have run, its outcome is unknown: make sure no lock
-         * of ours stays behind. */
-        if (r->ever_sent) hl_release_token(n, w->token, w->terms.lease_ms);
+         * of ours stays behind; unless w holds the lock with that token
+         * (granted by message while the try was out): that lock is its
+         * hold's, which releases it. */
+        if (r->ever_sent && !w->own_grant) hl_release_token(n, w->token, w->terms.lease_ms);
         n->known_held = 0;
         fail_all(n, err); /* w first, if it still waits: it is the head */
     } else if (t->granted && r->acked < (int)r->wait_replicas) {
