@@ -166,3 +166,51 @@ Test(fair_attack, a_join_answered_after_its_grant_keeps_the_lock) {
     hilock_client_free(s);
     hilock_client_free(m);
 }
+
+/* A join that ran after the grant of another wait of the same client, 10
+ * ms later by the server's clock, is answered before the grant's message
+ * (the server writes the two in the reverse order of their making). The
+ * grant is no less fresh for that: the client's clock at the join's send,
+ * minus those 10 ms, dates it no later than it was. Dating it instead
+ * from when the granted wait began (long ago) makes the fresh grant look
+ * lapsed: the wait gives it back, and the lock goes to the join's wait,
+ * which came after it. */
+Test(fair_attack, a_grant_read_after_a_later_join_is_dated_from_the_server_clock) {
+    hilock_client *m = lockenv_client(&e), *s = lingering_client();
+    got gm = fair_now(m, "gt", NULL), g1, g2;
+    cr_assert_eq(gm.status, 0);
+    long long t0 = test_now_ms();
+    fair_start(s, "gt", NULL, &g1, NULL);
+    /* w1 waits 1.2 s (past the 1 s claim window), its head's refresh
+     * tries at about 1.0 s and 2.0 s: the stall below falls between. */
+    test_loop_for(e.base, (int)(t0 + 1200 - test_now_ms()));
+    cr_assert_eq(g1.calls, 0);
+    cr_assert_eq(queued("gt"), 1);
+    redisContext *k2 = test_redis_connect(&e.r), *k = stall_begin("0.2");
+    int done = 0;
+    rel r = {0, 0};
+    cr_assert_eq(hilock_release(gm.hold, rel_cb, &r), 0); /* grants w1 */
+    test_loop_for(e.base, 10);
+    redisAppendCommand(k2, "DEBUG SLEEP 0.01"); /* 10 ms between the grant and the join */
+    while (!done) cr_assert_eq(redisBufferWrite(k2, &done), REDIS_OK);
+    fair_start(s, "gt", NULL, &g2, NULL); /* w2's join */
+    test_loop_for(e.base, 10);
+    stall_end(k);
+    stall_end(k2);
+    test_loop_until(e.base, &g1.calls, 1000);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(r.status, 0);
+    cr_assert_eq(g1.calls, 1, "the grant to w1 was thrown away");
+    cr_expect_eq(g1.status, 0, "%s", hilock_strerror(g1.status));
+    cr_expect_eq(g2.calls, 0, "w2, which came later, got the lock first");
+    cr_expect_eq(held_fence("gt"), hilock_hold_fence(g1.hold));
+    test_loop_for(e.base, 500); /* claimed */
+    cr_expect_eq(hilock_hold_lost(g1.hold), 0);
+    cr_expect_eq(release_now(&e, g1.hold), 0);
+    cr_assert(test_loop_until(e.base, &g2.calls, 3000));
+    cr_expect_eq(g2.status, 0);
+    cr_expect_eq(release_now(&e, g2.hold), 0);
+    cr_expect_eq(held("gt"), 0);
+    hilock_client_free(s);
+    hilock_client_free(m);
+}
