@@ -340,14 +340,21 @@ static hilock_wait *wait_by_token(hl_name *n, const char *token) {
 /* When a grant by message began, by our clock: the server's time of the
  * grant, moved onto our clock by the last try that read the server's
  * clock (sent at srv_at, it read srv_ms no earlier), so no later than the
- * grant really was (the two clocks running at the same rate). Never
- * before the wait began, nor after the message came (`now`: a server
- * clock that stepped forward must not stretch the lease). */
+ * grant really was (the two clocks running at the same rate). That holds
+ * on either side of srv_ms: a grant made before that try ran (its message
+ * read after the try's reply, which the server may write first) began
+ * srv_ms - server_ms before the try ran, so no later than that much
+ * before srv_at. Never before the wait began, nor after the message came
+ * (`now`: a server clock that stepped forward must not stretch the
+ * lease). */
 static uint64_t grant_time(const hl_name *n, const hilock_wait *w, uint64_t server_ms,
                            uint64_t now) {
-    uint64_t at = w->started_at;
-    if (n->srv_at != 0 && server_ms >= n->srv_ms && n->srv_at + (server_ms - n->srv_ms) > at)
-        at = n->srv_at + (server_ms - n->srv_ms);
+    uint64_t at = w->started_at, mapped = 0;
+    if (n->srv_at != 0 && server_ms >= n->srv_ms)
+        mapped = n->srv_at + (server_ms - n->srv_ms);
+    else if (n->srv_at != 0 && n->srv_ms - server_ms < n->srv_at)
+        mapped = n->srv_at - (n->srv_ms - server_ms);
+    if (mapped > at) at = mapped;
     return at < now ? at : now;
 }
 
