@@ -214,3 +214,45 @@ Test(fair_attack, a_grant_read_after_a_later_join_is_dated_from_the_server_clock
     hilock_client_free(s);
     hilock_client_free(m);
 }
+
+/* ---- no_renew ------------------------------------------------------------------ */
+
+/* A no_renew hold's key "expires after lease_ms" (hilock.h). Granted by
+ * message, its key lives the 1 s claim window unless claimed: a no_renew
+ * hold of 3 s must still be claimed once, or it is lost after 1 s and the
+ * next waiter takes the lock while the holder was promised 3 s. */
+Test(fair_attack, a_no_renew_hold_granted_by_message_lives_its_lease) {
+    hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e), *o = lockenv_client(&e);
+    hilock_acquire_opts nr = wait_opts(HILOCK_WAIT_FOREVER, 3000), once = wait_opts(0, 0);
+    nr.no_renew = 1;
+    got gm = fair_now(m, "nr", NULL), g, go;
+    cr_assert_eq(gm.status, 0);
+    fair_start(s, "nr", &nr, &g, NULL);
+    test_loop_for(e.base, 100);
+    fair_start(o, "nr", NULL, &go, NULL); /* next in line */
+    test_loop_for(e.base, 100);
+    cr_assert_eq(queued("nr"), 2);
+    cr_assert_eq(release_now(&e, gm.hold), 0);
+    cr_assert(test_loop_until(e.base, &g.calls, 2000));
+    cr_assert_eq(g.status, 0);
+    long long t0 = test_now_ms();
+    test_loop_for(e.base, 1800);
+    cr_expect_eq(go.calls, 0, "the next waiter got the lock %lld ms into a 3 s no_renew hold",
+                 go.at_ms - t0);
+    cr_expect_eq(hilock_hold_lost(g.hold), 0, "a 3 s no_renew hold lost after 1.8 s");
+    cr_expect_eq(held_fence("nr"), hilock_hold_fence(g.hold));
+    got gx = fair_now(m, "nr", &once);
+    cr_expect_eq(gx.status, HILOCK_EBUSY);
+    /* It is no_renew: it lapses after its lease, and the next one gets it. */
+    cr_assert(test_loop_until(e.base, &go.calls, 3000), "never passed on");
+    cr_expect_eq(go.status, 0);
+    cr_expect_geq(go.at_ms - t0, 2500, "passed on %lld ms into a 3 s lease", go.at_ms - t0);
+    cr_expect_eq(hilock_hold_lost(g.hold), 1);
+    rel r = {0, 0};
+    hilock_release(g.hold, rel_cb, &r);
+    test_loop_until(e.base, &r.calls, 2000);
+    cr_expect_eq(release_now(&e, go.hold), 0);
+    hilock_client_free(o);
+    hilock_client_free(s);
+    hilock_client_free(m);
+}
