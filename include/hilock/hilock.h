@@ -473,7 +473,7 @@ HILOCK_API int hilock_write_acquire(hilock_client *c, const char *name,
  * the number of clients and waiters. That grant lasts a claim window of
  * 1 s; the new holder's watchdog renews it to the hold's lease a third of
  * that later, if it still holds it (a hold shorter than that sends
- * nothing more). A waiting client also tries once a second, whatever the
+ * nothing more; a no_renew hold is claimed so too, once). A waiting client also tries once a second, whatever the
  * number of its waiters: that keeps its waiters' places in the queue and
  * finds a grant whose message it missed (a reconnect).
  *
