@@ -256,3 +256,87 @@ Test(fair_attack, a_no_renew_hold_granted_by_message_lives_its_lease) {
     hilock_client_free(s);
     hilock_client_free(m);
 }
+
+/* ---- Places lost: the order of one client's waits ------------------------------ */
+
+/* The first 16 digits of the first token in `name`'s queue: its client. */
+static void first_client(const char *name, char out[17]) {
+    redisReply *r = test_redis_cmd(&e.r, "ZRANGE %s 0 0", fkey(name, ":q"));
+    cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
+    memcpy(out, r->element[0]->str, 16);
+    out[16] = '\0';
+    freeReplyObject(r);
+}
+
+/* Wait until a or b is granted, release it, then wait for the other and
+ * release it: 1 if a got the lock first, 0 if b did. */
+static int a_before_b(got *a, got *b) {
+    volatile int any = 0;
+    long long until = test_now_ms() + 4000;
+    while (!(any = a->calls + b->calls) && test_now_ms() < until) test_loop_for(e.base, 5);
+    cr_assert(any, "nobody got the lock");
+    int first_a = a->calls != 0;
+    got *f = first_a ? a : b, *o = first_a ? b : a;
+    cr_assert_eq(f->status, 0, "%s", hilock_strerror(f->status));
+    cr_expect_eq(o->calls, 0, "both granted at once");
+    cr_expect_eq(release_now(&e, f->hold), 0);
+    cr_assert(test_loop_until(e.base, &o->calls, 3000), "the other never got the lock");
+    cr_expect_eq(o->status, 0);
+    cr_expect_eq(release_now(&e, o->hold), 0);
+    return first_a;
+}
+
+/* Redis lost the queue (a restart without persistence) while w1 waits;
+ * w2, called after it, joins before w1's next try and is the one that
+ * learns it. "All its waits join again, in their order" (hilock.h): w1
+ * comes before w2, not after. */
+Test(fair_attack, after_the_queue_is_lost_a_later_wait_learning_it_stays_behind) {
+    hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e);
+    got gm = fair_now(m, "lo", NULL), g1, g2;
+    fair_start(s, "lo", NULL, &g1, NULL);
+    test_loop_for(e.base, 150);
+    cr_assert_eq(queued("lo"), 1);
+    test_redis_int(&e.r, "DEL %s %s", fkey("lo", ":q"), fkey("lo", ":p"));
+    fair_start(s, "lo", NULL, &g2, NULL); /* learns that s's places were lost */
+    test_loop_for(e.base, 150);
+    cr_expect_eq(queued("lo"), 2);
+    cr_assert_eq(release_now(&e, gm.hold), 0);
+    cr_expect(a_before_b(&g1, &g2), "w2 got the lock before w1, which was called before it");
+    cr_expect_eq(held("lo"), 0);
+    cr_expect_eq(queued("lo"), 0);
+    hilock_client_free(s);
+    hilock_client_free(m);
+}
+
+/* s's waits w1 and w2 stand with another client's r1 between them. s goes
+ * silent (as far as Redis knows: its time is gone), a release skips w1 as
+ * dead and grants r1; w2's place, behind r1, is never looked at. When s
+ * speaks again (w1's next try), its waits join again "in their order, at
+ * the end of the queue" (hilock.h): w1 before w2, not w2 at its old place
+ * and w1 behind it. */
+Test(fair_attack, after_a_silence_a_clients_waits_join_again_in_their_order) {
+    hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e), *q = lockenv_client(&e);
+    got gm = fair_now(m, "ls", NULL), g1, g2, gr;
+    char who[17];
+    fair_start(s, "ls", NULL, &g1, NULL);
+    test_loop_for(e.base, 100);
+    fair_start(q, "ls", NULL, &gr, NULL);
+    test_loop_for(e.base, 100);
+    fair_start(s, "ls", NULL, &g2, NULL);
+    test_loop_for(e.base, 100);
+    cr_assert_eq(queued("ls"), 3);
+    first_client("ls", who);
+    cr_assert_eq(test_redis_int(&e.r, "ZREM %s %s", fkey("ls", ":p"), who), 1);
+    cr_assert_eq(release_now(&e, gm.hold), 0); /* skips w1 (dead), grants r1 */
+    cr_assert(test_loop_until(e.base, &gr.calls, 2000));
+    cr_assert_eq(gr.status, 0);
+    test_loop_for(e.base, 1200); /* w1's next try: s learns, and joins again */
+    cr_expect_eq(queued("ls"), 2);
+    cr_assert_eq(release_now(&e, gr.hold), 0);
+    cr_expect(a_before_b(&g1, &g2), "w2 got the lock before w1, which was called before it");
+    cr_expect_eq(held("ls"), 0);
+    cr_expect_eq(queued("ls"), 0);
+    hilock_client_free(q);
+    hilock_client_free(s);
+    hilock_client_free(m);
+}
