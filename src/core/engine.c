@@ -394,15 +394,30 @@ static void try_later(hl_name *n, uint64_t retry_ms) {
     else hl_timer_start(&n->c->loop, &n->fallback, retry_ms);
 }
 
-/* The queue in Redis lost this client's places (it was silent too long,
- * or the server lost its keys): every queued wait that has no try out
- * joins again, in order, behind the one that learned it (`w`). */
+/* The answer to `w`'s try or join says this client had no time left in
+ * the queue in Redis (it was silent too long, or the server lost its
+ * keys; or it never spoke there: its first try). The places of the other
+ * queued waits without a try out may be lost, or kept where a release did
+ * not look (it skips dead entries only up to the first live one): their
+ * last try or join was answered, so it ran before w's (one connection,
+ * in order). Waits with a try out sent theirs after w's: fresh. From the
+ * first such other wait in local order on, every queued wait without a
+ * try out joins again, moved to the tail (w included: it may be a join of
+ * a later wait), so that they end up in the order the user called them,
+ * not in that of what Redis kept. A client's first try has no such wait
+ * before it, and moves nothing. */
 static void rejoin_all(hl_name *n, const hilock_wait *w) {
+    int moving = 0;
     hl_link *l = n->waiters.next;
     while (l != &n->waiters) {
         hilock_wait *o = HL_CONTAINER(l, hilock_wait, link);
         l = l->next;
-        if (o != w && o->req == NULL && !o->try_once) try_submit(o, 1);
+        if (o->req != NULL || o->try_once) continue;
+        if (o != w) moving = 1;
+        if (!moving) continue;
+        o->rejoining = 1;
+        try_submit(o, 1);
+        o->rejoining = 0;
     }
 }
 
