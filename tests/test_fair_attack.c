@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "core/engine.h"
 #include "prim/prim.h"
 #include "support/lockenv.h"
 
@@ -338,5 +339,79 @@ Test(fair_attack, after_a_silence_a_clients_waits_join_again_in_their_order) {
     cr_expect_eq(queued("ls"), 0);
     hilock_client_free(q);
     hilock_client_free(s);
+    hilock_client_free(m);
+}
+
+/* ---- A try that fails after its wait was granted -------------------------------- */
+
+/* A client on a loop of its own, which the test runs when it says. */
+typedef struct side {
+    struct event_base *base;
+    lockenv env;
+    hilock_client *c;
+} side;
+
+static void side_start(side *s, uint32_t request_timeout_ms) {
+    hilock_config cfg;
+    s->base = event_base_new();
+    s->env = e;
+    s->env.base = s->base;
+    hilock_libevent_init(&s->env.loop, s->base);
+    lockenv_config(&cfg, e.r.url);
+    cfg.linger_ms = 60000;
+    if (request_timeout_ms) cfg.request_timeout_ms = request_timeout_ms;
+    s->c = lockenv_client_cfg(&s->env, &cfg);
+}
+
+static void side_stop(side *s) {
+    hilock_client_free(s->c);
+    event_base_free(s->base);
+}
+
+/* Run both loops, a few ms at a time, for ms. */
+static void both_for(side *s, int ms) {
+    long long until = test_now_ms() + ms;
+    while (test_now_ms() < until) {
+        test_loop_for(s->base, 2);
+        test_loop_for(e.base, 2);
+    }
+}
+
+/* w1's try goes out (its fallback timer fired, say) just as the release
+ * that grants it by message has run; the message is read at once, and
+ * w1 holds the lock; then the server stalls past the try's request
+ * timeout. The try's outcome is unknown: if it ran, it ran after the
+ * grant and renewed it. Giving the token back "in case the try left a
+ * lock" deletes the lock w1's hold was just given, and hands it to the
+ * next waiter. */
+Test(fair_attack, a_try_that_fails_after_its_wait_was_granted_keeps_the_lock) {
+    hilock_client *m = lockenv_client(&e), *n = lockenv_client(&e);
+    side s;
+    side_start(&s, 300);
+    got gm = fair_now(m, "he", NULL), g1, gn;
+    hilock_wait *w1;
+    fair_start(s.c, "he", NULL, &g1, &w1);
+    test_loop_for(s.base, 150); /* joined, subscribed */
+    fair_start(n, "he", NULL, &gn, NULL);
+    test_loop_for(e.base, 100);
+    cr_assert_eq(queued("he"), 2);
+    cr_assert_eq(release_now(&e, gm.hold), 0); /* grants w1; s has not read it */
+    redisContext *k = stall_begin("0.6");
+    hl_engine_kick(w1->name); /* w1's try, as if its fallback timer fired now */
+    test_loop_for(s.base, 500);  /* the grant is read; the try times out */
+    cr_assert_eq(g1.calls, 1);
+    cr_assert_eq(g1.status, 0, "%s", hilock_strerror(g1.status));
+    stall_end(k);
+    both_for(&s, 600);
+    cr_expect_eq(gn.calls, 0, "the next waiter got the lock while w1 holds it");
+    cr_expect_eq(held_fence("he"), hilock_hold_fence(g1.hold), "the lock in Redis is not w1's");
+    cr_expect_eq(hilock_hold_lost(g1.hold), 0);
+    rel r = {0, 0};
+    hilock_release(g1.hold, rel_cb, &r);
+    test_loop_until(s.base, &r.calls, 2000);
+    if (gn.calls == 0) cr_assert(test_loop_until(e.base, &gn.calls, 3000));
+    if (gn.status == 0) release_now(&e, gn.hold);
+    side_stop(&s);
+    hilock_client_free(n);
     hilock_client_free(m);
 }
