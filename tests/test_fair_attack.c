@@ -415,3 +415,69 @@ Test(fair_attack, a_try_that_fails_after_its_wait_was_granted_keeps_the_lock) {
     hilock_client_free(n);
     hilock_client_free(m);
 }
+
+/* ---- wait_replicas ------------------------------------------------------------- */
+
+static hilock_client *replicas_client(struct lockenv *env, const char *url, uint32_t replicas) {
+    hilock_config cfg;
+    lockenv_config(&cfg, url);
+    cfg.wait_replicas = replicas;
+    cfg.wait_timeout_ms = 100;
+    return lockenv_client_cfg(env, &cfg);
+}
+
+/* "An acquire that fewer replicas confirm is released and ends with
+ * HILOCK_EREPLICAS" (hilock.h, wait_replicas). With no replica at all, a
+ * client that asks for one never gets the lock; a grant by message is an
+ * acquire too, and was delivered with nothing confirmed. */
+Test(fair_attack, a_grant_by_message_waits_for_the_replicas_too) {
+    hilock_client *m = lockenv_client(&e), *s = replicas_client(&e, e.r.url, 1);
+    got gm = fair_now(m, "wr", NULL), g, gx;
+    fair_start(s, "wr", NULL, &g, NULL);
+    test_loop_for(e.base, 300);
+    cr_assert_eq(g.calls, 0);
+    cr_assert_eq(release_now(&e, gm.hold), 0);
+    cr_assert(test_loop_until(e.base, &g.calls, 3000));
+    cr_expect_eq(g.status, HILOCK_EREPLICAS, "got %s with no replica to confirm it",
+                 hilock_strerror(g.status));
+    if (g.status == 0) {
+        rel r = {0, 0};
+        hilock_release(g.hold, rel_cb, &r);
+        test_loop_until(e.base, &r.calls, 2000);
+    }
+    test_loop_for(e.base, 100);
+    cr_expect_eq(held("wr"), 0, "the unconfirmed grant was not given back");
+    gx = fair_now(m, "wr", NULL);
+    cr_expect_eq(gx.status, 0);
+    if (gx.status == 0) release_now(&e, gx.hold);
+    hilock_client_free(s);
+    hilock_client_free(m);
+}
+
+/* With a replica that confirms, the handoff still works. */
+Test(fair_attack, a_grant_by_message_with_a_replica_that_confirms) {
+    test_redis replica;
+    char port[16];
+    snprintf(port, sizeof(port), "%d", e.r.port);
+    cr_assert_eq(test_redis_start(&replica, 0, "--replicaof", "127.0.0.1", port, NULL), 0);
+    long long until = test_now_ms() + 4000;
+    while (!test_redis_says(&e.r, "INFO", "connected_slaves:1", NULL) && test_now_ms() < until)
+        test_msleep(20);
+    hilock_client *m = lockenv_client(&e), *s = replicas_client(&e, e.r.url, 1);
+    got gm = fair_now(m, "wc", NULL), g;
+    fair_start(s, "wc", NULL, &g, NULL);
+    test_loop_for(e.base, 300);
+    cr_assert_eq(g.calls, 0);
+    cr_assert_eq(release_now(&e, gm.hold), 0);
+    cr_assert(test_loop_until(e.base, &g.calls, 3000));
+    cr_expect_eq(g.status, 0, "%s", hilock_strerror(g.status));
+    if (g.status == 0) {
+        test_loop_for(e.base, 500);
+        cr_expect_eq(hilock_hold_lost(g.hold), 0);
+        cr_expect_eq(held_fence("wc"), hilock_hold_fence(g.hold));
+        cr_expect_eq(release_now(&e, g.hold), 0);
+    }
+    hilock_client_free(s);
+    hilock_client_free(m);
+    test_redis_stop(&replica);
+}
