@@ -361,10 +361,18 @@ static uint64_t grant_time(const hl_name *n, const hilock_wait *w, uint64_t serv
 /* A grant by message (the fair lock): the releaser's script gave the lock
  * to one of our waits, for a short claim window; the hold's watchdog
  * claims it with its first renewal. A token that is not waiting here is
- * another process's, or a wait that ended (its abandon gives it back). */
+ * another process's, or a wait that ended (its abandon gives it back).
+ * With wait_replicas, nothing says the replicas have that grant: the
+ * head tries at once instead, and its try's WAIT (which covers every
+ * write the server made before it) confirms it, or not (the try renews
+ * it, or names it as the holder: try_found_holder). */
 static void grant_message(hl_name *n, const hl_grant *g) {
     hilock_wait *w = wait_by_token(n, g->token);
     if (w == NULL) return;
+    if (n->c->cfg.wait_replicas != 0) {
+        hl_engine_kick(n);
+        return;
+    }
     uint64_t now = hl_now_ms();
     grant(w, g->fence, grant_time(n, w, g->server_ms, now), min_lease(g->ttl_ms, w));
     hl_name_check(n);
@@ -432,14 +440,24 @@ static void try_won(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
 }
 
 /* A try that was not granted may name a holder that is one of our waits,
- * granted by a message we missed (a reconnect): it is theirs for the
- * holder_ms left, from when the try was sent. */
-static void try_found_holder(hl_name *n, const hl_try *t, uint64_t sent_at) {
+ * granted by a message we missed (a reconnect), or not taken from it
+ * (wait_replicas): it is theirs for the holder_ms left, from when the try
+ * was sent, if the try's WAIT confirmed it (`confirmed`); else it is
+ * given back, and that wait ends with HILOCK_EREPLICAS, as a try's own
+ * unconfirmed grant does. */
+static void try_found_holder(hl_name *n, const hl_try *t, uint64_t sent_at, int confirmed) {
     hilock_wait *o = t->holder ? wait_by_token(n, t->holder) : NULL;
-    if (o != NULL && t->holder_ms > 0) grant(o, t->fence, sent_at, min_lease(t->holder_ms, o));
+    if (o == NULL || t->holder_ms == 0) return;
+    if (confirmed) {
+        grant(o, t->fence, sent_at, min_lease(t->holder_ms, o));
+        return;
+    }
+    hl_set_error(&n->c->loop, "WAIT: fewer than %u replicas confirmed the lock within %u ms",
+                 (unsigned)n->c->cfg.wait_replicas, n->c->cfg.wait_timeout_ms);
+    hl_wait_finish(o, HILOCK_EREPLICAS, NULL); /* its abandon gives the lock back */
 }
 
-static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
+static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at, int confirmed) {
     hl_name *n = w->name;
     n->answers++;
     n->known_held = 1;
@@ -456,7 +474,7 @@ static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
         try_later(n, 0);
     } else {
         if (w->state == HL_WAIT_QUEUED && w->try_once) hl_wait_finish(w, HILOCK_EBUSY, NULL);
-        try_found_holder(n, t, sent_at);
+        try_found_holder(n, t, sent_at, confirmed);
         try_later(n, t->retry_ms);
     }
     if (t->rejoin) rejoin_all(n, w);
@@ -480,8 +498,14 @@ static void join_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at, int
         return;
     }
     n->answers++;
-    if (t->granted) try_won(w, t, sent_at);
-    else if (w->state == HL_WAIT_DONE && !w->own_grant)
+    if (t->granted && w->state == HL_WAIT_QUEUED && r->acked < (int)r->wait_replicas) {
+        /* Only the master has it (wait_replicas): as for the head's try. */
+        hl_set_error(&n->c->loop, "WAIT: %d of %u replicas confirmed the lock within %u ms",
+                     r->acked, (unsigned)r->wait_replicas, n->c->cfg.wait_timeout_ms);
+        hl_wait_finish(w, HILOCK_EREPLICAS, NULL); /* its abandon gives the lock back */
+    } else if (t->granted) {
+        try_won(w, t, sent_at);
+    } else if (w->state == HL_WAIT_DONE && !w->own_grant)
         wait_abandon(w); /* it may have joined after it left */
     if (t->rejoin) rejoin_all(n, w);
 }
@@ -533,7 +557,7 @@ static void head_answered(hilock_wait *w, hl_req *r, hl_try *t, int err) {
         if (w->state == HL_WAIT_QUEUED) hl_wait_finish(w, HILOCK_EREPLICAS, NULL);
         try_later(n, 0);
     } else {
-        try_answered(w, t, r->submitted_at);
+        try_answered(w, t, r->submitted_at, r->acked >= (int)r->wait_replicas);
     }
 }
 
