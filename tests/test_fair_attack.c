@@ -614,3 +614,37 @@ Test(fair_attack, churn_with_stalls_cancels_and_timeouts) {
     cr_expect_eq(queued("churn"), 0, "places left in the queue");
     for (int i = 0; i < 3; i++) hilock_client_free(c[i]);
 }
+
+/* ---- A cancel that overtakes its try ------------------------------------------- */
+
+/* After a SCRIPT FLUSH, w's try (EVALSHA) comes back NOSCRIPT and is sent
+ * again as EVAL, behind the release that w's cancel sent meanwhile (the
+ * first release of that connection: EVAL, which runs at once). The try
+ * then runs after the release: it joins the queue for a wait that is
+ * gone. Its answer must take that place back, or the next release grants
+ * it to nobody and every waiter loses the claim window (1 s). */
+Test(fair_attack, a_cancel_overtaking_a_try_sent_again_after_noscript_leaves_no_place) {
+    hilock_client *m = lockenv_client(&e), *c = lockenv_client(&e), *o = lockenv_client(&e);
+    hilock_acquire_opts once = wait_opts(0, 0);
+    got gm = fair_now(m, "ns", NULL), g, go;
+    cr_assert_eq(fair_now(c, "ns", &once).status, HILOCK_EBUSY); /* c has loaded the try */
+    cr_assert_eq(test_redis_int(&e.r, "SCRIPT FLUSH"), -1);
+    hilock_wait *w;
+    fair_start(c, "ns", NULL, &g, &w);
+    cr_assert_eq(hilock_wait_cancel(w), 0);
+    test_loop_for(e.base, 200);
+    cr_expect_eq(g.status, HILOCK_ECANCELED);
+    cr_expect_eq(queued("ns"), 0, "the cancelled wait has a place in the queue");
+    fair_start(o, "ns", NULL, &go, NULL);
+    test_loop_for(e.base, 100);
+    long long t0 = test_now_ms();
+    cr_assert_eq(release_now(&e, gm.hold), 0);
+    cr_assert(test_loop_until(e.base, &go.calls, 3000));
+    cr_expect_eq(go.status, 0);
+    cr_expect_lt(go.at_ms - t0, 500, "the next waiter got the lock %lld ms after the release",
+                 go.at_ms - t0);
+    if (go.status == 0) release_now(&e, go.hold);
+    hilock_client_free(o);
+    hilock_client_free(c);
+    hilock_client_free(m);
+}
