@@ -648,3 +648,102 @@ Test(fair_attack, a_cancel_overtaking_a_try_sent_again_after_noscript_leaves_no_
     hilock_client_free(c);
     hilock_client_free(m);
 }
+
+/* ---- Ends at awkward moments ----------------------------------------------------- */
+
+/* A fresh client's first waits, called together: its first try says the
+ * client had no time in the queue (it never spoke there), which must not
+ * reorder the waits whose joins ran after it. */
+Test(fair_attack, a_fresh_clients_first_waits_keep_their_order) {
+    hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e);
+    got gm = fair_now(m, "fw", NULL), g[4];
+    for (int i = 0; i < 4; i++) fair_start(s, "fw", NULL, &g[i], NULL);
+    test_loop_for(e.base, 200);
+    cr_assert_eq(queued("fw"), 4);
+    hilock_hold *h = gm.hold;
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(release_now(&e, h), 0);
+        cr_assert(test_loop_until(e.base, &g[i].calls, 3000), "wait %d never granted", i);
+        cr_assert_eq(g[i].status, 0);
+        for (int j = i + 1; j < 4; j++) cr_expect_eq(g[j].calls, 0, "wait %d before %d", j, i);
+        h = g[i].hold;
+    }
+    cr_expect_eq(release_now(&e, h), 0);
+    hilock_client_free(s);
+    hilock_client_free(m);
+}
+
+/* Waits cancelled, or timed out, while their joins are still on the way:
+ * none keeps a place, and the lock passes on at once. */
+Test(fair_attack, waits_that_end_before_their_join_is_answered_leave_no_place) {
+    hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e), *o = lockenv_client(&e);
+    hilock_acquire_opts tiny = wait_opts(1, 0);
+    got gm = fair_now(m, "ej", NULL), g[8], go;
+    hilock_wait *w[8];
+    fair_start(s, "ej", NULL, &g[0], &w[0]); /* the head */
+    for (int i = 1; i < 8; i++) fair_start(s, "ej", i % 2 ? NULL : &tiny, &g[i], &w[i]);
+    for (int i = 1; i < 8; i += 2) cr_assert_eq(hilock_wait_cancel(w[i]), 0);
+    test_loop_for(e.base, 200);
+    /* The timed-out ones: HILOCK_EDEADLINE, as nothing was answered yet. */
+    for (int i = 1; i < 8; i++)
+        cr_expect(i % 2 ? g[i].status == HILOCK_ECANCELED
+                        : g[i].status == HILOCK_ETIMEDOUT || g[i].status == HILOCK_EDEADLINE,
+                  "wait %d: %s", i, hilock_strerror(g[i].status));
+    cr_expect_eq(queued("ej"), 1, "only the head keeps a place");
+    fair_start(o, "ej", NULL, &go, NULL);
+    test_loop_for(e.base, 100);
+    cr_assert_eq(release_now(&e, gm.hold), 0);
+    cr_assert(test_loop_until(e.base, &g[0].calls, 1000));
+    cr_expect_eq(g[0].status, 0);
+    long long t0 = test_now_ms();
+    cr_assert_eq(release_now(&e, g[0].hold), 0);
+    cr_assert(test_loop_until(e.base, &go.calls, 3000));
+    cr_expect_lt(go.at_ms - t0, 500, "a grant went to a place of an ended wait");
+    cr_expect_eq(release_now(&e, go.hold), 0);
+    cr_expect_eq(queued("ej"), 0);
+    hilock_client_free(o);
+    hilock_client_free(s);
+    hilock_client_free(m);
+}
+
+/* The client is freed from inside a grant's callback while its other
+ * waits' joins and a renewal may be out: every other wait gets
+ * HILOCK_ECANCELED once, nothing is used after it is freed (ASan), and
+ * the places it leaves lapse (hilock.h: up to 5 s) without holding the
+ * lock for longer than a claim window each. */
+typedef struct freer {
+    hilock_client *c;
+    got g;
+} freer;
+
+static void free_in_cb(hilock_hold *h, int status, void *data) {
+    freer *f = data;
+    got_cb(h, status, &f->g);
+    if (status == 0) hilock_client_free(f->c);
+}
+
+Test(fair_attack, client_freed_in_a_grant_callback) {
+    hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e);
+    got gm = fair_now(m, "fc", NULL), g[5];
+    freer f = {s, {0, 0, NULL, 0}};
+    cr_assert_eq(hilock_fair_acquire(s, "fc", NULL, free_in_cb, &f, NULL), 0);
+    for (int i = 0; i < 5; i++) fair_start(s, "fc", NULL, &g[i], NULL);
+    test_loop_for(e.base, 150);
+    cr_assert_eq(release_now(&e, gm.hold), 0);
+    cr_assert(test_loop_until(e.base, &f.g.calls, 3000));
+    cr_expect_eq(f.g.status, 0);
+    for (int i = 0; i < 5; i++) {
+        cr_expect_eq(g[i].calls, 1, "wait %d: %d callbacks", i, g[i].calls);
+        cr_expect_eq(g[i].status, HILOCK_ECANCELED);
+    }
+    /* The freed client's grant lapses after its claim window, and its
+     * places go with it (the grant cut its client's time to the window). */
+    long long t0 = test_now_ms();
+    got gx = fair_now(m, "fc", NULL);
+    cr_expect_eq(gx.status, 0);
+    cr_expect_lt(gx.at_ms - t0, 2500, "the freed client's places held the lock %lld ms",
+                 gx.at_ms - t0);
+    cr_expect_eq(queued("fc"), 0);
+    if (gx.status == 0) release_now(&e, gx.hold);
+    hilock_client_free(m);
+}
