@@ -470,12 +470,15 @@ HILOCK_API int hilock_write_acquire(hilock_client *c, const char *name,
  * first waiter in the queue and names it in the release message, so the
  * next holder learns that it holds the lock from the message alone, with
  * no command of its own: a handoff costs two commands in all, whatever
- * the number of clients and waiters. That grant lasts a claim window of
- * 1 s; the new holder's watchdog renews it to the hold's lease a third of
- * that later, if it still holds it (a hold shorter than that sends
- * nothing more). A waiting client also tries once a second, whatever the
- * number of its waiters: that keeps its waiters' places in the queue and
- * finds a grant whose message it missed (a reconnect).
+ * the number of clients and waiters (with wait_replicas, one more: the
+ * new holder's try, whose WAIT confirms the grant; HILOCK_EREPLICAS and
+ * the lock passed on if too few replicas do). That grant lasts a claim
+ * window of 1 s; the new holder's watchdog renews it to the hold's lease
+ * a third of that later, if it still holds it (a hold shorter than that
+ * sends nothing more; a no_renew hold is claimed so too, once). A waiting
+ * client also tries once a second, whatever the number of its waiters:
+ * that keeps its waiters' places in the queue and finds a grant whose
+ * message it missed (a reconnect).
  *
  * Limits, in plain words:
  *  - A waiter's place counts from when its first try reached Redis. The

@@ -238,6 +238,7 @@ static int wait_retry(hilock_wait *w, uint64_t now) {
     int releasing = h->releasing;
     int again = !w->try_once && (w->deadline_at == 0 || now < w->deadline_at);
     w->hold = NULL;
+    w->own_grant = 0; /* that grant was the old token's */
     if (again) {
         hl_token_new(w->c, w->token);
         wait_enqueue(w, 1, now);
@@ -339,24 +340,39 @@ static hilock_wait *wait_by_token(hl_name *n, const char *token) {
 /* When a grant by message began, by our clock: the server's time of the
  * grant, moved onto our clock by the last try that read the server's
  * clock (sent at srv_at, it read srv_ms no earlier), so no later than the
- * grant really was (the two clocks running at the same rate). Never
- * before the wait began, nor after the message came (`now`: a server
- * clock that stepped forward must not stretch the lease). */
+ * grant really was (the two clocks running at the same rate). That holds
+ * on either side of srv_ms: a grant made before that try ran (its message
+ * read after the try's reply, which the server may write first) began
+ * srv_ms - server_ms before the try ran, so no later than that much
+ * before srv_at. Never before the wait began, nor after the message came
+ * (`now`: a server clock that stepped forward must not stretch the
+ * lease). */
 static uint64_t grant_time(const hl_name *n, const hilock_wait *w, uint64_t server_ms,
                            uint64_t now) {
-    uint64_t at = w->started_at;
-    if (n->srv_at != 0 && server_ms >= n->srv_ms && n->srv_at + (server_ms - n->srv_ms) > at)
-        at = n->srv_at + (server_ms - n->srv_ms);
+    uint64_t at = w->started_at, mapped = 0;
+    if (n->srv_at != 0 && server_ms >= n->srv_ms)
+        mapped = n->srv_at + (server_ms - n->srv_ms);
+    else if (n->srv_at != 0 && n->srv_ms - server_ms < n->srv_at)
+        mapped = n->srv_at - (n->srv_ms - server_ms);
+    if (mapped > at) at = mapped;
     return at < now ? at : now;
 }
 
 /* A grant by message (the fair lock): the releaser's script gave the lock
  * to one of our waits, for a short claim window; the hold's watchdog
  * claims it with its first renewal. A token that is not waiting here is
- * another process's, or a wait that ended (its abandon gives it back). */
+ * another process's, or a wait that ended (its abandon gives it back).
+ * With wait_replicas, nothing says the replicas have that grant: the
+ * head tries at once instead, and its try's WAIT (which covers every
+ * write the server made before it) confirms it, or not (the try renews
+ * it, or names it as the holder: try_found_holder). */
 static void grant_message(hl_name *n, const hl_grant *g) {
     hilock_wait *w = wait_by_token(n, g->token);
     if (w == NULL) return;
+    if (n->c->cfg.wait_replicas != 0) {
+        hl_engine_kick(n);
+        return;
+    }
     uint64_t now = hl_now_ms();
     grant(w, g->fence, grant_time(n, w, g->server_ms, now), min_lease(g->ttl_ms, w));
     hl_name_check(n);
@@ -386,15 +402,30 @@ static void try_later(hl_name *n, uint64_t retry_ms) {
     else hl_timer_start(&n->c->loop, &n->fallback, retry_ms);
 }
 
-/* The queue in Redis lost this client's places (it was silent too long,
- * or the server lost its keys): every queued wait that has no try out
- * joins again, in order, behind the one that learned it (`w`). */
+/* The answer to `w`'s try or join says this client had no time left in
+ * the queue in Redis (it was silent too long, or the server lost its
+ * keys; or it never spoke there: its first try). The places of the other
+ * queued waits without a try out may be lost, or kept where a release did
+ * not look (it skips dead entries only up to the first live one): their
+ * last try or join was answered, so it ran before w's (one connection,
+ * in order). Waits with a try out sent theirs after w's: fresh. From the
+ * first such other wait in local order on, every queued wait without a
+ * try out joins again, moved to the tail (w included: it may be a join of
+ * a later wait), so that they end up in the order the user called them,
+ * not in that of what Redis kept. A client's first try has no such wait
+ * before it, and moves nothing. */
 static void rejoin_all(hl_name *n, const hilock_wait *w) {
+    int moving = 0;
     hl_link *l = n->waiters.next;
     while (l != &n->waiters) {
         hilock_wait *o = HL_CONTAINER(l, hilock_wait, link);
         l = l->next;
-        if (o != w && o->req == NULL && !o->try_once) try_submit(o, 1);
+        if (o->req != NULL || o->try_once) continue;
+        if (o != w) moving = 1;
+        if (!moving) continue;
+        o->rejoining = 1;
+        try_submit(o, 1);
+        o->rejoining = 0;
     }
 }
 
@@ -409,14 +440,24 @@ static void try_won(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
 }
 
 /* A try that was not granted may name a holder that is one of our waits,
- * granted by a message we missed (a reconnect): it is theirs for the
- * holder_ms left, from when the try was sent. */
-static void try_found_holder(hl_name *n, const hl_try *t, uint64_t sent_at) {
+ * granted by a message we missed (a reconnect), or not taken from it
+ * (wait_replicas): it is theirs for the holder_ms left, from when the try
+ * was sent, if the try's WAIT confirmed it (`confirmed`); else it is
+ * given back, and that wait ends with HILOCK_EREPLICAS, as a try's own
+ * unconfirmed grant does. */
+static void try_found_holder(hl_name *n, const hl_try *t, uint64_t sent_at, int confirmed) {
     hilock_wait *o = t->holder ? wait_by_token(n, t->holder) : NULL;
-    if (o != NULL && t->holder_ms > 0) grant(o, t->fence, sent_at, min_lease(t->holder_ms, o));
+    if (o == NULL || t->holder_ms == 0) return;
+    if (confirmed) {
+        grant(o, t->fence, sent_at, min_lease(t->holder_ms, o));
+        return;
+    }
+    hl_set_error(&n->c->loop, "WAIT: fewer than %u replicas confirmed the lock within %u ms",
+                 (unsigned)n->c->cfg.wait_replicas, n->c->cfg.wait_timeout_ms);
+    hl_wait_finish(o, HILOCK_EREPLICAS, NULL); /* its abandon gives the lock back */
 }
 
-static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
+static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at, int confirmed) {
     hl_name *n = w->name;
     n->answers++;
     n->known_held = 1;
@@ -433,7 +474,11 @@ static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
         try_later(n, 0);
     } else {
         if (w->state == HL_WAIT_QUEUED && w->try_once) hl_wait_finish(w, HILOCK_EBUSY, NULL);
-        try_found_holder(n, t, sent_at);
+        /* A wait that ended without a grant while its try was out: the
+         * try may have run after its abandon (sent again after NOSCRIPT,
+         * behind it) and left it a place (hl_prim.joins). */
+        else if (w->state == HL_WAIT_DONE && !w->own_grant && n->prim->joins) wait_abandon(w);
+        try_found_holder(n, t, sent_at, confirmed);
         try_later(n, t->retry_ms);
     }
     if (t->rejoin) rejoin_all(n, w);
@@ -442,18 +487,30 @@ static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
 /* A join's answer (hl_prim.joins: the first try of a wait that was not its
  * name's head). It speaks for that wait alone: granted (the lock was free
  * and it came first), or not, and nothing else changes; an error leaves
- * the wait in place (its head's tries add it to the queue if it is not). */
+ * the wait in place (its head's tries add it to the queue if it is not).
+ * A wait granted with its own token meanwhile (by message, which can
+ * overtake this reply: it comes on the other connection) holds the lock
+ * with that token: nothing of it is given back here, its hold's release
+ * does it (a join not granted ran before that grant, which took its place
+ * off the queue). */
 static void join_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at, int err,
                           const hl_req *r) {
     hl_name *n = w->name;
     if (err != 0) {
-        if (r->ever_sent && w->state == HL_WAIT_DONE)
+        if (r->ever_sent && w->state == HL_WAIT_DONE && !w->own_grant)
             hl_release_token(n, w->token, w->terms.lease_ms); /* its place, if it ran */
         return;
     }
     n->answers++;
-    if (t->granted) try_won(w, t, sent_at);
-    else if (w->state == HL_WAIT_DONE) wait_abandon(w); /* it may have joined after it left */
+    if (t->granted && w->state == HL_WAIT_QUEUED && r->acked < (int)r->wait_replicas) {
+        /* Only the master has it (wait_replicas): as for the head's try. */
+        hl_set_error(&n->c->loop, "WAIT: %d of %u replicas confirmed the lock within %u ms",
+                     r->acked, (unsigned)r->wait_replicas, n->c->cfg.wait_timeout_ms);
+        hl_wait_finish(w, HILOCK_EREPLICAS, NULL); /* its abandon gives the lock back */
+    } else if (t->granted) {
+        try_won(w, t, sent_at);
+    } else if (w->state == HL_WAIT_DONE && !w->own_grant)
+        wait_abandon(w); /* it may have joined after it left */
     if (t->rejoin) rejoin_all(n, w);
 }
 
@@ -490,8 +547,10 @@ static void head_answered(hilock_wait *w, hl_req *r, hl_try *t, int err) {
     }
     if (err != 0) {
         /* If the try may have run, its outcome is unknown: make sure no lock
-         * of ours stays behind. */
-        if (r->ever_sent) hl_release_token(n, w->token, w->terms.lease_ms);
+         * of ours stays behind; unless w holds the lock with that token
+         * (granted by message while the try was out): that lock is its
+         * hold's, which releases it. */
+        if (r->ever_sent && !w->own_grant) hl_release_token(n, w->token, w->terms.lease_ms);
         n->known_held = 0;
         fail_all(n, err); /* w first, if it still waits: it is the head */
     } else if (t->granted && r->acked < (int)r->wait_replicas) {
@@ -502,7 +561,7 @@ static void head_answered(hilock_wait *w, hl_req *r, hl_try *t, int err) {
         if (w->state == HL_WAIT_QUEUED) hl_wait_finish(w, HILOCK_EREPLICAS, NULL);
         try_later(n, 0);
     } else {
-        try_answered(w, t, r->submitted_at);
+        try_answered(w, t, r->submitted_at, r->acked >= (int)r->wait_replicas);
     }
 }
 

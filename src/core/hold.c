@@ -89,10 +89,15 @@ static void lost_run(hl_defer *d, int cancel) {
         h->terms.lost_cb(h, h->lost_why, h->terms.lost_data);
 }
 
+/* The next renewal a third of the lease on, or, with no_renew, none: the
+ * key expires at the end of the lease. But a hold whose key was set for
+ * less than its lease (a grant by message: the fair lock's claim window)
+ * is claimed even then, once, to the lease it asked for. */
 static void watchdog_arm(hilock_hold *h) {
     uint64_t now = hl_now_ms(), expiry = hl_hold_expiry(h);
     uint32_t lease = h->confirmed_lease < h->terms.lease_ms ? h->confirmed_lease : h->terms.lease_ms;
-    uint64_t next = h->terms.no_renew ? expiry : now + lease / 3;
+    int claim = h->confirmed_lease < h->terms.lease_ms;
+    uint64_t next = h->terms.no_renew && !claim ? expiry : now + lease / 3;
     if (next > expiry) next = expiry;
     hl_timer_start(&h->c->loop, &h->watchdog, next > now ? next - now : 0);
 }

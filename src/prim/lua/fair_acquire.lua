@@ -1,6 +1,8 @@
 -- acquire: KEYS as in _fair.lua (lock, queue, processes, fence);
 -- ARGV[1] token, ARGV[2] lease_ms, ARGV[3] fence_ttl_s, ARGV[4] '1' to try
--- once (without joining the queue) or '0', ARGV[5] channel, ARGV[6]
+-- once (without joining the queue), '0', or '2' to join again at the tail
+-- (after this client's places were lost: its waits join again in their
+-- order, whatever places some of them kept), ARGV[5] channel, ARGV[6]
 -- PUBLISH or SPUBLISH.
 -- The first try of every wait joins the queue at its tail; later tries
 -- (the head of each process's waits, at least every second) keep its
@@ -28,6 +30,7 @@ if held[1] == token then
   redis.call('ZREM', KEYS[2], token)
   return {1, tonumber(held[2]), now, '', 0, 1 + lost}
 end
+if ARGV[4] == '2' then redis.call('ZREM', KEYS[2], token) end
 if ARGV[4] ~= '1' then join(token, ARGV[2]) end
 redis.call('PEXPIRE', KEYS[2], ALIVE_MS)
 if held[1] then
