@@ -462,12 +462,14 @@ static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at, int 
     n->answers++;
     n->known_held = 1;
     if (t->granted) {
+        int kept = w->state == HL_WAIT_QUEUED || w->own_grant;
         try_won(w, t, sent_at);
         n->woken = 0; /* that wakeup was for the lock we now hold */
         /* A mutex is taken now: the next head waits for its release. What
          * still has room (a semaphore's permits, readers beside a reader)
-         * lets it try at once. */
-        try_later(n, t->more ? 0 : w->terms.lease_ms + 1);
+         * lets it try at once, and so does a lock given back (its wait
+         * ended meanwhile, and the next one sent nothing while it tried). */
+        try_later(n, t->more || !kept ? 0 : w->terms.lease_ms + 1);
     } else if (t->refused) {
         /* This waiter's terms can never be met; those behind it may be. */
         if (w->state == HL_WAIT_QUEUED) hl_wait_finish(w, t->refused, NULL);
