@@ -22,10 +22,23 @@ struct hilock_loop_timer {
     void *arg;
 };
 
+/* The timer whose callback runs on this thread now, only ever compared
+ * (the callback may free it: hilock_client_free from a user callback). */
+#if defined(__cplusplus)
+static thread_local const void *hilock_libevent_firing_;
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+static _Thread_local const void *hilock_libevent_firing_;
+#else
+static __thread const void *hilock_libevent_firing_;
+#endif
+
 static void hilock_libevent_fire_(evutil_socket_t fd, short what, void *arg) {
     struct hilock_loop_timer *t = (struct hilock_loop_timer *)arg;
+    const void *outer = hilock_libevent_firing_;
     (void)fd; (void)what;
+    hilock_libevent_firing_ = t;
     t->cb(t->arg);
+    hilock_libevent_firing_ = outer;
 }
 
 static int hilock_libevent_attach_(void *data, struct redisAsyncContext *ac) {
@@ -42,8 +55,19 @@ static hilock_loop_timer *hilock_libevent_timer_new_(void *data, void (*cb)(void
     return t;
 }
 
+/* A timer due now (hilock's deferred callbacks, after a reply or a message
+ * was read) is made active instead: libevent runs it in this turn of the
+ * loop, once the callback that armed it returns, with no epoll_wait
+ * first. Armed again from its own run, it waits for the next turn as a
+ * timer does, so a chain of callbacks never keeps the loop from its
+ * sockets. */
 static void hilock_libevent_timer_start_(hilock_loop_timer *t, uint64_t ms) {
     struct timeval tv;
+    evtimer_del(t->ev);
+    if (ms == 0 && hilock_libevent_firing_ != (const void *)t) {
+        event_active(t->ev, EV_TIMEOUT, 1);
+        return;
+    }
     tv.tv_sec = (time_t)(ms / 1000);
     tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
     evtimer_add(t->ev, &tv);
