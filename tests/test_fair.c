@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "prim/prim.h"
 #include "support/clusterenv.h"
+#include "support/fairenv.h"
 #include "support/semload.h"
 
 static lockenv e;
@@ -19,30 +20,9 @@ TestSuite(fair, .init = setup, .fini = teardown, .timeout = 90);
 
 /* ---- Helpers ---------------------------------------------------------------- */
 
-static got fair_now(hilock_client *c, const char *name, const hilock_acquire_opts *o) {
-    got g = {0, 0, NULL, 0};
-    cr_assert_eq(hilock_fair_acquire(c, name, o, got_cb, &g, NULL), 0);
-    test_loop_until(e.base, &g.calls, 5000);
-    cr_assert_eq(g.calls, 1, "acquire of %s got no callback", name);
-    return g;
-}
-
-static void fair_start(hilock_client *c, const char *name, const hilock_acquire_opts *o, got *g,
-                       hilock_wait **w) {
-    memset(g, 0, sizeof(*g));
-    cr_assert_eq(hilock_fair_acquire(c, name, o, got_cb, g, w), 0);
-}
-
-/* The fair lock's key with `suffix` ("", ":q", ":p", ":fence"). */
-#define fkey(name, suffix) prim_key(name, ":fair" suffix)
-
-static long long queued(const char *name) {
-    return test_redis_int(&e.r, "ZCARD %s", fkey(name, ":q"));
-}
-
-static long long held(const char *name) {
-    return test_redis_int(&e.r, "EXISTS %s", fkey(name, ""));
-}
+#define fair_now(c, name, o) fairenv_now(&e, c, name, o)
+#define queued(name) fairenv_queued(&e.r, name)
+#define held(name) fairenv_held(&e.r, name)
 
 static long long script_calls(void) { return script_calls_of(&e.r); }
 #define wait_opts opts_wait_lease

@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include "core/engine.h"
 #include "prim/prim.h"
-#include "support/lockenv.h"
+#include "support/fairenv.h"
 
 static lockenv e;
 static void setup(void) { lockenv_start_debuggable(&e); }
@@ -24,38 +24,9 @@ TestSuite(fair_attack, .init = setup, .fini = teardown, .timeout = 60);
 
 /* ---- Helpers ------------------------------------------------------------------ */
 
-static got fair_now(hilock_client *c, const char *name, const hilock_acquire_opts *o) {
-    got g = {0, 0, NULL, 0};
-    cr_assert_eq(hilock_fair_acquire(c, name, o, got_cb, &g, NULL), 0);
-    test_loop_until(e.base, &g.calls, 5000);
-    cr_assert_eq(g.calls, 1, "acquire of %s got no callback", name);
-    return g;
-}
-
-static void fair_start(hilock_client *c, const char *name, const hilock_acquire_opts *o, got *g,
-                       hilock_wait **w) {
-    memset(g, 0, sizeof(*g));
-    cr_assert_eq(hilock_fair_acquire(c, name, o, got_cb, g, w), 0);
-}
-
-/* The fair lock's key with `suffix` ("", ":q", ":p", ":fence"). */
-static const char *fkey(const char *name, const char *suffix) {
-    static char ring[4][256];
-    static int next;
-    char *p = ring[next++ % 4];
-    hilock_key("hilock:", name, p, 200);
-    strcat(p, ":fair");
-    strcat(p, suffix);
-    return p;
-}
-
-static long long queued(const char *name) {
-    return test_redis_int(&e.r, "ZCARD %s", fkey(name, ":q"));
-}
-
-static long long held(const char *name) {
-    return test_redis_int(&e.r, "EXISTS %s", fkey(name, ""));
-}
+#define fair_now(c, name, o) fairenv_now(&e, c, name, o)
+#define queued(name) fairenv_queued(&e.r, name)
+#define held(name) fairenv_held(&e.r, name)
 
 /* The fence of the lock in Redis (0: not held). */
 static unsigned long long held_fence(const char *name) {
