@@ -439,25 +439,31 @@ static void try_won(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
     else if (!w->own_grant || !t->renewed) hl_release_token(w->name, w->token, 0);
 }
 
+/* Did the WAIT that followed r miss replicas (wait_replicas)? Then only
+ * the master has what r wrote, and a failover would hand the lock to
+ * another: the error says so. */
+static int replicas_short(hilock_client *c, const hl_req *r) {
+    if (r->acked >= (int)r->wait_replicas) return 0;
+    hl_set_error(&c->loop, "WAIT: %d of %u replicas confirmed the lock within %u ms", r->acked,
+                 (unsigned)r->wait_replicas, c->cfg.wait_timeout_ms);
+    return 1;
+}
+
 /* A try that was not granted may name a holder that is one of our waits,
  * granted by a message we missed (a reconnect), or not taken from it
  * (wait_replicas): it is theirs for the holder_ms left, from when the try
- * was sent, if the try's WAIT confirmed it (`confirmed`); else it is
+ * was sent, if the try's WAIT confirmed it (replicas_short); else it is
  * given back, and that wait ends with HILOCK_EREPLICAS, as a try's own
  * unconfirmed grant does. */
-static void try_found_holder(hl_name *n, const hl_try *t, uint64_t sent_at, int confirmed) {
+static void try_found_holder(hl_name *n, const hl_try *t, const hl_req *r) {
     hilock_wait *o = t->holder ? wait_by_token(n, t->holder) : NULL;
     if (o == NULL || t->holder_ms == 0) return;
-    if (confirmed) {
-        grant(o, t->fence, sent_at, min_lease(t->holder_ms, o));
-        return;
-    }
-    hl_set_error(&n->c->loop, "WAIT: fewer than %u replicas confirmed the lock within %u ms",
-                 (unsigned)n->c->cfg.wait_replicas, n->c->cfg.wait_timeout_ms);
-    hl_wait_finish(o, HILOCK_EREPLICAS, NULL); /* its abandon gives the lock back */
+    if (replicas_short(n->c, r)) hl_wait_finish(o, HILOCK_EREPLICAS, NULL); /* abandon gives it back */
+    else grant(o, t->fence, r->submitted_at, min_lease(t->holder_ms, o));
 }
 
-static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at, int confirmed) {
+static void try_answered(hilock_wait *w, const hl_try *t, const hl_req *r) {
+    uint64_t sent_at = r->submitted_at;
     hl_name *n = w->name;
     n->answers++;
     n->known_held = 1;
@@ -480,7 +486,7 @@ static void try_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at, int 
          * try may have run after its abandon (sent again after NOSCRIPT,
          * behind it) and left it a place (hl_prim.joins). */
         else if (w->state == HL_WAIT_DONE && !w->own_grant && n->prim->joins) wait_abandon(w);
-        try_found_holder(n, t, sent_at, confirmed);
+        try_found_holder(n, t, r);
         try_later(n, t->retry_ms);
     }
     if (t->rejoin) rejoin_all(n, w);
@@ -504,10 +510,7 @@ static void join_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at, int
         return;
     }
     n->answers++;
-    if (t->granted && w->state == HL_WAIT_QUEUED && r->acked < (int)r->wait_replicas) {
-        /* Only the master has it (wait_replicas): as for the head's try. */
-        hl_set_error(&n->c->loop, "WAIT: %d of %u replicas confirmed the lock within %u ms",
-                     r->acked, (unsigned)r->wait_replicas, n->c->cfg.wait_timeout_ms);
+    if (t->granted && w->state == HL_WAIT_QUEUED && replicas_short(n->c, r)) {
         hl_wait_finish(w, HILOCK_EREPLICAS, NULL); /* its abandon gives the lock back */
     } else if (t->granted) {
         try_won(w, t, sent_at);
@@ -555,15 +558,12 @@ static void head_answered(hilock_wait *w, hl_req *r, hl_try *t, int err) {
         if (r->ever_sent && !w->own_grant) hl_release_token(n, w->token, w->terms.lease_ms);
         n->known_held = 0;
         fail_all(n, err); /* w first, if it still waits: it is the head */
-    } else if (t->granted && r->acked < (int)r->wait_replicas) {
-        /* Only the master has it: a failover now would hand it to another. */
-        hl_set_error(&c->loop, "WAIT: %d of %u replicas confirmed the lock within %u ms", r->acked,
-                     (unsigned)r->wait_replicas, c->cfg.wait_timeout_ms);
+    } else if (t->granted && replicas_short(c, r)) {
         hl_release_token(n, w->token, 0);
         if (w->state == HL_WAIT_QUEUED) hl_wait_finish(w, HILOCK_EREPLICAS, NULL);
         try_later(n, 0);
     } else {
-        try_answered(w, t, r->submitted_at, r->acked >= (int)r->wait_replicas);
+        try_answered(w, t, r);
     }
 }
 
