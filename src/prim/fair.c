@@ -4,7 +4,7 @@
  * next holder learns it holds the lock from the message alone.
  *
  * Keys of fair lock NAME under prefix P (see hilock.h), none shared with
- * the mutex of the same NAME: P{T}:fair the lock (a hash {token, fence},
+ * the mutex of the same NAME: P{T}:fair the lock (a string "TOKEN FENCE",
  * its lease as TTL), P{T}:fair:q the queue (a sorted set, token -> place),
  * P{T}:fair:p the clients that wait (a sorted set: the first 16 digits of
  * their tokens -> until when their entries count, server ms),

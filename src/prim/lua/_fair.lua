@@ -1,5 +1,6 @@
 -- The fair lock's queue, shared by its scripts (see src/prim/fair.c).
--- KEYS[1] the lock (hash: token, fence), KEYS[2] the queue (zset: token ->
+-- KEYS[1] the lock (a string, "TOKEN FENCE": one SET writes it and its
+-- lease, one GET reads it), KEYS[2] the queue (zset: token ->
 -- its place * 1024 + its claim window, which is its lease, at most
 -- CLAIM_MS), KEYS[3] the processes (zset: the first 16 hex digits of a
 -- token, which name its client, -> until when its entries count, server
@@ -21,6 +22,14 @@ local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(nowus / 1000)
 
 local function client_of(token) return string.sub(token, 1, 16) end
+
+-- The lock's holder and its fence, or false when the lock is free.
+local function holder()
+  local v = redis.call('GET', KEYS[1])
+  if not v then return false end
+  local sp = string.find(v, ' ', 1, true)
+  return string.sub(v, 1, sp - 1), tonumber(string.sub(v, sp + 1))
+end
 
 -- `token`'s process spoke: its entries count for ALIVE_MS more. Returns
 -- true if it had no time left (it was silent too long, or the keys were
@@ -63,17 +72,25 @@ end
 -- released, if any).
 local function set_lock(token, ms, fence_ttl_s, last)
   local fence, f = next_fence(KEYS[4], fence_ttl_s, nowus, last)
-  redis.call('HSET', KEYS[1], 'token', token, 'fence', f)
-  redis.call('PEXPIRE', KEYS[1], ms)
+  redis.call('SET', KEYS[1], token .. ' ' .. f, 'PX', ms)
   return fence, f
 end
 
 -- Grant the lock to `head` (taken off the queue) for its claim window,
 -- and tell its process on the channel: "g TOKEN FENCE NOW_MS CLAIM_MS".
--- Returns the fence.
-local function grant_by_message(head, claim, fence_ttl_s, channel, publish, last)
+-- The grantee's process has its time cut to that window, so that its
+-- other entries are skipped once the grant lapses unclaimed (no LT is
+-- needed: while the grant stands, the lock is held and nothing pops). The
+-- `releaser`, if any, is the token whose release this is: its process
+-- spoke (still_alive), in the same ZADD, before the cut, which wins when
+-- both are one process. Returns the fence.
+local function grant_by_message(head, claim, fence_ttl_s, channel, publish, last, releaser)
   local fence, f = set_lock(head, claim, fence_ttl_s, last)
-  redis.call('ZADD', KEYS[3], 'XX', 'LT', now + claim, client_of(head))
+  if releaser then
+    redis.call('ZADD', KEYS[3], 'XX', now + ALIVE_MS, client_of(releaser), now + claim, client_of(head))
+  else
+    redis.call('ZADD', KEYS[3], 'XX', now + claim, client_of(head))
+  end
   redis.call(publish, channel, 'g ' .. head .. ' ' .. f .. ' ' .. now .. ' ' .. claim)
   return fence
 end

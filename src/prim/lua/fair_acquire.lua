@@ -24,17 +24,17 @@
 local token = ARGV[1]
 local lost = 0
 if alive(KEYS[3], token) then lost = 2 end
-local held = redis.call('HMGET', KEYS[1], 'token', 'fence')
-if held[1] == token then
+local held, held_fence = holder()
+if held == token then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('ZREM', KEYS[2], token)
-  return {1, tonumber(held[2]), now, '', 0, 1 + lost}
+  return {1, held_fence, now, '', 0, 1 + lost}
 end
 if ARGV[4] == '2' then redis.call('ZREM', KEYS[2], token) end
 if ARGV[4] ~= '1' then join(token, ARGV[2]) end
 redis.call('PEXPIRE', KEYS[2], ALIVE_MS)
-if held[1] then
-  return {0, redis.call('PTTL', KEYS[1]), now, held[1], tonumber(held[2]), lost}
+if held then
+  return {0, redis.call('PTTL', KEYS[1]), now, held, held_fence, lost}
 end
 local head, claim = pop_live()
 if head == nil or head == token then

@@ -10,21 +10,21 @@
 -- #include "_fair.lua"
 -- This script is the handoff: every Redis call in it is on the path from
 -- the holder's release to the next holder's callback, so it makes few
--- (the lock's hash is overwritten for the next holder, not deleted, and
+-- (the lock is overwritten for the next holder, not deleted, and
 -- its fence is the last one). A holder is never in the queue (the grant
 -- took it off).
 local token = ARGV[1]
-local held = redis.call('HMGET', KEYS[1], 'token', 'fence')
-if held[1] == token then
-  still_alive(KEYS[3], token)
+local held, fence = holder()
+if held == token then
   local head, claim = pop_live()
   if head then
-    grant_by_message(head, claim, ARGV[2], ARGV[3], ARGV[4], tonumber(held[2]))
+    grant_by_message(head, claim, ARGV[2], ARGV[3], ARGV[4], fence, token)
   else
+    still_alive(KEYS[3], token)
     redis.call('DEL', KEYS[1])
   end
   return 1
 end
 redis.call('ZREM', KEYS[2], token)
-if held[1] == false then grant_next(ARGV[2], ARGV[3], ARGV[4]) end
+if held == false then grant_next(ARGV[2], ARGV[3], ARGV[4]) end
 return 0

@@ -5,7 +5,7 @@
 -- and every one keeps our process's queue entries alive. Returns 1 or 0.
 -- #include "_fence.lua"
 -- #include "_fair.lua"
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+if holder() ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 alive(KEYS[2], ARGV[1])
 return 1
