@@ -602,6 +602,18 @@ HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb 
  *     P{T}:rwf    the last write fence, with a TTL of fence_ttl_s
  *     P{T}:rww    the "writer waiting" marker (a writer's token), up to 3 s
  *     P{T}:rw:ch  the channel of its releases
+ * and the fair lock NAME in these (none shared with the mutex NAME):
+ *     P{T}:fair        the lock (a string "TOKEN FENCE"), with a TTL of
+ *                      the lease (of the claim window, for a grant by
+ *                      message not yet claimed)
+ *     P{T}:fair:q      the queue: a sorted set of token -> place * 1024 +
+ *                      claim window (ms)
+ *     P{T}:fair:p      the waiting clients: a sorted set of the first 16
+ *                      hex digits of their tokens -> until when their
+ *                      places count (the server's Unix time in ms)
+ *     P{T}:fair:fence  the last fence, with a TTL of fence_ttl_s
+ *     P{T}:fair:ch     the channel of its grants ("g TOKEN FENCE NOW_MS
+ *                      CLAIM_MS") and releases
  * where T is NAME with '%', '{' and '}' written as "%25", "%7B", "%7D".
  * That keeps T brace-free and non-empty, so the hash tag is exactly T, and
  * distinct names never share keys. */
