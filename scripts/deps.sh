@@ -10,7 +10,8 @@
 # adapters need libev and libuv; their tests and the install test also use
 # ab (apache2-utils, HTTP load), man (man-db, groff) and readelf/nm. The
 # nginx module (`make nginx-module`, its tests) needs Debian's nginx and
-# nginx-dev (the configure tree in /usr/share/nginx/src), and bash.
+# nginx-dev (the configure tree in /usr/share/nginx/src), and bash. The
+# tests check the Prometheus text with promtool (Debian's prometheus).
 set -u
 
 check_only=0
@@ -63,6 +64,8 @@ check() {
     have nginx || [ -x /usr/sbin/nginx ] || add nginx
     [ -f /usr/share/nginx/src/conf_flags ] || add nginx-dev
     have bash || add bash
+    # The statistics' Prometheus text is checked by promtool in the tests.
+    have promtool || add prometheus
     # Without a compiler no header can be checked: ask for all of them.
     if ! have "$CC_BIN"; then
         for p in libhiredis-dev libevent-dev uuid-dev libcriterion-dev libev-dev libuv1-dev; do

@@ -33,5 +33,7 @@ static inline void hl_list_remove(hl_link *n) {
 
 /* Monotonic milliseconds. */
 uint64_t hl_now_ms(void);
+/* Monotonic microseconds (for the statistics' histograms). */
+uint64_t hl_now_us(void);
 
 #endif

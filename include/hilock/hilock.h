@@ -563,6 +563,104 @@ HILOCK_API int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data);
 HILOCK_API int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb,
                                   void *data);
 
+/* ---- Statistics ------------------------------------------------------------ */
+
+/* Histograms have these fixed bucket bounds, in microseconds (100 us to
+ * 10 s), and one bucket above the last. */
+#define HILOCK_STATS_BUCKETS 16
+#define HILOCK_STATS_BOUNDS_US \
+    {100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, \
+     1000000, 2500000, 5000000, 10000000}
+
+typedef struct hilock_histogram {
+    uint64_t count;  /* observations */
+    uint64_t sum_us; /* their sum, in microseconds */
+    /* bucket[i]: observations above bound i-1 and at most bound i (not
+     * cumulative); bucket[HILOCK_STATS_BUCKETS]: those above the last. */
+    uint64_t bucket[HILOCK_STATS_BUCKETS + 1];
+} hilock_histogram;
+
+/* One Redis server the client talks to (a cluster's masters, the master
+ * the sentinels name, each Redlock master, or the one server). */
+typedef struct hilock_node_stats {
+    char addr[80];             /* "host:port", or the unix socket's path */
+    int cmd_up;                /* its command connection is ready now (1) */
+    int sub_up;                /* its subscriber connection is ready now (1) */
+    uint64_t connects;         /* connections made (handshake done), both kinds */
+    uint64_t reconnects;       /* of those, made again after one was lost */
+    uint64_t connect_failures; /* attempts that failed (refused, timed out, AUTH) */
+    uint64_t disconnects;      /* ready connections lost */
+} hilock_node_stats;
+
+#define HILOCK_STATS_NODES 32 /* nodes listed in hilock_stats.node */
+#define HILOCK_STATS_CODES 32 /* errors[k] counts status -k, 0 < k < 32 */
+
+/* A client's statistics: counters since it was made, gauges of now. */
+typedef struct hilock_stats {
+    size_t size;               /* set by hilock_stats_init(); do not touch */
+    /* Acquires (every primitive; reentrant ones too), and their outcomes. */
+    uint64_t acquires;         /* calls that returned 0 (their callback runs) */
+    uint64_t granted;          /* callbacks with status 0 */
+    uint64_t timeouts;         /* ... HILOCK_ETIMEDOUT */
+    uint64_t busy;             /* ... HILOCK_EBUSY (try once) */
+    uint64_t cancels;          /* ... HILOCK_ECANCELED */
+    uint64_t failed;           /* ... any other status */
+    /* Every callback's negative status (acquire, release, extend, break,
+     * lost), by code: errors[k] counts HILOCK code -k. */
+    uint64_t errors[HILOCK_STATS_CODES];
+    uint64_t releases;         /* final releases sent to Redis */
+    uint64_t holds_lost;       /* holds found lost (hilock_lost_cb) */
+    uint64_t tries;            /* try scripts sent (acquire attempts, fair joins) */
+    uint64_t renewals;         /* watchdog renewals sent */
+    uint64_t renewals_late;    /* renewals confirmed with less than a third of
+                                  the lease left (logged as warnings) */
+    uint64_t wakeups;          /* release and grant messages received */
+    uint64_t fallbacks;        /* waits woken by their fallback timer instead */
+    uint64_t redirects_moved;  /* cluster MOVED replies followed */
+    uint64_t redirects_ask;    /* cluster ASK replies followed */
+    uint64_t slow_replies;     /* replies later than a third of request_timeout_ms
+                                  (logged as warnings) */
+    /* Gauges. */
+    uint64_t waiters;          /* pending waits */
+    uint64_t names;            /* lock names the client keeps (waited on, held,
+                                  or lingering) */
+    uint64_t holds;            /* live holds */
+    uint64_t subscriptions;    /* channels subscribed or being subscribed */
+    uint64_t connections;      /* connections open or being opened */
+    uint64_t connections_up;   /* of those, ready */
+    /* Histograms. */
+    hilock_histogram wait;     /* acquire call to grant, granted acquires */
+    hilock_histogram handoff;  /* a release message received to the grant it
+                                  led to: this client's share of a handoff */
+    hilock_histogram hold;     /* grant to final release */
+    /* Nodes: the first HILOCK_STATS_NODES of nodes_total (the totals above
+     * count every node). */
+    unsigned nnodes, nodes_total;
+    hilock_node_stats node[HILOCK_STATS_NODES];
+} hilock_stats;
+
+/* Fill `s`'s size field (a macro: it records sizeof(*s)); call it once
+ * before hilock_client_stats(). */
+#define hilock_stats_init(s) hilock_stats_init_size((s), sizeof(*(s)))
+HILOCK_API void hilock_stats_init_size(hilock_stats *s, size_t size);
+
+/* Fill `out` (set up by hilock_stats_init) with the client's statistics.
+ * Cheap enough for every scrape: it copies counters and walks the names
+ * and nodes once (no Redis command, no allocation). Returns 0, or
+ * HILOCK_EINVAL (NULL, or a struct not set up). Works in a forked child
+ * too (it reads the copy). */
+HILOCK_API int hilock_client_stats(const hilock_client *c, hilock_stats *out);
+
+/* Write the statistics of `n` clients (stats[i], each with the label text
+ * labels[i], e.g. "worker=\"3\"", or NULL) in the Prometheus text
+ * exposition format (version 0.0.4): metrics named hilock_*, each with its
+ * HELP and TYPE lines and one sample per client; nodes and codes as
+ * labels; histograms in seconds. Like snprintf: writes at most `len` bytes
+ * with the NUL, and returns the length of the whole text (call again with
+ * a larger buffer if it is >= len), or HILOCK_EINVAL. */
+HILOCK_API int hilock_stats_prometheus(char *buf, size_t len, const hilock_stats *const *stats,
+                                       const char *const *labels, size_t n);
+
 /* ---- Breaking a lock (operators) --------------------------------------- */
 
 /* status 0: done; `fence` is the fence of the lock that was removed, or 0

@@ -18,6 +18,22 @@ typedef struct hl_names {
     size_t nbuckets, nnames;
 } hl_names;
 
+/* What the core counts for hilock_client_stats() (src/stats.c adds the
+ * gauges it can walk, and the nodes' and connections' own counters). */
+typedef struct hl_counts {
+    uint64_t acquires, granted, timeouts, busy, cancels, failed;
+    uint64_t errors[HILOCK_STATS_CODES];
+    uint64_t releases, holds_lost, tries, renewals, renewals_late, wakeups, fallbacks;
+    uint64_t waiters, holds;     /* gauges, kept as they change */
+    hilock_histogram wait, handoff, hold;
+} hl_counts;
+
+void hl_histogram_add(hilock_histogram *h, uint64_t us);
+/* A callback's status, counted by code. */
+static inline void hl_count_status(hl_counts *k, int status) {
+    if (status < 0 && -status < HILOCK_STATS_CODES) k->errors[-status]++;
+}
+
 struct hilock_client {
     hl_loop loop;                /* timers, deferred callbacks, errors, log */
     hl_topo topo;                /* the nodes, and which one serves a name */
@@ -31,6 +47,8 @@ struct hilock_client {
     hl_link holds;               /* every live hold */
     hl_link owners;
     uint64_t token_id, token_salt, token_seq; /* see hl_token_new */
+    hl_counts counts;
+    uint64_t late_warned_at;     /* the last late renewal logged (hl_log_due) */
     hl_link all;                 /* in fork.c's list of every client */
 };
 
@@ -68,6 +86,8 @@ struct hl_name {
      * (srv_ms), and when that try was sent (srv_at, ours): grants by
      * message are dated with it (see grant_time in engine.c). */
     uint64_t srv_at, srv_ms;
+    uint64_t woke_us;    /* a release message came then, and no try has
+                            been answered since (the handoff histogram) */
     hl_timer fallback;   /* the lock may have expired by then */
     hl_timer linger;     /* unsubscribe when it fires */
     size_t keylen;       /* the base key: the channel's first keylen bytes */
@@ -218,6 +238,7 @@ struct hilock_wait {
     hl_timer timer;        /* the wait deadline */
     uint64_t deadline_at;  /* when it ends (monotonic ms); 0 = never */
     uint64_t started_at;   /* when hilock_acquire() was called */
+    uint64_t started_us;   /* the same, in us (the wait histogram) */
     uint32_t answers_mark; /* n->answers before this wait saw the lock held */
     hl_req *req;           /* the try in flight, if any */
     hilock_hold *hold;     /* the outcome */
@@ -257,6 +278,7 @@ struct hilock_hold {
     uint32_t confirmed_lease; /* the lease that one set (Redis counts from it) */
     uint32_t renew_lease;  /* the lease of the renewal in flight */
     uint64_t waited_ms;    /* from hilock_acquire() to the grant */
+    uint64_t granted_us;   /* when (the hold histogram) */
     hl_timer watchdog;
     hl_req *renew;         /* renewal in flight */
     hl_link extends;       /* hilock_hold_extend() requests in flight */

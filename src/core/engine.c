@@ -60,7 +60,9 @@ static void linger_fired(hl_timer *t) {
 }
 
 static void fallback_fired(hl_timer *t) {
-    hl_engine_kick(HL_CONTAINER(t, hl_name, fallback));
+    hl_name *n = HL_CONTAINER(t, hl_name, fallback);
+    n->c->counts.fallbacks++;
+    hl_engine_kick(n);
 }
 
 void hl_engine_name_init(hl_name *n) {
@@ -103,6 +105,8 @@ static void on_message(void *arg, const char *ch, size_t len, const char *data, 
     hl_name *n = hl_name_by_channel(arg, ch, len);
     hl_grant g;
     if (n == NULL) return;
+    n->c->counts.wakeups++;
+    if (n->nwaiters > 0) n->woke_us = hl_now_us();
     if (n->prim->grant_msg != NULL && n->prim->grant_msg(data, dlen, &g)) grant_message(n, &g);
     else hl_engine_kick(n);
 }
@@ -186,6 +190,7 @@ void hl_wait_finish(hilock_wait *w, int status, hilock_hold *h) {
     if (status != 0) wait_abandon(w);
     if (hl_linked(&w->link)) {
         hl_list_remove(&w->link);
+        w->c->counts.waiters--;
         if (--n->nwaiters == 0) name_idle(n);
     }
     hl_defer_push(&w->c->loop, &w->defer);
@@ -222,6 +227,7 @@ static void wait_enqueue(hilock_wait *w, int at_head, uint64_t now) {
     if (at_head) hl_list_push_head(&n->waiters, &w->link);
     else hl_list_push(&n->waiters, &w->link);
     n->nwaiters++;
+    w->c->counts.waiters++;
     hl_timer_stop(&w->c->loop, &n->linger);
     if (w->deadline_at != 0)
         hl_timer_start(&w->c->loop, &w->timer, w->deadline_at > now ? w->deadline_at - now : 0);
@@ -254,6 +260,28 @@ static int wait_retry(hilock_wait *w, uint64_t now) {
     return again;
 }
 
+/* Count a wait's outcome, as its callback is about to get it: a grant's
+ * wait, and the handoff since the release message that led to it. */
+static void wait_count(hilock_wait *w) {
+    hl_counts *k = &w->c->counts;
+    hl_name *n = w->name;
+    switch (w->status) {
+    case 0: {
+        uint64_t now = hl_now_us();
+        k->granted++;
+        hl_histogram_add(&k->wait, now - w->started_us);
+        if (n->woke_us != 0) hl_histogram_add(&k->handoff, now - n->woke_us);
+        n->woke_us = 0;
+        return;
+    }
+    case HILOCK_ETIMEDOUT: k->timeouts++; break;
+    case HILOCK_EBUSY: k->busy++; break;
+    case HILOCK_ECANCELED: k->cancels++; break;
+    default: k->failed++; break;
+    }
+    hl_count_status(k, w->status);
+}
+
 /* Run by the deferred queue (or by client_free with HILOCK_ECANCELED). */
 static void wait_run(hl_defer *d, int cancel) {
     hilock_wait *w = HL_CONTAINER(d, hilock_wait, defer);
@@ -269,6 +297,7 @@ static void wait_run(hl_defer *d, int cancel) {
         hilock_hold *h = w->hold;
         if ((h->releasing || !hl_hold_live(h, now)) && wait_retry(w, now)) return;
     }
+    wait_count(w);
     /* cb_done is set after the call: a client_free from inside the callback
      * must not free `w` under our feet (on_try_done frees only done waits). */
     if (!w->c->loop.forked) w->cb(w->hold, w->status, w->data);
@@ -396,6 +425,7 @@ static void try_later(hl_name *n, uint64_t retry_ms) {
     if (n->nwaiters == 0) return;
     hilock_wait *head = HL_CONTAINER(n->waiters.next, hilock_wait, link);
     uint32_t refresh = n->prim->refresh_ms;
+    if (!n->woken) n->woke_us = 0; /* that release went to another client */
     ensure_subscribed(n);
     if (refresh != 0 && retry_ms > refresh) retry_ms = refresh;
     if (n->woken || head->try_once || retry_ms == 0) hl_engine_kick(n);
@@ -619,6 +649,7 @@ static void try_submit(hilock_wait *w, int join) {
     n->refs++; /* until on_try_done has finished with n */
     r->fail_fast = w->try_once;
     w->req = r;
+    n->c->counts.tries++;
     hl_name_submit_leased(n, r, w->terms.lease_ms);
 }
 

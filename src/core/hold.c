@@ -78,6 +78,7 @@ void hl_fence_raise(hl_name *n, uint64_t fence) {
 void hl_hold_mark_lost(hilock_hold *h, int why) {
     if (h->lost) return;
     h->lost = 1;
+    h->c->counts.holds_lost++;
     h->lost_why = why;
     hl_timer_stop(&h->c->loop, &h->watchdog);
     if (h->terms.lost_cb != NULL && !h->releasing) hl_defer_push(&h->c->loop, &h->lost_defer);
@@ -85,8 +86,9 @@ void hl_hold_mark_lost(hilock_hold *h, int why) {
 
 static void lost_run(hl_defer *d, int cancel) {
     hilock_hold *h = HL_CONTAINER(d, hilock_hold, lost_defer);
-    if (!cancel && !h->releasing && !h->c->loop.forked)
-        h->terms.lost_cb(h, h->lost_why, h->terms.lost_data);
+    if (cancel || h->releasing || h->c->loop.forked) return;
+    hl_count_status(&h->c->counts, h->lost_why);
+    h->terms.lost_cb(h, h->lost_why, h->terms.lost_data);
 }
 
 /* The next renewal a third of the lease on, or, with no_renew, none: the
@@ -119,6 +121,21 @@ static void hold_expired(hilock_hold *h) {
     hl_hold_mark_lost(h, why);
 }
 
+/* A renewal confirmed when less than a third of the lease it extends was
+ * left: the watchdog renews a third of the way in, so the loop stalled or
+ * Redis was slow, and a little more would have lost the lock. */
+static void renewal_check(hilock_hold *h) {
+    hilock_client *c = h->c;
+    uint64_t now = hl_now_ms(), left = hl_hold_expiry(h) - now; /* now < expiry */
+    if (left * 3 >= h->confirmed_lease) return;
+    c->counts.renewals_late++;
+    if (hl_log_due(&c->late_warned_at, now))
+        hl_log(&c->loop, HILOCK_LOG_WARNING,
+               "lock \"%s\": its lease was renewed with %llu of %u ms left (the event loop "
+               "stalled or Redis is slow; a little later and it would have been lost)",
+               h->name->name, (unsigned long long)left, (unsigned)h->confirmed_lease);
+}
+
 static void on_renewed(hl_req *r, redisReply *reply, int err) {
     hilock_hold *h = r->owner;
     h->renew = NULL;
@@ -135,6 +152,7 @@ static void on_renewed(hl_req *r, redisReply *reply, int err) {
             hl_set_error(&h->c->loop, "WAIT: %d of %u replicas confirmed the renewal", r->acked,
                          (unsigned)r->wait_replicas);
         } else if (reply->integer == 1) {
+            renewal_check(h);
             hold_confirmed(h, r->submitted_at, h->renew_lease);
         } else {
             hl_hold_mark_lost(h, HILOCK_ELOST); /* expired or taken over */
@@ -158,6 +176,7 @@ static void watchdog_fired(hl_timer *t) {
         hl_fence_raise(n, h->fence);
         h->renew = n->prim->renew_req(n, h->token, h->fence, h->renew_lease, on_renewed, h);
         if (h->renew) hl_name_submit_leased(n, h->renew, h->renew_lease);
+        if (h->renew) h->c->counts.renewals++;
     }
     watchdog_arm(h);
 }
@@ -179,12 +198,14 @@ hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence, uint64_t
     h->confirmed = sent_at;
     h->confirmed_lease = lease_ms;
     hl_list_init(&h->extends);
-    h->waited_ms = hl_now_ms() - w->started_at;
+    h->granted_us = hl_now_us();
+    h->waited_ms = h->granted_us / 1000u - w->started_at;
     h->count = 1;
     h->terms = w->terms;
     h->watchdog.cb = watchdog_fired;
     lost_defer_init(h);
     hl_list_push(&n->c->holds, &h->link);
+    n->c->counts.holds++;
     if (h->terms.owner) hl_list_push(&h->terms.owner->holds, &h->olink);
     else hl_list_init(&h->olink);
     watchdog_arm(h);
@@ -211,6 +232,7 @@ void hl_hold_free(hilock_hold *h) {
         op->hold = NULL;
     }
     hl_list_remove(&h->link);
+    h->c->counts.holds--;
     if (hl_linked(&h->olink)) hl_list_remove(&h->olink);
     hl_name *n = h->name;
     free(h);
@@ -232,7 +254,9 @@ typedef struct hl_relop {
 
 static void relop_run(hl_defer *d, int cancel) {
     hl_relop *op = HL_CONTAINER(d, hl_relop, defer);
-    if (op->cb && !op->c->loop.forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, op->data);
+    int status = cancel ? HILOCK_ECANCELED : op->status;
+    hl_count_status(&op->c->counts, status);
+    if (op->cb && !op->c->loop.forked) op->cb(status, op->data);
     if (op->last && !cancel) hl_hold_free(op->hold);
     free(op);
 }
@@ -295,6 +319,8 @@ int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
     if (r == NULL) { free(op); return HILOCK_ENOMEM; }
     op->last = 1;
     h->count = 0;
+    h->c->counts.releases++;
+    hl_histogram_add(&h->c->counts.hold, hl_now_us() - h->granted_us);
     hl_hold_begin_release(h);
     hl_name_submit(h->name, r);
     return 0;
@@ -313,7 +339,9 @@ unsigned hilock_hold_count(const hilock_hold *h) { return h ? h->count : 0; }
 
 static void extendop_run(hl_defer *d, int cancel) {
     hl_extendop *op = HL_CONTAINER(d, hl_extendop, defer);
-    if (op->cb && !op->c->loop.forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, op->data);
+    int status = cancel ? HILOCK_ECANCELED : op->status;
+    hl_count_status(&op->c->counts, status);
+    if (op->cb && !op->c->loop.forked) op->cb(status, op->data);
     free(op);
 }
 

@@ -14,6 +14,12 @@ uint64_t hl_now_ms(void) {
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+uint64_t hl_now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 /* Arm the loop timer for `when` unless it already fires sooner. While a
  * tick runs, it re-arms at its end, so nothing is done here. */
 static void arm(hl_loop *l, uint64_t when) {

@@ -55,6 +55,15 @@ void hl_defer_cancel(hl_defer *d);
 void hl_defer_cancel_all(hl_loop *l);
 
 void hl_set_error(hl_loop *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Rate limit for warnings that a bad moment repeats (one per hold or
+ * request): 1, and *last = now, if the last one was HL_LOG_EVERY_MS ago or
+ * more (or never). */
+#define HL_LOG_EVERY_MS 1000
+static inline int hl_log_due(uint64_t *last, uint64_t now) {
+    if (*last != 0 && now - *last < HL_LOG_EVERY_MS) return 0;
+    *last = now;
+    return 1;
+}
 /* Queue a message for the log callback (nothing when there is none). */
 void hl_log(hl_loop *l, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -57,6 +57,7 @@ void hl_conn_send(hl_conn *k, hl_req *r) {
                           (unsigned)k->net->wait_timeout_ms);
     r->sent = 1;
     r->ever_sent = 1;
+    r->sent_at = hl_now_ms();
 }
 
 int hl_conn_error(const hl_conn *k) {
@@ -68,7 +69,38 @@ int hl_conn_error(const hl_conn *k) {
 
 /* ---- Life cycle --------------------------------------------------------- */
 
+/* A connection is ready again after one was lost: say so, once it works. */
+static void conn_count_ready(hl_conn *k) {
+    char at[96];
+    k->connects++;
+    if (k->down_at == 0) return;
+    k->reconnects++;
+    hl_log(k->net->loop, HILOCK_LOG_INFO, "%s connection to %s is back after %llu ms",
+           k->is_sub ? "subscriber" : "command", hl_addr_text(k->addr, at, sizeof(at)),
+           (unsigned long long)(hl_now_ms() - k->down_at));
+    k->down_at = 0;
+}
+
+/* A ready connection was lost (a warning: requests wait or fail until it
+ * is back), or an attempt failed (counted only: the first loss said it,
+ * and a server that stays away would repeat it at every backoff). Not
+ * while the client closes. */
+static void conn_count_down(hl_conn *k, int was) {
+    char at[96];
+    if (was != HL_CONN_READY) {
+        if (was != HL_CONN_DOWN) k->failed_attempts++;
+        return;
+    }
+    k->drops++;
+    k->down_at = hl_now_ms();
+    if (k->net->closing) return;
+    hl_log(k->net->loop, HILOCK_LOG_WARNING, "%s connection to %s lost (%s); reconnecting",
+           k->is_sub ? "subscriber" : "command", hl_addr_text(k->addr, at, sizeof(at)),
+           k->net->loop->errstr[0] ? k->net->loop->errstr : hilock_strerror(k->last_err));
+}
+
 void hl_conn_ready(hl_conn *k) {
+    conn_count_ready(k);
     k->state = HL_CONN_READY;
     k->failures = 0;
     k->last_err = 0;
@@ -234,6 +266,7 @@ static void on_connect(const redisAsyncContext *ac, int status) {
         /* hiredis frees the context after this returns. */
         hl_set_error(l, "connect: %s", ac->errstr);
         k->ac = NULL;
+        conn_count_down(k, k->state);
         k->state = HL_CONN_DOWN;
         k->last_err = HILOCK_ECONN;
         hl_timer_stop(l, &k->connect_to);
@@ -249,10 +282,12 @@ static void on_connect(const redisAsyncContext *ac, int status) {
 /* The connection is gone (hiredis's disconnect callback, or our teardown
  * when hiredis did not call it). */
 void hl_conn_down(hl_conn *k) {
+    int was = k->state;
     k->ac = NULL;
     k->state = HL_CONN_DOWN;
     hl_timer_stop(k->net->loop, &k->connect_to);
     if (k->net->loop->freeing || k->net->loop->forked) return;
+    conn_count_down(k, was);
     if (k->ev.lost) k->ev.lost(k->ev.arg);
     hl_conn_retry_later(k);
 }
@@ -319,6 +354,7 @@ void hl_conn_retry_later(hl_conn *k) {
 /* A connection could not even be started: say why, and try again later. */
 void hl_conn_open_failed(hl_conn *k, int err, const char *why) {
     hl_set_error(k->net->loop, "%s", why);
+    k->failed_attempts++;
     k->last_err = err;
     hl_conn_retry_later(k);
 }

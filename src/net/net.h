@@ -20,6 +20,10 @@ typedef struct hl_addr {
     char *path;   /* unix socket path, or NULL */
 } hl_addr;
 
+/* "host:port", "[v6]:port", or the socket's path, into buf (n bytes,
+ * truncated). Returns buf. */
+const char *hl_addr_text(const hl_addr *a, char *buf, size_t n);
+
 #define HL_URL_MAX_SEEDS 16
 
 /* What a URL names: one server or a cluster's seeds (redis://, unix://),
@@ -88,6 +92,10 @@ typedef struct hl_net {
      * request goes now (hl_req_redirect), or ends it. */
     void (*redirect)(void *arg, hl_req *r, int ask, unsigned slot, const char *host, int port);
     void *redirect_arg;
+    /* Counted for hilock_client_stats(). */
+    uint64_t moved, asked;       /* redirects followed */
+    uint64_t slow_replies;       /* later than request_timeout_ms / 3 */
+    uint64_t slow_warned_at;     /* hl_log_due */
 } hl_net;
 
 void hl_net_init(hl_net *net, hl_loop *loop);
@@ -133,6 +141,10 @@ typedef struct hl_conn {
      * out behind requests sent after it (a release behind the next try). */
     const hl_script *loaded[8];
     int nloaded;
+    /* Counted for hilock_client_stats(): handshakes done (the ones after
+     * the first: reconnects), attempts that failed, ready ones lost. */
+    uint64_t connects, reconnects, failed_attempts, drops;
+    uint64_t down_at;   /* when a ready connection was last lost (ms) */
     hl_timer retry;     /* reconnect backoff */
     hl_timer connect_to;/* connect timeout */
     hl_link queue;      /* requests waiting for the connection */
@@ -175,6 +187,7 @@ struct hl_req {
     hl_req_done done;
     void *owner;
     uint64_t submitted_at;     /* a key's TTL set by it started no earlier */
+    uint64_t sent_at;          /* its last send (slow replies) */
     hl_timer deadline;
     hl_timer backoff;          /* re-send after LOADING */
     unsigned sent : 1;         /* hiredis holds a callback for it */

@@ -167,6 +167,8 @@ static int req_redirected(hl_req *r, const redisReply *reply) {
     if (r->net->redirect == NULL) return 0;
     if (!hl_parse_redirect(reply->str, &ask, &slot, host, sizeof(host), &port)) return 0;
     hl_set_error(r->net->loop, "%s", reply->str);
+    if (ask) r->net->asked++;
+    else r->net->moved++;
     r->net->redirect(r->net->redirect_arg, r, ask, slot, host, port);
     return 1;
 }
@@ -189,6 +191,22 @@ void hl_req_redirect(hl_req *r, hl_conn *k, int asking) {
     hl_req_again(r);
 }
 
+/* A reply later than a third of the request timeout: the server is slow
+ * (a long script, a fork, DEBUG SLEEP) or our loop stalled. Worth a
+ * warning well before requests start failing with HILOCK_EDEADLINE. */
+static void req_check_slow(const hl_req *r, const hl_conn *k) {
+    hl_net *net = r->net;
+    uint64_t now = hl_now_ms(), took = now - r->sent_at;
+    char at[96];
+    if (took * 3 <= net->request_timeout_ms) return;
+    net->slow_replies++;
+    if (hl_log_due(&net->slow_warned_at, now))
+        hl_log(net->loop, HILOCK_LOG_WARNING,
+               "%s answered after %llu ms (request_timeout_ms %u): the server is slow, or "
+               "the event loop stalled", hl_addr_text(k->addr, at, sizeof(at)),
+               (unsigned long long)took, (unsigned)net->request_timeout_ms);
+}
+
 /* A reply, or NULL when the connection went away with the request in it. */
 void hl_req_on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
     hl_req *r = privdata;
@@ -202,6 +220,7 @@ void hl_req_on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
         hl_list_push(&k->queue, &r->link);
         return;
     }
+    req_check_slow(r, k);
     if (reply->type == REDIS_REPLY_ERROR && req_retry_later(r, reply)) return;
     if (reply->type == REDIS_REPLY_ERROR && req_redirected(r, reply)) return;
     if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0 && !r->use_eval) {

@@ -162,3 +162,10 @@ int hl_url_parse(const char *s, hl_url *u) {
     }
     return 0;
 }
+
+const char *hl_addr_text(const hl_addr *a, char *buf, size_t n) {
+    if (a->path != NULL) snprintf(buf, n, "%s", a->path);
+    else if (a->host != NULL && strchr(a->host, ':') != NULL) snprintf(buf, n, "[%s]:%d", a->host, a->port);
+    else snprintf(buf, n, "%s:%d", a->host ? a->host : "?", a->port);
+    return buf;
+}

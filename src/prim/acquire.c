@@ -39,7 +39,7 @@ int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
     hilock_wait *w = calloc(1, sizeof(*w));
     hl_name *n = w ? hl_name_get(c, p, name, len) : NULL;
     if (n == NULL) { free(w); return HILOCK_ENOMEM; }
-    uint64_t now = hl_now_ms();
+    uint64_t now_us = hl_now_us(), now = now_us / 1000u; /* hl_now_ms()'s clock */
     if (ask != NULL) w->terms = *ask;
     w->terms.owner = given.owner;
     w->terms.lost_cb = given.lost_cb;
@@ -61,6 +61,8 @@ int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
     }
     w->try_once = given.wait_ms == 0;
     w->started_at = now;
+    w->started_us = now_us;
+    c->counts.acquires++;
     if (given.wait_ms > 0) w->deadline_at = now + (uint64_t)given.wait_ms;
     hl_token_new(c, w->token);
     if (wait_out) *wait_out = w;

@@ -17,7 +17,9 @@ typedef struct hl_breakop {
 
 static void breakop_run(hl_defer *d, int cancel) {
     hl_breakop *op = HL_CONTAINER(d, hl_breakop, defer);
-    if (!op->c->loop.forked) op->cb(cancel ? HILOCK_ECANCELED : op->status, cancel ? 0 : op->fence, op->data);
+    int status = cancel ? HILOCK_ECANCELED : op->status;
+    hl_count_status(&op->c->counts, status);
+    if (!op->c->loop.forked) op->cb(status, cancel ? 0 : op->fence, op->data);
     free(op);
 }
 
