@@ -186,6 +186,14 @@ Test(cluster, held_lock_migrates_under_its_holder_and_waiter) {
     cr_expect_eq(exists_on(dst, name), 1);
     if (g3.status == 0) cr_expect_eq(give_back(g3.hold), 0);
     cr_expect_eq(exists_on(dst, name), 0, "a lock left behind");
+    /* The renewals followed ASK; a's next try met its stale map (MOVED). */
+    hilock_stats sa;
+    hilock_stats_init(&sa);
+    cr_assert_eq(hilock_client_stats(a, &sa), 0);
+    cr_expect_geq(sa.redirects_ask, 1);
+    cr_expect_geq(sa.redirects_moved, 1);
+    cr_expect_geq(sa.nnodes, 2, "the slot's two masters");
+    cr_expect_eq(sa.holds_lost, 0);
     hilock_client_free(a);
     hilock_client_free(b);
 }

@@ -45,7 +45,7 @@ extern "C" {
  * versioning for the API. HILOCK_SOVERSION is the N of libhilock.so.N: it
  * counts ABI breaks and is bumped on every one (see CHANGELOG.md). */
 #define HILOCK_VERSION_MAJOR 0
-#define HILOCK_VERSION_MINOR 6
+#define HILOCK_VERSION_MINOR 7
 #define HILOCK_VERSION_PATCH 0
 #define HILOCK_SOVERSION     2
 #define HILOCK_VERSION_STR_(x) #x
@@ -195,9 +195,13 @@ typedef struct hilock_config {
      * (each acquisition renews it), so names used once do not stay in Redis
      * for ever; default 604800 (7 days). See hilock_hold_fence(). */
     uint32_t fence_ttl_s;
-    /* Told of conditions that make the locks unsafe, e.g. a server whose
-     * maxmemory-policy may evict keys (read from INFO memory at every
-     * connect). NULL: not told. */
+    /* Told, with a level, of what the library has to say; it never prints
+     * anything itself. Warnings: a server whose maxmemory-policy may evict
+     * keys (read from INFO at every connect), a ready connection lost (and,
+     * at HILOCK_LOG_INFO, when it is back), a reply later than a third of
+     * request_timeout_ms, a renewal confirmed with less than a third of the
+     * lease left (these two at most once a second), a subscription refused;
+     * Sentinel's switches of master at HILOCK_LOG_INFO. NULL: not told. */
     hilock_log_cb log_cb;
     void *log_data;
     /* 1: refuse a server whose maxmemory-policy is not noeviction, or whose
@@ -652,7 +656,9 @@ HILOCK_API void hilock_stats_init_size(hilock_stats *s, size_t size);
 HILOCK_API int hilock_client_stats(const hilock_client *c, hilock_stats *out);
 
 /* Write the statistics of `n` clients (stats[i], each with the label text
- * labels[i], e.g. "worker=\"3\"", or NULL) in the Prometheus text
+ * labels[i] in Prometheus syntax, e.g. "worker=\"3\"", or NULL; `labels`
+ * itself may be NULL; snapshots must come from hilock_client_stats() of
+ * this library or a newer one) in the Prometheus text
  * exposition format (version 0.0.4): metrics named hilock_*, each with its
  * HELP and TYPE lines and one sample per client; nodes and codes as
  * labels; histograms in seconds. Like snprintf: writes at most `len` bytes
