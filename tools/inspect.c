@@ -1029,12 +1029,14 @@ static int parse(ctx *x, int argc, char **argv, const char **url, const char **s
         case 'p': x->prefix = optarg; break;
         case 'j': x->json = 1; break;
         case 's': *scan = optarg; break;
-        case ':':
-            if (optopt) return usage_error("option -%c needs a value", optopt);
-            return usage_error("option %s needs a value", argv[optind - 1]);
+        case ':': /* for a long option, optopt is its val: name it as given */
+            if (strncmp(argv[optind - 1], "--", 2) == 0)
+                return usage_error("option %s needs a value", argv[optind - 1]);
+            return usage_error("option -%c needs a value", optopt);
         default:
-            if (optopt) return usage_error("unknown option -%c", optopt);
-            return usage_error("unknown option %s", argv[optind - 1]);
+            if (strncmp(argv[optind - 1], "--", 2) == 0)
+                return usage_error("bad option %s", argv[optind - 1]);
+            return usage_error("unknown option -%c", optopt);
         }
     }
     probe = xcalloc(strlen(x->prefix) + 8, 1);
