@@ -32,6 +32,7 @@
 #include <event2/event.h>
 #include "hilock/hilock.h"
 #include <hilock/adapters/libevent.h>
+#include "tools/inspect.h"
 
 #define DEFAULT_URL    "redis://127.0.0.1:6379"
 #define DEFAULT_PREFIX "hilock:"
@@ -41,6 +42,7 @@ static const char usage_text[] =
 "Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE]\n"
 "              [-n N | -s | -x | -f] [-v] NAME -- COMMAND [ARG...]\n"
 "       hilock [-u URL] [-p PREFIX] [-v] unlock NAME\n"
+"       hilock inspect [-u URL] [-p PREFIX] [--json] NAME... | --scan PATTERN\n"
 "       hilock -h | --help | -V | --version\n"
 "Run COMMAND while holding the distributed lock NAME in Redis.\n"
 "\n"
@@ -79,6 +81,12 @@ static const char usage_text[] =
 "It prints the fence of the lock it removed, or that NAME was not held; both\n"
 "exit 0. unlock is a subcommand only when one argument, not --, follows it:\n"
 "`hilock unlock -- COMMAND` runs COMMAND under a lock named \"unlock\".\n"
+"\n"
+"hilock inspect NAME... shows, per NAME, whether its locks are held, by whom,\n"
+"their fences, leases and waiting processes; --scan PATTERN lists the held\n"
+"locks whose NAME matches; see hilock inspect --help. It exits 0, 64 (usage)\n"
+"or 69 (Redis could not be used). `hilock inspect -- COMMAND` runs COMMAND\n"
+"under a lock named \"inspect\".\n"
 "\n"
 "Signals: SIGINT, SIGTERM and SIGHUP while waiting cancel the wait, leave no\n"
 "lock behind, and exit 128+N. While COMMAND runs they are passed on to it, and\n"
@@ -557,6 +565,8 @@ static int parse_operands(cli *c, args *a, int n, char **v) {
         return check_name(c->name);
     }
     if (n < 1) return usage_error("missing NAME");
+    if (n >= 2 && strcmp(v[0], "inspect") == 0 && strcmp(v[1], "--") != 0)
+        return usage_error("inspect takes its options after it: hilock inspect [-u URL] [-p PREFIX] NAME...");
     if (n == 1 && strcmp(v[0], "unlock") == 0) return usage_error("missing NAME after unlock");
     c->name = v[0];
     if ((rc = check_name(c->name)) >= 0) return rc;
@@ -677,6 +687,10 @@ int main(int argc, char **argv) {
     a.prefix = DEFAULT_PREFIX;
     a.wait_ms = HILOCK_WAIT_FOREVER;
     a.lease_ms = DEFAULT_LEASE;
+    /* inspect is the subcommand unless -- follows it (a lock named
+     * "inspect", as `hilock unlock -- COMMAND`). */
+    if (argc >= 2 && strcmp(argv[1], "inspect") == 0 && !(argc >= 3 && strcmp(argv[2], "--") == 0))
+        return inspect_main(argc - 1, argv + 1, a.url, DEFAULT_PREFIX);
     rc = parse_args(&c, &a, argc, argv);
     if (rc >= 0) return rc;
 
