@@ -6,6 +6,8 @@
 #   1. examples/libevent_basic   acquire, work 100 ms, release, close
 #   2. scripts/demo-cli.sh       the command-line tool (if that script exists)
 #   3. examples/many_waiters     5000 waiters on 4 names, checked invariants
+#   4. examples/metrics          20 waiters, then the client's statistics as
+#                                Prometheus text (a few lines of it shown)
 # and always stops the server and removes its directory, however it ends.
 # Exits non-zero if the server cannot be started or any part fails.
 #
@@ -19,8 +21,9 @@ WAITERS=${DEMO_WAITERS:-5000}
 HERE=$(cd "$(dirname "$0")" && pwd)
 BASIC=$BUILD/examples/libevent_basic
 MANY=$BUILD/examples/many_waiters
+METRICS=$BUILD/examples/metrics
 
-for bin in "$BASIC" "$MANY"; do
+for bin in "$BASIC" "$MANY" "$METRICS"; do
     if [ ! -x "$bin" ]; then
         echo "demo: $bin is not built (run: make demo)" >&2
         exit 1
@@ -69,11 +72,11 @@ part() {
 }
 
 echo
-echo "== 1/3 libevent_basic: acquire with a 5 s wait, work 100 ms, release, close"
+echo "== 1/4 libevent_basic: acquire with a 5 s wait, work 100 ms, release, close"
 part libevent_basic $WRAP "$BASIC" "$URL" demo
 
 echo
-echo "== 2/3 hilock command-line tool"
+echo "== 2/4 hilock command-line tool"
 if [ -f "$HERE/demo-cli.sh" ]; then
     part cli sh "$HERE/demo-cli.sh" "$URL" "$BUILD"
 else
@@ -81,8 +84,14 @@ else
 fi
 
 echo
-echo "== 3/3 many_waiters: $WAITERS waiters on 4 names in one event loop"
+echo "== 3/4 many_waiters: $WAITERS waiters on 4 names in one event loop"
 part many_waiters $WRAP "$MANY" "$URL" "$WAITERS" 4 0
+
+echo
+echo "== 4/4 metrics: 20 waiters on one name, then the statistics (Prometheus text)"
+part metrics sh -c '$0 "$@" > "'"$TMP"'/metrics.txt"' $WRAP "$METRICS" "$URL" demo-metrics 20
+grep -E '^hilock_(acquires_total|wait_seconds_(count|sum)|handoff_seconds_count|hold_seconds_count|tries_total|node_up)' \
+    "$TMP/metrics.txt" 2>/dev/null | sed 's/^/   /'
 
 echo
 if [ -n "$FAILED" ]; then

@@ -27,6 +27,7 @@
 #include <unistd.h>
 #include "hilock/hilock.h"
 #include "support/harness.h"
+#include "support/promcheck.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -444,6 +445,7 @@ Test(install, prefix_and_destdir, .init = setup, .fini = teardown, .timeout = 40
     build_example("libuv_basic", "-luv");
     build_example("many_waiters", "-levent");
     build_example("http_singleflight", "-levent");
+    build_example("metrics", "-levent");
 
     /* The programs in the README and in hilock(3), as pasted. */
     extract_snippet("README.md", "## Using the library", "```c\n", "```\n", 0, "readme.c");
@@ -458,6 +460,15 @@ Test(install, prefix_and_destdir, .init = setup, .fini = teardown, .timeout = 40
     run_example("ex_libevent_basic");
     run_example("ex_libev_basic");
     run_example("ex_libuv_basic");
+    char metrics[65536], out[4096];
+    char *margv[] = {(char *)at("%s/ex_metrics", tmp), srv.url, "installed-metrics", "5", NULL};
+    rc = run(margv, NULL, at("%s/metrics.out", tmp), NULL, 30000);
+    test_slurp(at("%s/metrics.out", tmp), metrics, sizeof(metrics));
+    cr_expect_eq(rc, 0, "ex_metrics exited with %d:\n%s", rc, metrics);
+    cr_expect_not_null(strstr(metrics, "hilock_acquires_total{app=\"metrics\",outcome=\"granted\"} 5\n"),
+                       "%s", metrics);
+    rc = promcheck(metrics, strlen(metrics), out, sizeof(out));
+    cr_expect_eq(rc, 0, "promtool: %s", out);
     unsigned long long fence = 0;
     run_prog("prog_libevent", "installed", &fence);
     run_prog("prog_libev", "installed", &fence);
