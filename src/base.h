@@ -35,5 +35,8 @@ static inline void hl_list_remove(hl_link *n) {
 uint64_t hl_now_ms(void);
 /* Monotonic microseconds (for the statistics' histograms). */
 uint64_t hl_now_us(void);
+/* Monotonic milliseconds, cheaper and up to a few ms late (for checks of
+ * hundreds of ms made on every request). */
+uint64_t hl_now_coarse_ms(void);
 
 #endif

@@ -260,20 +260,19 @@ static int wait_retry(hilock_wait *w, uint64_t now) {
     return again;
 }
 
-/* Count a wait's outcome, as its callback is about to get it: a grant's
- * wait, and the handoff since the release message that led to it. */
-static void wait_count(hilock_wait *w) {
+/* Count a wait's outcome, as its callback is about to get it (`now`, in
+ * us, for a grant): a grant's wait, and the handoff since the release
+ * message that led to it. */
+static void wait_count(hilock_wait *w, uint64_t now) {
     hl_counts *k = &w->c->counts;
     hl_name *n = w->name;
     switch (w->status) {
-    case 0: {
-        uint64_t now = hl_now_us();
+    case 0:
         k->granted++;
         hl_histogram_add(&k->wait, now - w->started_us);
         if (n->woke_us != 0) hl_histogram_add(&k->handoff, now - n->woke_us);
         n->woke_us = 0;
         return;
-    }
     case HILOCK_ETIMEDOUT: k->timeouts++; break;
     case HILOCK_EBUSY: k->busy++; break;
     case HILOCK_ECANCELED: k->cancels++; break;
@@ -285,6 +284,7 @@ static void wait_count(hilock_wait *w) {
 /* Run by the deferred queue (or by client_free with HILOCK_ECANCELED). */
 static void wait_run(hl_defer *d, int cancel) {
     hilock_wait *w = HL_CONTAINER(d, hilock_wait, defer);
+    uint64_t now_us = 0; /* read for a grant only */
     if ((cancel || w->c->closing) && w->status == 0) {
         /* Granted but never delivered before the client began to go away:
          * free abandons the hold, close is releasing it. */
@@ -293,11 +293,12 @@ static void wait_run(hl_defer *d, int cancel) {
     } else if (w->status == 0) {
         /* A grant is success only while its lease runs: a callback ahead of
          * it in this turn, or a stalled loop, may have used the time up. */
-        uint64_t now = hl_now_ms();
+        now_us = hl_now_us();
+        uint64_t now = now_us / 1000u; /* hl_now_ms() */
         hilock_hold *h = w->hold;
         if ((h->releasing || !hl_hold_live(h, now)) && wait_retry(w, now)) return;
     }
-    wait_count(w);
+    wait_count(w, now_us);
     /* cb_done is set after the call: a client_free from inside the callback
      * must not free `w` under our feet (on_try_done frees only done waits). */
     if (!w->c->loop.forked) w->cb(w->hold, w->status, w->data);

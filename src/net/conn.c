@@ -57,7 +57,7 @@ void hl_conn_send(hl_conn *k, hl_req *r) {
                           (unsigned)k->net->wait_timeout_ms);
     r->sent = 1;
     r->ever_sent = 1;
-    r->sent_at = hl_now_ms();
+    r->sent_at = hl_now_coarse_ms();
 }
 
 int hl_conn_error(const hl_conn *k) {

@@ -187,7 +187,7 @@ struct hl_req {
     hl_req_done done;
     void *owner;
     uint64_t submitted_at;     /* a key's TTL set by it started no earlier */
-    uint64_t sent_at;          /* its last send (slow replies) */
+    uint64_t sent_at;          /* its last send (slow replies; hl_now_coarse_ms) */
     hl_timer deadline;
     hl_timer backoff;          /* re-send after LOADING */
     unsigned sent : 1;         /* hiredis holds a callback for it */

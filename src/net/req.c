@@ -196,7 +196,7 @@ void hl_req_redirect(hl_req *r, hl_conn *k, int asking) {
  * warning well before requests start failing with HILOCK_EDEADLINE. */
 static void req_check_slow(const hl_req *r, const hl_conn *k) {
     hl_net *net = r->net;
-    uint64_t now = hl_now_ms(), took = now - r->sent_at;
+    uint64_t now = hl_now_coarse_ms(), took = now - r->sent_at;
     char at[96];
     if (took * 3 <= net->request_timeout_ms) return;
     net->slow_replies++;
