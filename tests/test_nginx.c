@@ -600,7 +600,13 @@ Test(nginx, stats_count_every_worker_s_acquires) {
     cr_assert_eq(ok + late, C + T + 1, "%d served, %d timed out, of %d", ok, late, C + T + 1);
     cr_expect_geq(late, T, "the waits behind the holder ran out");
 
-    metrics_now m = metrics_settle(N[0].port, ok, late, &body);
+    /* A worker that serves no scrape publishes on its timer: one scrape,
+     * more than a second after the last reply, counts everything. */
+    test_msleep(1500);
+    metrics_now m = metrics_read(N[0].port, &body);
+    cr_expect(m.granted == ok && m.timeouts == late, "the first scrape, 1.5 s after the last reply: %lld "
+              "granted, %lld timeouts, of %d and %d", m.granted, m.timeouts, ok, late);
+    m = metrics_settle(N[0].port, ok, late, &body);
     cr_assert_eq(m.status, 200, "GET /metrics: %d", m.status);
     cr_expect(strstr(metrics_reply, CONTENT_TYPE) != NULL, "the content type:\n%.400s", metrics_reply);
     int rc = promtool_check(body, said, sizeof(said));
