@@ -565,15 +565,16 @@ static metrics_now metrics_read(int port, char **body) {
 }
 
 /* Poll /metrics until it counts `granted` and `timeouts` with nothing
- * waiting or held (the other workers publish every second), or 5 s pass:
- * the last reading. */
-static metrics_now metrics_settle(int port, long long granted, long long timeouts, char **body) {
+ * waiting or held, in one sample per worker of `workers` (the other
+ * workers publish every second; a worker that has only just been forked
+ * publishes when it starts), or 5 s pass: the last reading. */
+static metrics_now metrics_settle(int port, int workers, long long granted, long long timeouts, char **body) {
     metrics_now m;
     long long until = test_now_ms() + 5000;
     do {
         m = metrics_read(port, body);
-        if (m.status == 200 && m.granted == granted && m.timeouts == timeouts && m.waiters == 0 &&
-            m.holds == 0)
+        if (m.status == 200 && m.samples == workers && m.granted == granted && m.timeouts == timeouts &&
+            m.waiters == 0 && m.holds == 0)
             break;
         test_msleep(100);
     } while (test_now_ms() < until);
@@ -606,7 +607,7 @@ Test(nginx, stats_count_every_worker_s_acquires) {
     metrics_now m = metrics_read(N[0].port, &body);
     cr_expect(m.granted == ok && m.timeouts == late, "the first scrape, 1.5 s after the last reply: %lld "
               "granted, %lld timeouts, of %d and %d", m.granted, m.timeouts, ok, late);
-    m = metrics_settle(N[0].port, ok, late, &body);
+    m = metrics_settle(N[0].port, 2, ok, late, &body);
     cr_assert_eq(m.status, 200, "GET /metrics: %d", m.status);
     cr_expect(strstr(metrics_reply, CONTENT_TYPE) != NULL, "the content type:\n%.400s", metrics_reply);
     int rc = promtool_check(body, said, sizeof(said));
@@ -663,14 +664,14 @@ Test(nginx, stats_after_reload_show_the_new_workers_only) {
     start_nginx_with(&N[0], 2, url, METRICS);
     send_all(h, C, 1, "/k/?key=%s&ms=%d", "rs", 0);
     cr_assert_eq(test_http_wait(h, C, 10000), 0);
-    metrics_now m = metrics_settle(N[0].port, C, 0, &body);
+    metrics_now m = metrics_settle(N[0].port, 2, C, 0, &body);
     cr_expect_eq(m.granted, C, "before the reload: %lld", m.granted);
     int nold = test_nginx_workers(&N[0], old, 8);
     kill(N[0].pid, SIGHUP);
     cr_assert_eq(test_nginx_wait_new_workers(&N[0], old, nold, 2, 15000), 0, "no new workers");
     send_all(h, 10, 1, "/k/?key=%s&ms=%d", "rs", 0);
     cr_assert_eq(test_http_wait(h, 10, 10000), 0);
-    m = metrics_settle(N[0].port, 10, 0, &body);
+    m = metrics_settle(N[0].port, 2, 10, 0, &body);
     cr_expect_eq(m.granted, 10, "after the reload: %lld granted (the old workers' %d are gone)", m.granted, C);
     cr_expect_eq(m.samples, 2, "samples: %d, of 2 workers", m.samples);
     cr_expect_eq(m.workers, 3u, "workers (bits %#x)", m.workers);
