@@ -1,11 +1,14 @@
 /* ngx_http_hilock_module: hold a hilock distributed lock while a request is
  * served.
  *
- *   hilock_redis URL [timeout=TIME] [fence_ttl=TIME];  http, server: where the locks live
+ *   hilock_redis URL [timeout=TIME] [fence_ttl=TIME] [name=TEXT];
+ *                                          http, server: where the locks live
  *   hilock NAME [wait=TIME] [lease=TIME];  http, server, location (or "off")
  *   hilock_timeout_status CODE;            default 503
  *   hilock_error_status CODE;              default 503
  *   hilock_fail_open on|off;               default off
+ *   hilock_stats;                          location: every worker's statistics
+ *                                          as Prometheus text
  *   $hilock_status  acquired, timeout, error, off
  *   $hilock_fence   the lock's fencing token (empty without a lock)
  *   $hilock_wait_ms how long the request waited for the lock
@@ -19,7 +22,13 @@
  * request ends, whichever way it ends (served, client gone while waiting or
  * being served, internal redirects). After an internal redirect the lock
  * already taken (or the outcome of its wait) stays the request's: no
- * second lock is taken. */
+ * second lock is taken.
+ *
+ * Statistics (hilock_stats): each worker copies its clients' snapshots
+ * (hilock_client_stats) into a shared zone, a slot per worker and client,
+ * every second and whenever it serves the stats location itself; the
+ * worker that serves it renders every live slot with
+ * hilock_stats_prometheus(). */
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_event.h>
@@ -34,10 +43,32 @@ typedef struct {
     ngx_str_t url;                    /* NUL-terminated */
     ngx_msec_t timeout;               /* connect and request timeout; 0: hilock's */
     ngx_msec_t fence_ttl;             /* s; 0: hilock's (7 days) */
+    ngx_str_t label;                  /* redis="..." in the statistics */
 } ngx_http_hilock_redis_t;
+
+/* A slot of the statistics zone: one client of one worker. Written by its
+ * owner and read by any worker, both under the zone's mutex, so that a
+ * reader never sees half a snapshot. */
+#define NGX_HTTP_HILOCK_LABEL_MAX 320
+typedef struct {
+    ngx_pid_t pid;                    /* its owner; 0: empty */
+    u_char label[NGX_HTTP_HILOCK_LABEL_MAX];   /* worker="N",redis="..." */
+    hilock_stats stats;
+} ngx_http_hilock_slot_t;
+
+typedef struct {
+    ngx_uint_t workers;               /* slots: workers * clients */
+    ngx_uint_t clients;
+    ngx_http_hilock_slot_t slot[1];
+} ngx_http_hilock_shctx_t;
 
 typedef struct {
     ngx_array_t urls;                 /* ngx_http_hilock_redis_t */
+    ngx_uint_t stats;                 /* a hilock_stats location exists */
+    ngx_str_t stats_where;            /* the first one's file:line, for errors */
+    ngx_uint_t sh_workers;            /* workers the zone has slots for */
+    ngx_shm_zone_t *zone;
+    ngx_http_hilock_shctx_t *sh;      /* in zone */
 } ngx_http_hilock_main_conf_t;
 
 typedef struct {
@@ -51,6 +82,7 @@ typedef struct {
     ngx_uint_t timeout_status;
     ngx_uint_t error_status;
     ngx_flag_t fail_open;
+    ngx_flag_t stats;                 /* hilock_stats here */
 } ngx_http_hilock_loc_conf_t;
 
 enum {
@@ -94,6 +126,12 @@ static ngx_int_t ngx_http_hilock_busy;
 static ngx_uint_t ngx_http_hilock_draining;  /* a graceful shutdown began */
 static ngx_uint_t ngx_http_hilock_closing;   /* clients whose close is under way */
 static ngx_event_t ngx_http_hilock_guard;
+/* The statistics: this worker's zone (NULL: no hilock_stats), its
+ * publishing timer, and its slots' labels. */
+static ngx_http_hilock_shctx_t *ngx_http_hilock_sh;
+static ngx_shm_zone_t *ngx_http_hilock_zone;
+static ngx_event_t ngx_http_hilock_stats_timer;
+static u_char (*ngx_http_hilock_labels)[NGX_HTTP_HILOCK_LABEL_MAX];
 
 static ngx_int_t ngx_http_hilock_preconf(ngx_conf_t *cf);
 static ngx_int_t ngx_http_hilock_init(ngx_conf_t *cf);
@@ -104,7 +142,13 @@ static void *ngx_http_hilock_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_hilock_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
 static char *ngx_http_hilock_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *ngx_http_hilock(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *ngx_http_hilock_stats(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_hilock_init_process(ngx_cycle_t *cycle);
+static ngx_int_t ngx_http_hilock_init_module(ngx_cycle_t *cycle);
+static ngx_int_t ngx_http_hilock_stats_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_hilock_stats_zone(ngx_conf_t *cf);
+static void ngx_http_hilock_stats_start(ngx_cycle_t *cycle);
+static void ngx_http_hilock_stats_stop(void);
 static void ngx_http_hilock_exit_process(ngx_cycle_t *cycle);
 
 static ngx_conf_num_bounds_t ngx_http_hilock_status_bounds = {
@@ -113,7 +157,7 @@ static ngx_conf_num_bounds_t ngx_http_hilock_status_bounds = {
 
 static ngx_command_t ngx_http_hilock_commands[] = {
     { ngx_string("hilock_redis"),
-      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_CONF_TAKE123,
+      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_CONF_TAKE1234,
       ngx_http_hilock_redis,
       NGX_HTTP_SRV_CONF_OFFSET,
       0,
@@ -147,6 +191,13 @@ static ngx_command_t ngx_http_hilock_commands[] = {
       offsetof(ngx_http_hilock_loc_conf_t, fail_open),
       NULL },
 
+    { ngx_string("hilock_stats"),
+      NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS,
+      ngx_http_hilock_stats,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     ngx_null_command
 };
 
@@ -167,7 +218,7 @@ ngx_module_t ngx_http_hilock_module = {
     ngx_http_hilock_commands,           /* module directives */
     NGX_HTTP_MODULE,                    /* module type */
     NULL,                               /* init master */
-    NULL,                               /* init module */
+    ngx_http_hilock_init_module,        /* init module */
     ngx_http_hilock_init_process,       /* init process */
     NULL,                               /* init thread */
     NULL,                               /* exit thread */
@@ -492,7 +543,7 @@ static ngx_int_t ngx_http_hilock_init(ngx_conf_t *cf) {
     ngx_http_handler_pt *h = ngx_array_push(&cmcf->phases[NGX_HTTP_PRECONTENT_PHASE].handlers);
     if (h == NULL) return NGX_ERROR;
     *h = ngx_http_hilock_handler;
-    return NGX_OK;
+    return ngx_http_hilock_stats_zone(cf);
 }
 
 /* ---- Configuration ------------------------------------------------------- */
@@ -527,12 +578,18 @@ static void *ngx_http_hilock_create_loc_conf(ngx_conf_t *cf) {
     lcf->timeout_status = NGX_CONF_UNSET_UINT;
     lcf->error_status = NGX_CONF_UNSET_UINT;
     lcf->fail_open = NGX_CONF_UNSET;
+    lcf->stats = NGX_CONF_UNSET;
     return lcf;
 }
 
 static char *ngx_http_hilock_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child) {
     ngx_http_hilock_loc_conf_t *prev = parent, *conf = child;
     ngx_http_hilock_srv_conf_t *scf;
+    /* hilock_stats is this location's own (not inherited), and a stats
+     * location takes no lock from an outer hilock: a scrape must not wait
+     * for, nor take, a lock named by the server's requests. */
+    if (conf->stats == NGX_CONF_UNSET) conf->stats = 0;
+    if (conf->stats && conf->name == NGX_CONF_UNSET_PTR) conf->name = NULL;
     /* NAME, wait= and lease= come together. */
     if (conf->name == NGX_CONF_UNSET_PTR) {
         conf->name = prev->name == NGX_CONF_UNSET_PTR ? NULL : prev->name;
@@ -572,6 +629,26 @@ static ngx_int_t ngx_http_hilock_url_check(ngx_conf_t *cf, ngx_str_t *url) {
     return NGX_ERROR;
 }
 
+/* The statistics' redis="..." of a hilock_redis without name=: its URL
+ * without the user and password (all up to the last '@', as a password
+ * may hold any character): a scrape must never show a password. */
+static ngx_int_t ngx_http_hilock_url_label(ngx_pool_t *pool, ngx_str_t *url, ngx_str_t *label) {
+    u_char *end = url->data + url->len, *p, *at = NULL, *q;
+    *label = *url;
+    p = ngx_strlcasestrn(url->data, end, (u_char *)"://", 3 - 1);
+    if (p == NULL || ngx_strncmp(url->data, "unix://", 7) == 0) return NGX_OK;
+    p += 3;
+    for (q = p; q < end; q++)
+        if (*q == '@') at = q;
+    if (at == NULL) return NGX_OK;
+    label->len = (size_t)(p - url->data) + (size_t)(end - (at + 1));
+    label->data = ngx_pnalloc(pool, label->len);
+    if (label->data == NULL) return NGX_ERROR;
+    q = ngx_cpymem(label->data, url->data, (size_t)(p - url->data));
+    ngx_memcpy(q, at + 1, (size_t)(end - (at + 1)));
+    return NGX_OK;
+}
+
 /* A parameter "KEY=TIME" (ms; `min` the least allowed): NGX_OK with *out
  * set, NGX_DECLINED when the parameter is not KEY=, NGX_ERROR (said) when
  * its time is bad. */
@@ -593,13 +670,20 @@ static ngx_int_t ngx_http_hilock_param(ngx_conf_t *cf, ngx_str_t *v, const char 
 }
 
 /* Each parameter of cf->args from `first` on must be one of keys[] (with
- * its least value in mins[]); its value goes to outs[]. */
+ * its least value in mins[]); its value goes to outs[]. With `name`, a
+ * parameter "name=TEXT" is allowed too, its TEXT into *name. */
 static char *ngx_http_hilock_params(ngx_conf_t *cf, ngx_uint_t first, const char *const *keys,
-                                    const ngx_msec_t *mins, ngx_msec_t *outs, ngx_uint_t nkeys) {
+                                    const ngx_msec_t *mins, ngx_msec_t *outs, ngx_uint_t nkeys,
+                                    ngx_str_t *name) {
     ngx_str_t *value = cf->args->elts;
     ngx_uint_t i, k;
     ngx_int_t rc = NGX_DECLINED;
     for (i = first; i < cf->args->nelts; i++) {
+        if (name != NULL && value[i].len > 5 && ngx_strncmp(value[i].data, "name=", 5) == 0) {
+            name->data = value[i].data + 5;
+            name->len = value[i].len - 5;
+            continue;
+        }
         for (k = 0, rc = NGX_DECLINED; k < nkeys && rc == NGX_DECLINED; k++)
             rc = ngx_http_hilock_param(cf, &value[i], keys[k], mins[k], &outs[k]);
         if (rc == NGX_ERROR) return NGX_CONF_ERROR;
@@ -619,17 +703,21 @@ static char *ngx_http_hilock_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *con
     ngx_str_t *value = cf->args->elts;
     ngx_http_hilock_redis_t *have, *u;
     ngx_msec_t given[2] = {0, 0};
+    ngx_str_t name = ngx_null_string;
     ngx_uint_t i;
     (void)cmd;
     if (scf->redis != NGX_CONF_UNSET) return "is duplicate";
     if (value[1].len == 0) return "needs a URL";
     if (ngx_http_hilock_url_check(cf, &value[1]) != NGX_OK) return NGX_CONF_ERROR;
-    if (ngx_http_hilock_params(cf, 2, keys, mins, given, 2) != NGX_CONF_OK) return NGX_CONF_ERROR;
+    if (ngx_http_hilock_params(cf, 2, keys, mins, given, 2, &name) != NGX_CONF_OK) return NGX_CONF_ERROR;
+    if (name.len == 0 && ngx_http_hilock_url_label(cf->pool, &value[1], &name) != NGX_OK)
+        return NGX_CONF_ERROR;
     /* Servers that name the same Redis the same way share a client. */
     have = mcf->urls.elts;
     for (i = 0; i < mcf->urls.nelts; i++) {
         if (have[i].url.len == value[1].len && have[i].timeout == given[0] &&
-            have[i].fence_ttl == given[1] / 1000 &&
+            have[i].fence_ttl == given[1] / 1000 && have[i].label.len == name.len &&
+            ngx_strncmp(have[i].label.data, name.data, name.len) == 0 &&
             ngx_strncmp(have[i].url.data, value[1].data, value[1].len) == 0) {
             scf->redis = (ngx_int_t)i;
             return NGX_CONF_OK;
@@ -644,6 +732,7 @@ static char *ngx_http_hilock_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *con
     if (u->url.data == NULL) return NGX_CONF_ERROR;
     ngx_memcpy(u->url.data, value[1].data, value[1].len);
     u->url.data[u->url.len] = '\0';
+    u->label = name;
     scf->redis = (ngx_int_t)(mcf->urls.nelts - 1);
     return NGX_CONF_OK;
 }
@@ -662,7 +751,7 @@ static char *ngx_http_hilock(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
         lcf->name = NULL;
         return NGX_CONF_OK;
     }
-    if (ngx_http_hilock_params(cf, 2, keys, mins, given, 2) != NGX_CONF_OK) return NGX_CONF_ERROR;
+    if (ngx_http_hilock_params(cf, 2, keys, mins, given, 2, NULL) != NGX_CONF_OK) return NGX_CONF_ERROR;
     lcf->wait = given[0];
     lcf->lease = given[1];
     lcf->name = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
@@ -723,6 +812,7 @@ static ngx_int_t ngx_http_hilock_init_process(ngx_cycle_t *cycle) {
             ngx_http_hilock_clients[i] = NULL;
         }
     }
+    ngx_http_hilock_stats_start(cycle);
     return NGX_OK;
 }
 
@@ -730,10 +820,268 @@ static void ngx_http_hilock_exit_process(ngx_cycle_t *cycle) {
     ngx_uint_t i;
     (void)cycle;
     ngx_http_hilock_exiting = 1;
+    ngx_http_hilock_stats_stop();
     if (ngx_http_hilock_guard.timer_set) ngx_del_timer(&ngx_http_hilock_guard);
     for (i = 0; i < ngx_http_hilock_nclients; i++) {
         if (ngx_http_hilock_clients[i] != NULL) hilock_client_free(ngx_http_hilock_clients[i]);
         ngx_http_hilock_clients[i] = NULL;
     }
     ngx_http_hilock_nclients = 0;
+}
+
+/* ---- Statistics ---------------------------------------------------------- *
+ *
+ * A zone "hilock_stats" holds a slot per worker and client (worker w's
+ * client c in slot w * clients + c). A worker publishes its clients'
+ * snapshots every second (a cancelable timer: it never keeps a worker that
+ * is shutting down) and before it serves a scrape; it empties its slots at
+ * exit. A slot carries its owner's pid: a worker respawned after a crash
+ * takes its number's slots over, and the crashed one's are overwritten.
+ *
+ * A reload makes a new zone (noreuse): the new workers publish into it and
+ * the old ones, while they drain, into the old zone, which only they still
+ * map. A scrape therefore shows the workers of the running configuration
+ * only, never an old and a new worker under one number, and never counts
+ * one twice; the old workers' counters leave the exposition at the reload
+ * (a counter reset for Prometheus, as a restart is). */
+
+#define NGX_HTTP_HILOCK_STATS_EVERY 1000   /* ms */
+
+static ngx_str_t ngx_http_hilock_zone_name = ngx_string("hilock_stats");
+static ngx_str_t ngx_http_hilock_content_type = ngx_string("text/plain; version=0.0.4; charset=utf-8");
+
+static char *ngx_http_hilock_stats(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
+    ngx_http_hilock_loc_conf_t *lcf = conf;
+    ngx_http_hilock_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_hilock_module);
+    ngx_http_core_loc_conf_t *clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    (void)cmd;
+    if (lcf->stats != NGX_CONF_UNSET) return "is duplicate";
+    lcf->stats = 1;
+    clcf->handler = ngx_http_hilock_stats_handler;
+    if (!mcf->stats) {
+        /* Whether any hilock_redis exists is known only after the whole
+         * http block: remember where to point the error. */
+        mcf->stats = 1;
+        mcf->stats_where.data = ngx_pnalloc(cf->pool, cf->conf_file->file.name.len + NGX_INT_T_LEN + 1);
+        if (mcf->stats_where.data == NULL) return NGX_CONF_ERROR;
+        mcf->stats_where.len = ngx_sprintf(mcf->stats_where.data, "%V:%ui", &cf->conf_file->file.name,
+                                           cf->conf_file->line) - mcf->stats_where.data;
+    }
+    return NGX_CONF_OK;
+}
+
+static ngx_int_t ngx_http_hilock_zone_init(ngx_shm_zone_t *zone, void *data) {
+    ngx_http_hilock_main_conf_t *mcf = zone->data;
+    ngx_slab_pool_t *sp = (ngx_slab_pool_t *)zone->shm.addr;
+    ngx_uint_t workers = mcf->sh_workers, n = workers * mcf->urls.nelts;
+    size_t size = offsetof(ngx_http_hilock_shctx_t, slot) + n * sizeof(ngx_http_hilock_slot_t);
+    (void)data;                       /* never reused (noreuse) */
+    mcf->sh = ngx_slab_calloc(sp, size);
+    if (mcf->sh == NULL) return NGX_ERROR;
+    mcf->sh->workers = workers;
+    mcf->sh->clients = mcf->urls.nelts;
+    return NGX_OK;
+}
+
+/* After the http block (every hilock_redis known): the zone, sized for
+ * worker_processes (or the CPUs, if worker_processes comes later in the
+ * file or not at all: "auto" would be that, and 1 is less) times the
+ * clients. */
+static ngx_int_t ngx_http_hilock_stats_zone(ngx_conf_t *cf) {
+    ngx_http_hilock_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_hilock_module);
+    ngx_core_conf_t *ccf = (ngx_core_conf_t *)ngx_get_conf(cf->cycle->conf_ctx, ngx_core_module);
+    size_t size;
+    if (!mcf->stats) return NGX_OK;
+    if (mcf->urls.nelts == 0) {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "\"hilock_stats\" in %V needs a \"hilock_redis\" in http or in a server",
+                      &mcf->stats_where);
+        return NGX_ERROR;
+    }
+    mcf->sh_workers = ccf->worker_processes != NGX_CONF_UNSET ? (ngx_uint_t)ccf->worker_processes
+                                                              : (ngx_uint_t)ngx_max(ngx_ncpu, 1);
+    size = offsetof(ngx_http_hilock_shctx_t, slot) +
+           mcf->sh_workers * mcf->urls.nelts * sizeof(ngx_http_hilock_slot_t);
+    /* The slab pool's own header and page table, and rounding to pages. */
+    size = ngx_align(size, ngx_pagesize) + size / 32 + 8 * ngx_pagesize;
+    mcf->zone = ngx_shared_memory_add(cf, &ngx_http_hilock_zone_name, size, &ngx_http_hilock_module);
+    if (mcf->zone == NULL) return NGX_ERROR;
+    if (mcf->zone->data != NULL) {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "hilock_stats: zone \"%V\" is taken",
+                      &ngx_http_hilock_zone_name);
+        return NGX_ERROR;
+    }
+    mcf->zone->init = ngx_http_hilock_zone_init;
+    mcf->zone->data = mcf;
+    mcf->zone->noreuse = 1;           /* a zone per configuration: see above */
+    return NGX_OK;
+}
+
+/* The final worker_processes is known now: say so if it came after the
+ * http block and is larger than the zone's room. */
+static ngx_int_t ngx_http_hilock_init_module(ngx_cycle_t *cycle) {
+    ngx_http_hilock_main_conf_t *mcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_hilock_module);
+    ngx_core_conf_t *ccf = (ngx_core_conf_t *)ngx_get_conf(cycle->conf_ctx, ngx_core_module);
+    if (mcf == NULL || mcf->zone == NULL) return NGX_OK;
+    if ((ngx_uint_t)ccf->worker_processes > mcf->sh_workers) {
+        ngx_log_error(NGX_LOG_WARN, cycle->log, 0,
+                      "hilock_stats has room for %ui workers of %i: workers from %ui on are "
+                      "left out; put \"worker_processes\" before the http block",
+                      mcf->sh_workers, ccf->worker_processes, mcf->sh_workers);
+    }
+    return NGX_OK;
+}
+
+/* Slot i of this worker's clients, or NULL (no zone, or no room). */
+static ngx_http_hilock_slot_t *ngx_http_hilock_slot(ngx_uint_t i) {
+    ngx_http_hilock_shctx_t *sh = ngx_http_hilock_sh;
+    if (sh == NULL || ngx_worker >= sh->workers || i >= sh->clients) return NULL;
+    return &sh->slot[ngx_worker * sh->clients + i];
+}
+
+/* Copy this worker's snapshots into its slots; a client that is closed
+ * (or closing) empties its slot. */
+static void ngx_http_hilock_stats_publish(void) {
+    static hilock_stats snap;         /* 5 KB: not on the stack */
+    ngx_slab_pool_t *sp;
+    ngx_http_hilock_slot_t *slot;
+    ngx_uint_t i;
+    if (ngx_http_hilock_sh == NULL) return;
+    sp = (ngx_slab_pool_t *)ngx_http_hilock_zone->shm.addr;
+    for (i = 0; i < ngx_http_hilock_nclients; i++) {
+        slot = ngx_http_hilock_slot(i);
+        if (slot == NULL) return;
+        hilock_stats_init(&snap);
+        if (ngx_http_hilock_exiting || ngx_http_hilock_clients[i] == NULL ||
+            hilock_client_stats(ngx_http_hilock_clients[i], &snap) != 0) {
+            ngx_shmtx_lock(&sp->mutex);
+            if (slot->pid == ngx_pid) slot->pid = 0;
+            ngx_shmtx_unlock(&sp->mutex);
+            continue;
+        }
+        ngx_shmtx_lock(&sp->mutex);
+        slot->pid = ngx_pid;
+        ngx_memcpy(slot->label, ngx_http_hilock_labels[i], NGX_HTTP_HILOCK_LABEL_MAX);
+        ngx_memcpy(&slot->stats, &snap, sizeof(snap));
+        ngx_shmtx_unlock(&sp->mutex);
+    }
+}
+
+static void ngx_http_hilock_stats_tick(ngx_event_t *ev) {
+    ngx_http_hilock_stats_publish();
+    if (!ngx_http_hilock_exiting) ngx_add_timer(ev, NGX_HTTP_HILOCK_STATS_EVERY);
+}
+
+/* A label value as the exposition format wants it (\\, \", \n escaped),
+ * into p (at most last); the end. */
+static u_char *ngx_http_hilock_label_value(u_char *p, u_char *last, ngx_str_t *v) {
+    ngx_uint_t i;
+    for (i = 0; i < v->len && p + 2 < last; i++) {
+        u_char c = v->data[i];
+        if (c == '\\' || c == '"' || c == '\n') {
+            *p++ = '\\';
+            *p++ = c == '\n' ? 'n' : c;
+        } else {
+            *p++ = c;
+        }
+    }
+    return p;
+}
+
+/* At worker start (the clients made): the labels, the first snapshot, the
+ * timer. */
+static void ngx_http_hilock_stats_start(ngx_cycle_t *cycle) {
+    ngx_http_hilock_main_conf_t *mcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_hilock_module);
+    ngx_http_hilock_redis_t *redis = mcf->urls.elts;
+    u_char *p, *last;
+    ngx_uint_t i;
+    if (mcf->sh == NULL) return;
+    if (ngx_worker >= mcf->sh->workers) return;    /* said by init_module */
+    ngx_http_hilock_labels = ngx_pcalloc(cycle->pool, mcf->urls.nelts * NGX_HTTP_HILOCK_LABEL_MAX);
+    if (ngx_http_hilock_labels == NULL) return;
+    for (i = 0; i < mcf->urls.nelts; i++) {
+        last = ngx_http_hilock_labels[i] + NGX_HTTP_HILOCK_LABEL_MAX - 2;   /* '"', NUL */
+        p = ngx_snprintf(ngx_http_hilock_labels[i], last - ngx_http_hilock_labels[i],
+                         "worker=\"%ui\",redis=\"", ngx_worker);
+        p = ngx_http_hilock_label_value(p, last, &redis[i].label);
+        *p++ = '"';
+        *p = '\0';
+    }
+    ngx_http_hilock_zone = mcf->zone;
+    ngx_http_hilock_sh = mcf->sh;
+    ngx_http_hilock_stats_publish();
+    ngx_http_hilock_stats_timer.handler = ngx_http_hilock_stats_tick;
+    ngx_http_hilock_stats_timer.log = cycle->log;
+    ngx_http_hilock_stats_timer.data = &ngx_http_hilock_stats_timer;
+    ngx_http_hilock_stats_timer.cancelable = 1;
+    ngx_add_timer(&ngx_http_hilock_stats_timer, NGX_HTTP_HILOCK_STATS_EVERY);
+}
+
+/* At worker exit: this worker's slots are empty (a new worker set is
+ * not counted with a gone one's). */
+static void ngx_http_hilock_stats_stop(void) {
+    if (ngx_http_hilock_stats_timer.timer_set) ngx_del_timer(&ngx_http_hilock_stats_timer);
+    ngx_http_hilock_stats_publish();  /* exiting: every slot emptied */
+    ngx_http_hilock_sh = NULL;
+}
+
+/* Copy every live slot out of the zone (under its mutex, so that no
+ * snapshot is half written), into the request's pool. The count, or -1. */
+static ngx_int_t ngx_http_hilock_stats_collect(ngx_http_request_t *r, const hilock_stats ***stats,
+                                               const char ***labels) {
+    ngx_http_hilock_main_conf_t *mcf = ngx_http_get_module_main_conf(r, ngx_http_hilock_module);
+    ngx_http_hilock_shctx_t *sh = mcf->sh;
+    ngx_slab_pool_t *sp = (ngx_slab_pool_t *)mcf->zone->shm.addr;
+    ngx_http_hilock_slot_t *copy;
+    ngx_uint_t i, n = sh->workers * sh->clients, live = 0;
+    copy = ngx_palloc(r->pool, n * sizeof(*copy));
+    *stats = ngx_palloc(r->pool, n * sizeof(**stats));
+    *labels = ngx_palloc(r->pool, n * sizeof(**labels));
+    if (copy == NULL || *stats == NULL || *labels == NULL) return -1;
+    ngx_shmtx_lock(&sp->mutex);
+    for (i = 0; i < n; i++)
+        if (sh->slot[i].pid != 0) ngx_memcpy(&copy[live++], &sh->slot[i], sizeof(*copy));
+    ngx_shmtx_unlock(&sp->mutex);
+    for (i = 0; i < live; i++) {
+        (*stats)[i] = &copy[i].stats;
+        (*labels)[i] = (const char *)copy[i].label;
+    }
+    return (ngx_int_t)live;
+}
+
+static ngx_int_t ngx_http_hilock_stats_handler(ngx_http_request_t *r) {
+    const hilock_stats **stats;
+    const char **labels;
+    ngx_int_t n, rc;
+    ngx_buf_t *b;
+    ngx_chain_t out;
+    int len;
+
+    if (!(r->method & (NGX_HTTP_GET | NGX_HTTP_HEAD))) return NGX_HTTP_NOT_ALLOWED;
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) return rc;
+    ngx_http_hilock_stats_publish();  /* this worker's own: as of now */
+    n = ngx_http_hilock_stats_collect(r, &stats, &labels);
+    if (n < 0) return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    len = hilock_stats_prometheus(NULL, 0, stats, labels, (size_t)n);
+    if (len < 0) return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    b = ngx_create_temp_buf(r->pool, (size_t)len + 1);     /* + its NUL */
+    if (b == NULL) return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (hilock_stats_prometheus((char *)b->pos, (size_t)len + 1, stats, labels, (size_t)n) != len)
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    b->last = b->pos + len;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = len;
+    r->headers_out.content_type = ngx_http_hilock_content_type;
+    r->headers_out.content_type_len = ngx_http_hilock_content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+    if (r->method == NGX_HTTP_HEAD) r->header_only = 1;
+    rc = ngx_http_send_header(r);
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) return rc;
+    out.buf = b;
+    out.next = NULL;
+    return ngx_http_output_filter(r, &out);
 }

@@ -4,7 +4,10 @@
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "hilock/hilock.h"
 #include "support/harness.h"
@@ -39,8 +42,9 @@ TestSuite(nginx, .init = setup, .fini = teardown, .timeout = 90);
 
 /* One server's locations: /k/ waits up to 20 s, /short/ 200 ms (429 when
  * it runs out), /try/ tries once (409), /lease/ holds with a 1 s lease,
- * /plain/ takes no lock; all proxy to the backend. */
-static void start_nginx(test_nginx *n, int workers, const char *redis_url) {
+ * /plain/ takes no lock; all proxy to the backend. `extra` goes into the
+ * server too. */
+static void start_nginx_with(test_nginx *n, int workers, const char *redis_url, const char *extra) {
     char http[256], server[4096];
     int bp = B.port;
     snprintf(http, sizeof(http), "hilock_redis %s;", redis_url);
@@ -64,9 +68,13 @@ static void start_nginx(test_nginx *n, int workers, const char *redis_url) {
              " proxy_pass http://127.0.0.1:%d/auth?key=auth&ms=100; }\n"
              "location /plain/ { proxy_pass http://127.0.0.1:%d; }\n"
              "location /keep/ { hilock k:$arg_key wait=20s; proxy_ignore_client_abort on; " SHOW
-             " proxy_pass http://127.0.0.1:%d; }\n",
-             bp, bp, bp, bp, bp, bp, bp, bp, bp, bp, bp);
+             " proxy_pass http://127.0.0.1:%d; }\n%s",
+             bp, bp, bp, bp, bp, bp, bp, bp, bp, bp, bp, extra);
     cr_assert_eq(test_nginx_start(n, workers, http, server), 0, "nginx did not start");
+}
+
+static void start_nginx(test_nginx *n, int workers, const char *redis_url) {
+    start_nginx_with(n, workers, redis_url, "");
 }
 
 /* Send reqs[i] to path on N[i % nn]; */
@@ -459,6 +467,11 @@ Test(nginx, bad_configuration_fails_nginx_t) {
         {"hilock_redis redis://127.0.0.1:1 wait=1s;", "", "invalid parameter"},
         {"", "location / { hilock a; }", "needs \"hilock_redis\""},
         {"hilock_redis redis://127.0.0.1:1;", "location / { hilock off wait=1s; }", "no parameters after"},
+        {"", "location = /m { hilock_stats; }", "\"hilock_stats\" in "},
+        {"", "location = /m { hilock_stats; }", "needs a \"hilock_redis\""},
+        {"hilock_redis redis://127.0.0.1:1;", "location = /m { hilock_stats on; }", "invalid number of arguments"},
+        {"hilock_redis redis://127.0.0.1:1;", "hilock_stats;", "not allowed here"},
+        {"hilock_redis redis://127.0.0.1:1;", "location = /m { hilock_stats; hilock_stats; }", "is duplicate"},
     };
     char out[4096];
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -469,4 +482,199 @@ Test(nginx, bad_configuration_fails_nginx_t) {
     cr_expect_eq(test_nginx_check(1, "hilock_redis redis://127.0.0.1:1 timeout=1s fence_ttl=1d;",
                                   "location / { hilock k:$arg_id wait=5s lease=10s; }", out, sizeof(out)),
                  0, "a good configuration fails:\n%s", out);
+    cr_expect_eq(test_nginx_check(2, "hilock_redis redis://127.0.0.1:1 name=orders;",
+                                  "location = /metrics { hilock_stats; }", out, sizeof(out)),
+                 0, "a good hilock_stats configuration fails:\n%s", out);
+}
+
+/* ---- hilock_stats --------------------------------------------------------- */
+
+#define METRICS "location = /metrics { hilock_stats; }\n"
+#define CONTENT_TYPE "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+
+static char metrics_reply[1 << 20];
+
+/* GET /metrics from port: the status; *body in metrics_reply. */
+static int get_metrics(int port, char **body) {
+    return test_http_fetch(port, "GET /metrics HTTP/1.0\r\nHost: t\r\n\r\n", metrics_reply,
+                           sizeof(metrics_reply), body, 5000);
+}
+
+/* The samples of metric `name` whose labels contain `has` (NULL: any):
+ * their sum; their count into *count; a bit per worker="N" into *workers. */
+static long long metric_sum(const char *body, const char *name, const char *has, int *count,
+                            unsigned *workers) {
+    long long sum = 0;
+    size_t nl = strlen(name);
+    *count = 0;
+    *workers = 0;
+    for (const char *line = body; line != NULL && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        const char *end = strchr(line, '\n'), *close, *w;
+        if (strncmp(line, name, nl) != 0 || line[nl] != '{') continue;
+        close = strchr(line, '}');
+        if (close == NULL || (end != NULL && close > end)) continue;
+        if (has != NULL) {
+            char labels[512];
+            snprintf(labels, sizeof(labels), "%.*s", (int)(close - line), line);
+            if (strstr(labels, has) == NULL) continue;
+        }
+        w = strstr(line, "worker=\"");
+        if (w != NULL && w < close) *workers |= 1u << (atoi(w + 8) & 31);
+        sum += strtoll(close + 2, NULL, 10);
+        (*count)++;
+    }
+    return sum;
+}
+
+/* `promtool check metrics` on body: its exit status (0: no problem), what
+ * it said into out. No promtool is a failure, not a skip. */
+static int promtool_check(const char *body, char *out, size_t size) {
+    char dir[128], path[256], cmd[400];
+    cr_assert_eq(access("/usr/bin/promtool", X_OK), 0,
+                 "/usr/bin/promtool is missing: install Debian's prometheus (sh scripts/deps.sh)");
+    cr_assert_eq(test_make_dir(dir, sizeof(dir)), 0);
+    snprintf(path, sizeof(path), "%s/promtool.out", dir);
+    snprintf(cmd, sizeof(cmd), "/usr/bin/promtool check metrics >%s 2>&1", path);
+    signal(SIGPIPE, SIG_IGN);         /* a promtool that stops reading fails below */
+    FILE *f = popen(cmd, "w");
+    cr_assert_not_null(f, "popen promtool");
+    fputs(body, f);
+    int st = pclose(f);
+    test_slurp(path, out, size);
+    test_remove_dir(dir);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+typedef struct metrics_now {
+    int status, samples;
+    unsigned workers;
+    long long granted, timeouts, waiters, holds;
+} metrics_now;
+
+static metrics_now metrics_read(int port, char **body) {
+    metrics_now m;
+    int k;
+    unsigned w;
+    memset(&m, 0, sizeof(m));
+    m.status = get_metrics(port, body);
+    m.granted = metric_sum(*body, "hilock_acquires_total", "outcome=\"granted\"", &k, &w);
+    m.timeouts = metric_sum(*body, "hilock_acquires_total", "outcome=\"timeout\"", &k, &w);
+    m.holds = metric_sum(*body, "hilock_holds", NULL, &k, &w);
+    m.waiters = metric_sum(*body, "hilock_waiters", NULL, &m.samples, &m.workers);
+    return m;
+}
+
+/* Poll /metrics until it counts `granted` and `timeouts` with nothing
+ * waiting or held, in one sample per worker of `workers` (the other
+ * workers publish every second; a worker that has only just been forked
+ * publishes when it starts), or 5 s pass: the last reading. */
+static metrics_now metrics_settle(int port, int workers, long long granted, long long timeouts, char **body) {
+    metrics_now m;
+    long long until = test_now_ms() + 5000;
+    do {
+        m = metrics_read(port, body);
+        if (m.status == 200 && m.samples == workers && m.granted == granted && m.timeouts == timeouts &&
+            m.waiters == 0 && m.holds == 0)
+            break;
+        test_msleep(100);
+    } while (test_now_ms() < until);
+    return m;
+}
+
+/* Two workers serve locked requests (some time out); /metrics shows both
+ * workers, valid Prometheus text, and counts exactly the grants and the
+ * timeouts the clients saw, with nothing left waiting or held. */
+Test(nginx, stats_count_every_worker_s_acquires) {
+    enum { C = 300, T = 20 };
+    static test_http h[C + T + 1];
+    char path[128], said[4096], *body;
+    start_nginx_with(&N[0], 2, R.url, METRICS);
+    for (int i = 0; i < C; i++) {
+        snprintf(path, sizeof(path), "/k/?key=st%d&ms=0", i % 8);
+        cr_assert_eq(test_http_send(&h[i], N[0].port, path), 0, "request %d not sent", i);
+    }
+    cr_assert_eq(test_http_send(&h[C], N[0].port, "/k/?key=stb&ms=1200"), 0);
+    cr_assert(backend_inflight("stb", 1, 5000), "the holder never reached the backend");
+    send_all(h + C + 1, T, 1, "/short/?key=%s&ms=%d", "stb", 0);
+    cr_assert_eq(test_http_wait(h, C + T + 1, 20000), 0, "requests still waiting after 20 s");
+    int ok = count_status(h, C + T + 1, 200), late = count_status(h, C + T + 1, 429);
+    cr_assert_eq(ok + late, C + T + 1, "%d served, %d timed out, of %d", ok, late, C + T + 1);
+    cr_expect_geq(late, T, "the waits behind the holder ran out");
+
+    /* A worker that serves no scrape publishes on its timer: one scrape,
+     * more than a second after the last reply, counts everything. */
+    test_msleep(1500);
+    metrics_now m = metrics_read(N[0].port, &body);
+    cr_expect(m.granted == ok && m.timeouts == late, "the first scrape, 1.5 s after the last reply: %lld "
+              "granted, %lld timeouts, of %d and %d", m.granted, m.timeouts, ok, late);
+    m = metrics_settle(N[0].port, 2, ok, late, &body);
+    cr_assert_eq(m.status, 200, "GET /metrics: %d", m.status);
+    cr_expect(strstr(metrics_reply, CONTENT_TYPE) != NULL, "the content type:\n%.400s", metrics_reply);
+    int rc = promtool_check(body, said, sizeof(said));
+    cr_expect_eq(rc, 0, "promtool check metrics exited %d:\n%s", rc, said);
+    cr_expect_eq(m.workers, 3u, "samples of workers 0 and 1 (bits %#x)", m.workers);
+    cr_expect_eq(m.samples, 2, "one sample per worker (one hilock_redis): %d", m.samples);
+    cr_expect_eq(m.granted, ok, "granted: %lld in /metrics, %d replies 200", m.granted, ok);
+    cr_expect_eq(m.timeouts, late, "timeouts: %lld in /metrics, %d replies 429", m.timeouts, late);
+    cr_expect_eq(m.waiters, 0, "waiters at rest: %lld", m.waiters);
+    cr_expect_eq(m.holds, 0, "holds at rest: %lld", m.holds);
+    char redis[96];
+    snprintf(redis, sizeof(redis), "redis=\"%s\"", R.url);
+    cr_expect(strstr(body, redis) != NULL, "no %s in:\n%.600s", redis, body);
+    quit_clean(1);
+}
+
+/* GET and HEAD only; the URL's password never shows; a stats location
+ * takes no lock from the server's hilock. */
+Test(nginx, stats_methods_labels_and_no_lock) {
+    test_http post;
+    char url[128], want[96], *body;
+    int port = test_refused_port();
+    snprintf(url, sizeof(url), "redis://hl:s3cret@127.0.0.1:%d/0 timeout=200ms", port);
+    start_nginx_with(&N[0], 1, url, "hilock srvlock; " METRICS);
+    /* Redis is down: a lock would answer 503 (hilock_error_status). */
+    cr_assert_eq(test_http_get(&post, N[0].port, "/metrics", 5000), 200, "GET with Redis down");
+    cr_expect_eq(test_http_send_raw(&post, N[0].port,
+                                    "POST /metrics HTTP/1.0\r\nHost: t\r\nContent-Length: 2\r\n\r\nab"),
+                 0);
+    cr_expect_eq(test_http_wait(&post, 1, 5000), 0);
+    cr_expect_eq(post.status, 405, "POST /metrics: %d", post.status);
+    int st = test_http_fetch(N[0].port, "HEAD /metrics HTTP/1.0\r\nHost: t\r\n\r\n", metrics_reply,
+                             sizeof(metrics_reply), &body, 5000);
+    cr_expect_eq(st, 200, "HEAD /metrics: %d", st);
+    cr_expect_str_eq(body, "", "HEAD has no body");
+    cr_expect(strstr(metrics_reply, CONTENT_TYPE) != NULL, "the content type:\n%s", metrics_reply);
+    metrics_now m = metrics_read(N[0].port, &body);
+    cr_assert_eq(m.status, 200);
+    cr_expect(strstr(body, "s3cret") == NULL && strstr(body, "hl:") == NULL, "the password shows:\n%.800s",
+              body);
+    snprintf(want, sizeof(want), "redis=\"redis://127.0.0.1:%d/0\"", port);
+    cr_expect(strstr(body, want) != NULL, "no %s in:\n%.800s", want, body);
+    quit_clean(1);
+}
+
+/* After nginx -s reload, /metrics shows the new workers only (one sample
+ * each, the old ones' counters gone with them), labelled with name=. */
+Test(nginx, stats_after_reload_show_the_new_workers_only) {
+    enum { C = 40 };
+    static test_http h[C];
+    char url[128], *body;
+    pid_t old[8];
+    snprintf(url, sizeof(url), "%s name=orders", R.url);
+    start_nginx_with(&N[0], 2, url, METRICS);
+    send_all(h, C, 1, "/k/?key=%s&ms=%d", "rs", 0);
+    cr_assert_eq(test_http_wait(h, C, 10000), 0);
+    metrics_now m = metrics_settle(N[0].port, 2, C, 0, &body);
+    cr_expect_eq(m.granted, C, "before the reload: %lld", m.granted);
+    int nold = test_nginx_workers(&N[0], old, 8);
+    kill(N[0].pid, SIGHUP);
+    cr_assert_eq(test_nginx_wait_new_workers(&N[0], old, nold, 2, 15000), 0, "no new workers");
+    send_all(h, 10, 1, "/k/?key=%s&ms=%d", "rs", 0);
+    cr_assert_eq(test_http_wait(h, 10, 10000), 0);
+    m = metrics_settle(N[0].port, 2, 10, 0, &body);
+    cr_expect_eq(m.granted, 10, "after the reload: %lld granted (the old workers' %d are gone)", m.granted, C);
+    cr_expect_eq(m.samples, 2, "samples: %d, of 2 workers", m.samples);
+    cr_expect_eq(m.workers, 3u, "workers (bits %#x)", m.workers);
+    cr_expect(strstr(body, "redis=\"orders\"") != NULL, "name=orders is not the label:\n%.600s", body);
+    quit_clean(1);
 }

@@ -571,3 +571,29 @@ int test_http_get(test_http *h, int port, const char *path, int ms) {
 const char *test_http_header(const test_http *h, const char *name, char *out, size_t size) {
     return header_in(h->buf, name, out, size);
 }
+
+int test_http_fetch(int port, const char *req, char *out, size_t size, char **body, int ms) {
+    test_http h;
+    size_t len = 0;
+    long long until = test_now_ms() + ms;
+    out[0] = '\0';
+    *body = out;
+    if (test_http_send_raw(&h, port, req) != 0) return -1;
+    for (;;) {
+        struct pollfd p = {h.fd, POLLIN, 0};
+        long long left = until - test_now_ms();
+        if (left <= 0 || poll(&p, 1, (int)left) < 0) break;
+        ssize_t r = read(h.fd, out + len, size - 1 - len);
+        if (r > 0) len += (size_t)r;
+        if (r == 0 || len == size - 1 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+            out[len] = '\0';
+            close(h.fd);
+            int major, minor, status;
+            char *end = strstr(out, "\r\n\r\n");
+            *body = end != NULL ? end + 4 : out + len;
+            return sscanf(out, "HTTP/%d.%d %d", &major, &minor, &status) == 3 ? status : -1;
+        }
+    }
+    test_http_abort(&h);
+    return -1;
+}

@@ -114,6 +114,12 @@ void test_http_abort(test_http *h);
 /* send + wait: the status (-1: none within ms). */
 int test_http_get(test_http *h, int port, const char *path, int ms);
 
+/* Send the request `req` (as test_http_send_raw) and read the whole reply,
+ * head and body, into out (at most size-1 bytes, NUL-terminated), for
+ * replies larger than test_http's buffer. The status, -1 if none within
+ * ms; *body points at the body in out (or at its end). */
+int test_http_fetch(int port, const char *req, char *out, size_t size, char **body, int ms);
+
 /* The value of header `name` of the reply, "" if absent. */
 const char *test_http_header(const test_http *h, const char *name, char *out, size_t size);
 
