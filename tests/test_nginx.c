@@ -11,6 +11,7 @@
 
 #include "hilock/hilock.h"
 #include "support/harness.h"
+#include "support/promcheck.h"
 #include "support/nginx.h"
 
 #define NGX_MAX 3
@@ -526,25 +527,6 @@ static long long metric_sum(const char *body, const char *name, const char *has,
     return sum;
 }
 
-/* `promtool check metrics` on body: its exit status (0: no problem), what
- * it said into out. No promtool is a failure, not a skip. */
-static int promtool_check(const char *body, char *out, size_t size) {
-    char dir[128], path[256], cmd[400];
-    cr_assert_eq(access("/usr/bin/promtool", X_OK), 0,
-                 "/usr/bin/promtool is missing: install Debian's prometheus (sh scripts/deps.sh)");
-    cr_assert_eq(test_make_dir(dir, sizeof(dir)), 0);
-    snprintf(path, sizeof(path), "%s/promtool.out", dir);
-    snprintf(cmd, sizeof(cmd), "/usr/bin/promtool check metrics >%s 2>&1", path);
-    signal(SIGPIPE, SIG_IGN);         /* a promtool that stops reading fails below */
-    FILE *f = popen(cmd, "w");
-    cr_assert_not_null(f, "popen promtool");
-    fputs(body, f);
-    int st = pclose(f);
-    test_slurp(path, out, size);
-    test_remove_dir(dir);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 typedef struct metrics_now {
     int status, samples;
     unsigned workers;
@@ -610,7 +592,7 @@ Test(nginx, stats_count_every_worker_s_acquires) {
     m = metrics_settle(N[0].port, 2, ok, late, &body);
     cr_assert_eq(m.status, 200, "GET /metrics: %d", m.status);
     cr_expect(strstr(metrics_reply, CONTENT_TYPE) != NULL, "the content type:\n%.400s", metrics_reply);
-    int rc = promtool_check(body, said, sizeof(said));
+    int rc = promcheck(body, strlen(body), said, sizeof(said)); /* -1: no promtool, a failure */
     cr_expect_eq(rc, 0, "promtool check metrics exited %d:\n%s", rc, said);
     cr_expect_eq(m.workers, 3u, "samples of workers 0 and 1 (bits %#x)", m.workers);
     cr_expect_eq(m.samples, 2, "one sample per worker (one hilock_redis): %d", m.samples);
