@@ -325,19 +325,7 @@ static char *slurp_all(const char *path) {
 /* ---- Fixture ------------------------------------------------------------- */
 
 static void setup(void) {
-    const char *env = getenv("HILOCK_CLI");
-    char self[PATH_MAX - 16];
-    ssize_t n;
-
-    if (env != NULL && *env) {
-        snprintf(cli, sizeof(cli), "%s", env);
-    } else {
-        n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        cr_assert_gt(n, 0);
-        self[n] = '\0';
-        *strrchr(self, '/') = '\0';
-        snprintf(cli, sizeof(cli), "%s/hilock", self);
-    }
+    cr_assert_not_null(test_build_path("HILOCK_CLI", "hilock", cli, sizeof(cli)));
     cr_assert_eq(access(cli, X_OK), 0, "no CLI binary at %s (set HILOCK_CLI)", cli);
     snprintf(dir, sizeof(dir), "/tmp/hilock-cli-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));

@@ -200,12 +200,8 @@ Test(cluster, held_lock_migrates_under_its_holder_and_waiter) {
 
 /* The CLI against any node of the cluster. */
 Test(cluster, cli) {
-    char self[512], cli[600];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    cr_assert_gt(n, 0);
-    self[n] = '\0';
-    *strrchr(self, '/') = '\0';
-    snprintf(cli, sizeof(cli), "%s/hilock", self);
+    char cli[600];
+    cr_assert_not_null(test_build_path("HILOCK_CLI", "hilock", cli, sizeof(cli)));
     char *argv[] = {cli, "-u", cl.node[4].url, "cli-lock", "--", "sh", "-c",
                     "test -n \"$HILOCK_FENCE\"", NULL};
     char out[256];

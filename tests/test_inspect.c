@@ -166,19 +166,7 @@ static hilock_hold *hold_mutex(lockenv *e, hilock_client *c, const char *name) {
 /* ---- Fixture ------------------------------------------------------------- */
 
 static void setup(void) {
-    const char *given = getenv("HILOCK_CLI");
-    char self[PATH_MAX - 16];
-    ssize_t n;
-
-    if (given != NULL && *given) {
-        snprintf(cli, sizeof(cli), "%s", given);
-    } else {
-        n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        cr_assert_gt(n, 0);
-        self[n] = '\0';
-        *strrchr(self, '/') = '\0';
-        snprintf(cli, sizeof(cli), "%s/hilock", self);
-    }
+    cr_assert_not_null(test_build_path("HILOCK_CLI", "hilock", cli, sizeof(cli)));
     cr_assert_eq(access(cli, X_OK), 0, "no CLI binary at %s (set HILOCK_CLI)", cli);
     cr_assert_eq(test_make_dir(dir, sizeof(dir)), 0);
     lockenv_start(&env);

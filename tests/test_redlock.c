@@ -179,17 +179,7 @@ static long long script_calls(const test_redis *r) {
 /* The path of the CLI next to the test binary (or $HILOCK_CLI). */
 static const char *cli_path(void) {
     static char cli[PATH_MAX];
-    const char *env = getenv("HILOCK_CLI");
-    if (env && *env) {
-        snprintf(cli, sizeof(cli), "%s", env);
-        return cli;
-    }
-    char self[PATH_MAX - 16];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    cr_assert_gt(n, 0);
-    self[n] = '\0';
-    *strrchr(self, '/') = '\0';
-    snprintf(cli, sizeof(cli), "%s/hilock", self);
+    cr_assert_not_null(test_build_path("HILOCK_CLI", "hilock", cli, sizeof(cli)));
     cr_assert_eq(access(cli, X_OK), 0, "no CLI at %s (set HILOCK_CLI)", cli);
     return cli;
 }

@@ -500,13 +500,9 @@ Test(sentinel, wait_replicas) {
 /* ---- The CLI ----------------------------------------------------------------------- */
 
 Test(sentinel, cli) {
-    char self[512], cli[600], cmd[256], out[256], log[2048];
+    char cli[600], cmd[256], out[256], log[2048];
     up();
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    cr_assert_gt(n, 0);
-    self[n] = '\0';
-    *strrchr(self, '/') = '\0';
-    snprintf(cli, sizeof(cli), "%s/hilock", self);
+    cr_assert_not_null(test_build_path("HILOCK_CLI", "hilock", cli, sizeof(cli)));
     /* COMMAND sees its fence, and the lock on the master. */
     snprintf(cmd, sizeof(cmd), "test -n \"$HILOCK_FENCE\" && redis-cli -p %d EXISTS 'hilock:{cli-lock}'",
              s.node[0].port);

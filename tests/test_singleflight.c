@@ -139,17 +139,9 @@ static void burst_collect(burst *b, int ms) {
 /* ---- Fixture ------------------------------------------------------------ */
 
 static void setup(void) {
-    const char *env = getenv("HILOCK_SINGLEFLIGHT");
-    if (env != NULL && *env) {
-        snprintf(server_bin, sizeof(server_bin), "%s", env);
-    } else {
-        char self[PATH_MAX - 64];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        cr_assert_gt(n, 0);
-        self[n] = '\0';
-        *strrchr(self, '/') = '\0';
-        snprintf(server_bin, sizeof(server_bin), "%s/examples/http_singleflight", self);
-    }
+    cr_assert_not_null(test_build_path("HILOCK_SINGLEFLIGHT", "examples/http_singleflight", server_bin,
+                                       sizeof(server_bin)));
+    const char *env;
     cr_assert_eq(access(server_bin, X_OK), 0, "%s is not built (make all builds it)", server_bin);
     env = getenv("HILOCK_AB");
     if (env != NULL && *env) snprintf(ab_bin, sizeof(ab_bin), "%s", env);

@@ -641,3 +641,19 @@ int test_cluster_node_restart(test_cluster *cl, int i) {
     test_redis_kill(r);
     return -1;
 }
+
+const char *test_build_path(const char *env, const char *rel, char *out, size_t n) {
+    const char *given = env ? getenv(env) : NULL;
+    char self[4096];
+    if (given != NULL && *given) {
+        snprintf(out, n, "%s", given);
+        return out;
+    }
+    ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (len <= 0) return NULL;
+    self[len] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash != NULL) *slash = '\0';
+    snprintf(out, n, "%s/%s", self, rel);
+    return out;
+}

@@ -73,6 +73,11 @@ int test_redis_probe(const test_redis *r);
 /* SIGKILL the server if it is running and wait for it; remove its dir. */
 void test_redis_stop(test_redis *r);
 
+/* A program of the build: $ENV if that is set (env may be NULL), else
+ * `rel` beside this test binary (e.g. "hilock", "examples/metrics"), in
+ * out (n bytes). Returns out, or NULL if this binary's path is unknown. */
+const char *test_build_path(const char *env, const char *rel, char *out, size_t n);
+
 /* A new sync connection to the server (caller frees), or NULL. */
 redisContext *test_redis_connect(const test_redis *r);
 

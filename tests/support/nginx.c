@@ -24,16 +24,8 @@
 
 const char *test_nginx_module(void) {
     static char path[512];
-    char self[400];
-    const char *env = getenv("HILOCK_NGINX_MODULE");
-    if (env != NULL && env[0] != '\0') return env;
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0) return "";
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash != NULL) *slash = '\0';
-    snprintf(path, sizeof(path), "%s/nginx/ngx_http_hilock_module.so", self);
-    return path;
+    const char *p = test_build_path("HILOCK_NGINX_MODULE", "nginx/ngx_http_hilock_module.so", path, sizeof(path));
+    return p ? p : "";
 }
 
 static const char *nginx_bin(void) {
