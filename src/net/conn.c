@@ -135,6 +135,9 @@ static void on_handshake(redisAsyncContext *ac, void *reply_, void *privdata) {
     if (reply->type == REDIS_REPLY_ERROR) {
         int err = hl_reply_error(k->net->loop, reply);
         if (privdata == &k->handshake_left) err = HILOCK_EAUTH; /* any AUTH refusal */
+        else if (hl_reply_is_acl(reply->str)) /* SELECT */
+            hl_set_error(k->net->loop, "%s (ACL: SELECT, sent at every connect as the URL names "
+                         "db %d)", reply->str, k->net->url.db);
         handshake_failed(k, ac, err);
         return;
     }
@@ -198,6 +201,18 @@ static void on_info(redisAsyncContext *ac, void *reply_, void *privdata) {
     char policy[64];
     (void)privdata;
     if (reply == NULL || net->loop->freeing || (ac->c.flags & REDIS_DISCONNECTING)) return;
+    if (reply->type == REDIS_REPLY_ERROR && hl_reply_is_acl(reply->str)) {
+        /* An ACL without +info. Going on would decide the pub/sub mode
+         * blind (classic, where the other clients of a cluster use sharded:
+         * their releases would never wake us) and leave the eviction check
+         * undone: refuse, as for a wrong password, until the ACL allows it. */
+        hl_set_error(net->loop, "%s (ACL: INFO, read at every connect for the pub/sub mode and "
+                     "the eviction check)", reply->str);
+        handshake_failed(k, ac, HILOCK_EAUTH);
+        return;
+    }
+    if (reply->type != REDIS_REPLY_ERROR)
+        net->cluster_enabled = info_number(reply, "cluster_enabled:") == 1;
     pubsub_decide(net, reply);
     info_policy(reply, policy, sizeof(policy));
     if (strcmp(policy, "noeviction") != 0) {
@@ -221,6 +236,14 @@ static void on_role(redisAsyncContext *ac, void *reply_, void *privdata) {
     hl_conn *k = conn_of(ac);
     (void)privdata;
     if (reply == NULL || k->net->loop->freeing || (ac->c.flags & REDIS_DISCONNECTING)) return;
+    if (reply->type == REDIS_REPLY_ERROR && hl_reply_is_acl(reply->str)) {
+        /* Without ROLE a replica the sentinels named in passing would be
+         * taken for the master: refuse until the ACL allows it. */
+        hl_set_error(k->net->loop, "%s (ACL: ROLE, asked at every connect to a master that "
+                     "Sentinel names)", reply->str);
+        handshake_failed(k, ac, HILOCK_EAUTH);
+        return;
+    }
     int master = reply->type != REDIS_REPLY_ARRAY || reply->elements == 0 ||
                  reply->element[0]->type != REDIS_REPLY_STRING ||
                  strcmp(reply->element[0]->str, "master") == 0; /* ROLE refused: cannot tell */

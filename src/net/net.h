@@ -77,6 +77,7 @@ typedef struct hl_net {
     int sharded;                 /* SSUBSCRIBE/SPUBLISH (decided at the first INFO
                                     for HILOCK_PUBSUB_AUTO) */
     int sharded_known;           /* `sharded` is decided */
+    int cluster_enabled;         /* the last INFO said cluster_enabled:1 */
     uint32_t wait_timeout_ms;    /* of a request's WAIT (hl_req.wait_replicas) */
     int closing;                 /* the client is closing: do not wait for a
                                     server that is away */
@@ -246,5 +247,7 @@ void hl_net_cancel_all(hl_net *net);
 int hl_parse_redirect(const char *s, int *ask, unsigned *slot, char *host, size_t hostlen, int *port);
 /* Map an error reply to a code; keep its text as the last error. */
 int hl_reply_error(hl_loop *l, const redisReply *reply);
+/* Is this error text an ACL refusal (HILOCK_EAUTH)? */
+int hl_reply_is_acl(const char *s);
 
 #endif
