@@ -35,8 +35,8 @@ static void script_call_at(const hl_req *r, long line, char *out, size_t n) {
     else if (r->publishes) snprintf(out, n, "%s", r->net->sharded ? "SPUBLISH" : "PUBLISH");
 }
 
-/* Redis 7.0 says which command an ACL refused, but never which key or
- * channel, and inside a script not even the command ("The user executing
+/* A script's ACL refusal. Redis 7.0 says which command an ACL refused,
+ * but never which key or channel, and inside a script not even the command ("The user executing
  * the script can't run this command or subcommand script: SHA, on
  * @user_script:LINE."). So the text gets what hilock knows: the script,
  * the command on that line, and the keys and channel the request named;
@@ -48,19 +48,15 @@ static void req_explain_acl(hl_req *r, const char *text) {
     const char *at = strstr(text, " script: "), *line = strstr(text, "@user_script:");
     if (at != NULL && strspn(at + 9, "0123456789abcdef") == 40)
         tlen = (size_t)(at - text); /* the SHA adds nothing */
-    if (r->script != NULL && line != NULL) {
+    if (line != NULL) {
         script_call_at(r, strtol(line + 13, NULL, 10), cmd, sizeof(cmd));
         snprintf(what, sizeof(what), "%s at line %ld of script %s", cmd, strtol(line + 13, NULL, 10),
                  r->script->name);
-    } else if (r->script != NULL) {
-        snprintf(what, sizeof(what), "script %s", r->script->name);
     } else {
-        snprintf(what, sizeof(what), "%.*s%s%.*s", r->nargs > 0 ? (int)r->argl[0] : 0,
-                 r->nargs > 0 ? r->argv[0] : "", r->nargs > 1 ? " " : "",
-                 r->nargs > 1 ? (int)r->argl[1] : 0, r->nargs > 1 ? r->argv[1] : "");
+        snprintf(what, sizeof(what), "script %s", r->script->name);
     }
     names[0] = '\0';
-    for (int i = 0; i < r->nargs && r->script != NULL && used + 8 < sizeof(names); i++) {
+    for (int i = 0; i < r->nargs && used + 8 < sizeof(names); i++) {
         int key = i < r->nkeys;
         /* Channels are arguments named P{T}...:ch (keys would pin a
          * cluster slot that may migrate, see mutex_release.lua). */
@@ -82,8 +78,9 @@ void hl_req_finish(hl_req *r, redisReply *reply, int err) {
     r->done(r, reply, err);
     /* After `done`, whose reading of the reply kept its bare text: user
      * callbacks run later, from the loop, and read this one. */
-    if (reply != NULL && reply->type == REDIS_REPLY_ERROR && hl_reply_is_acl(reply->str))
-        req_explain_acl(r, reply->str);
+    if (r->script != NULL && reply != NULL && reply->type == REDIS_REPLY_ERROR &&
+        hl_reply_is_acl(reply->str))
+        req_explain_acl(r, reply->str); /* (plain commands' owners explain their own) */
     if (!r->sent) req_free(r);
 }
 

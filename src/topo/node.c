@@ -20,10 +20,10 @@ static void sub_error(hl_node *n, const char *text) {
         t->sub.resubscribe(t->sub.arg, n, (int)slot);
         return;
     }
-    hl_set_error(t->net.loop, "subscribe: %s", text);
     hl_log(t->net.loop, HILOCK_LOG_WARNING, "subscribe refused by %s:%d: %s",
            n->addr.host ? n->addr.host : n->addr.path, n->addr.port, text);
-    if (hl_reply_is_acl(text) && t->sub.refused) t->sub.refused(t->sub.arg, n, text);
+    if (hl_reply_is_acl(text) && t->sub.refused) t->sub.refused(t->sub.arg, n, text); /* its text */
+    else hl_set_error(t->net.loop, "subscribe: %s", text);
 }
 
 /* Classic and sharded pushes alike: "message"/"smessage",

@@ -1,0 +1,296 @@
+/* The least-privilege ACL of the README ("Least-privilege ACL"), against
+ * real servers: a user with exactly the documented rule passes the
+ * exclusion check and a fault (its connections killed mid-contention), and
+ * uses every primitive; a user missing any one permission of it gets
+ * HILOCK_EAUTH, from the request that needs it, with a message that names
+ * what was refused, one callback per request and no lock left behind. */
+#include <ctype.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "support/lockenv.h"
+#include "support/exclusion.h"
+#include "support/clusterenv.h"
+
+/* The standalone rule, as the README writes it (every permission a word;
+ * "~hilock:*" and "&hilock:*" are the key and channel patterns). */
+static const char *const standalone_rule[] = {
+    "~hilock:*", "&hilock:*",
+    "+eval", "+evalsha", "+info", "+subscribe", "+unsubscribe", "+publish",
+    "+time", "+get", "+set", "+del", "+exists", "+pexpire", "+pexpireat", "+pttl",
+    "+hget", "+hset", "+hmget", "+hdel", "+hexists", "+hincrby",
+    "+zadd", "+zcard", "+zpopmin", "+zrange", "+zrangebyscore", "+zrem", "+zremrangebyscore",
+    "+zscore",
+    NULL};
+
+/* Does hilock_client_errstr() name the refused permission: the key or
+ * channel, Redis's 'cmd', or hilock's "CMD at line N of script S"? */
+static int names_perm(const char *errstr, const char *perm) {
+    char word[48];
+    if (perm[0] == '~') return strstr(errstr, "key hilock:") != NULL;
+    if (perm[0] == '&') return strstr(errstr, "channel hilock:") != NULL;
+    snprintf(word, sizeof(word), "'%s'", perm + 1);
+    if (strstr(errstr, word)) return 1;
+    snprintf(word, sizeof(word), "%s at line ", perm + 1);
+    for (char *p = word; *p != ' '; p++) *p = (char)toupper((unsigned char)*p);
+    return strstr(errstr, word) != NULL;
+}
+
+/* ACL SETUSER `user` reset on >pw, then the rule without rule[skip] (-1:
+ * all of it), then the extra words (NULL-terminated). */
+static void acl_user(const test_redis *r, const char *user, const char *const *rule, int skip,
+                     const char *const *extra) {
+    const char *argv[80];
+    int argc = 0;
+    argv[argc++] = "ACL";
+    argv[argc++] = "SETUSER";
+    argv[argc++] = user;
+    argv[argc++] = "reset";
+    argv[argc++] = "on";
+    argv[argc++] = ">pw";
+    argv[argc++] = "-@all";
+    for (int i = 0; rule[i]; i++)
+        if (i != skip) argv[argc++] = rule[i];
+    for (int i = 0; extra && extra[i]; i++) argv[argc++] = extra[i];
+    redisContext *k = test_redis_connect(r);
+    cr_assert_not_null(k);
+    redisReply *rep = redisCommandArgv(k, argc, argv, NULL);
+    cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "ACL SETUSER: %s", rep ? rep->str : "no reply");
+    freeReplyObject(rep);
+    redisFree(k);
+}
+
+static void user_url(char *out, size_t n, const char *user, const test_redis *r, const char *tail) {
+    snprintf(out, n, "redis://%s:pw@127.0.0.1:%d%s", user, r->port, tail ? tail : "");
+}
+
+/* ---- Every primitive, contended: what a user with a rule goes through ----- */
+
+#define NPRIMS 4
+enum { P_MUTEX, P_SEM, P_RW, P_FAIR };
+
+typedef struct outcome {
+    int calls[2][NPRIMS];     /* acquire callbacks, client A and B */
+    int status[2][NPRIMS];
+    hilock_hold *hold[2][NPRIMS];
+    int rel_calls, rel_expected;
+    int eauth, other;         /* callbacks with HILOCK_EAUTH, with another error */
+    int lost;                 /* lost callbacks */
+    int unsub_refused;        /* warnings of a refused UNSUBSCRIBE */
+    char first[512];          /* errstr at the first HILOCK_EAUTH */
+    hilock_client *cl[2];
+} outcome;
+
+typedef struct cbref {
+    outcome *o;
+    int who, prim;
+} cbref;
+
+static void note(outcome *o, int who, int status) {
+    if (status == HILOCK_EAUTH && o->eauth++ == 0)
+        snprintf(o->first, sizeof(o->first), "%s", hilock_client_errstr(o->cl[who]));
+    else if (status != 0 && status != HILOCK_EAUTH)
+        o->other++;
+}
+
+static void out_acquired(hilock_hold *h, int status, void *data) {
+    cbref *r = data;
+    r->o->calls[r->who][r->prim]++;
+    r->o->status[r->who][r->prim] = status;
+    r->o->hold[r->who][r->prim] = status == 0 ? h : NULL;
+    note(r->o, r->who, status);
+}
+
+static void out_released(int status, void *data) {
+    cbref *r = data;
+    r->o->rel_calls++;
+    if (status != HILOCK_ELOST) note(r->o, r->who, status);
+}
+
+static void out_lost(hilock_hold *h, int why, void *data) {
+    cbref *r = data;
+    (void)h;
+    r->o->lost++;
+    note(r->o, r->who, why);
+}
+
+static void out_log(int level, const char *msg, void *data) {
+    outcome *o = data;
+    if (level == HILOCK_LOG_WARNING && strstr(msg, "subscribe refused") && strstr(msg, "'unsubscribe'"))
+        o->unsub_refused++;
+}
+
+static int start(hilock_client *c, int prim, const char *name, hilock_acquire_opts *o, cbref *ref,
+                 int reader) {
+    switch (prim) {
+    case P_MUTEX: return hilock_acquire(c, name, o, out_acquired, ref, NULL);
+    case P_SEM: return hilock_semaphore_acquire(c, name, 1, 1, o, out_acquired, ref, NULL);
+    case P_RW:
+        return reader ? hilock_read_acquire(c, name, o, out_acquired, ref, NULL)
+                      : hilock_write_acquire(c, name, o, out_acquired, ref, NULL);
+    default: return hilock_fair_acquire(c, name, o, out_acquired, ref, NULL);
+    }
+}
+
+static int all_called(const outcome *o, int who) {
+    for (int p = 0; p < NPRIMS; p++)
+        if (o->calls[who][p] == 0) return 0;
+    return 1;
+}
+
+static void loop_until_called(lockenv *e, outcome *o, int who, int ms) {
+    long long end = test_now_ms() + ms;
+    while (!all_called(o, who) && test_now_ms() < end) test_loop_for(e->base, 10);
+}
+
+static void release_all(lockenv *e, outcome *o, int who, cbref refs[][NPRIMS]) {
+    for (int p = 0; p < NPRIMS; p++) {
+        if (o->hold[who][p] == NULL) continue;
+        o->rel_expected++;
+        cr_assert_eq(hilock_release(o->hold[who][p], out_released, &refs[who][p]), 0);
+        o->hold[who][p] = NULL;
+    }
+    long long end = test_now_ms() + 2000;
+    while (o->rel_calls < o->rel_expected && test_now_ms() < end) test_loop_for(e->base, 10);
+}
+
+/* Client A takes each primitive (the read side of the read-write lock),
+ * with a lease of 300 ms that its watchdog renews; client B waits for each
+ * (so it subscribes); A releases, B gets them by its wakeups, and releases.
+ * Every callback is counted: each request gets exactly one. */
+static void run_prims(lockenv *e, const char *url, outcome *o) {
+    static const char *const names[NPRIMS] = {"acl-m", "acl-s", "acl-rw", "acl-f"};
+    cbref refs[2][NPRIMS];
+    memset(o, 0, sizeof(*o));
+    for (int who = 0; who < 2; who++) {
+        hilock_config cfg;
+        lockenv_config(&cfg, url);
+        cfg.log_cb = out_log;
+        cfg.log_data = o;
+        o->cl[who] = lockenv_client_cfg(e, &cfg);
+        for (int p = 0; p < NPRIMS; p++) refs[who][p] = (cbref){o, who, p};
+    }
+    hilock_acquire_opts oa = opts_wait_lease(1000, 300), ob = opts_wait_lease(1500, 300);
+    oa.lost_cb = ob.lost_cb = out_lost;
+    for (int p = 0; p < NPRIMS; p++) {
+        oa.lost_data = &refs[0][p];
+        cr_assert_eq(start(o->cl[0], p, names[p], &oa, &refs[0][p], 1), 0);
+    }
+    loop_until_called(e, o, 0, 2000);
+    for (int p = 0; p < NPRIMS; p++) {
+        ob.lost_data = &refs[1][p];
+        cr_assert_eq(start(o->cl[1], p, names[p], &ob, &refs[1][p], 0), 0);
+    }
+    test_loop_for(e->base, 400); /* B subscribed; A renewed, or its lease ran out */
+    release_all(e, o, 0, refs);
+    loop_until_called(e, o, 1, 2500);
+    release_all(e, o, 1, refs);
+    test_loop_for(e->base, 250); /* B's subscriptions linger 100 ms, then go */
+    for (int who = 0; who < 2; who++) hilock_client_free(o->cl[who]);
+    for (int who = 0; who < 2; who++)
+        for (int p = 0; p < NPRIMS; p++)
+            cr_expect_eq(o->calls[who][p], 1, "client %d, %s: %d acquire callbacks", who, names[p],
+                         o->calls[who][p]);
+    cr_expect_eq(o->rel_calls, o->rel_expected, "release callbacks");
+}
+
+/* Is `key` a lock (what a lease covers), not a fence, queue or marker? */
+static int is_lock_key(const char *key) {
+    static const char *const ends[] = {"}", "}:sem", "}:rw", "}:rwr", "}:fair"};
+    size_t len = strlen(key);
+    for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++)
+        if (len > strlen(ends[i]) && strcmp(key + len - strlen(ends[i]), ends[i]) == 0) return 1;
+    return 0;
+}
+
+/* Keys of `r` without a TTL; each lock key still there is counted in
+ * *locks (every lease, 300 ms, has run out by now). */
+static int keys_for_ever(const test_redis *r, int *locks, const char *why) {
+    int n = 0;
+    redisContext *k = test_redis_connect(r);
+    cr_assert_not_null(k);
+    redisReply *keys = redisCommand(k, "KEYS hilock:*");
+    cr_assert(keys && keys->type == REDIS_REPLY_ARRAY);
+    for (size_t i = 0; i < keys->elements; i++) {
+        const char *key = keys->element[i]->str;
+        redisReply *ttl = redisCommand(k, "PTTL %s", key);
+        long long ms = ttl && ttl->type == REDIS_REPLY_INTEGER ? ttl->integer : -3;
+        freeReplyObject(ttl);
+        if (ms == -1) n++;
+        if (is_lock_key(key)) {
+            (*locks)++;
+            cr_expect(0, "%s: lock %s left behind (PTTL %lld)", why, key, ms);
+        }
+    }
+    freeReplyObject(keys);
+    redisFree(k);
+    return n;
+}
+
+/* No lock left behind once the leases have run out. A script that the ACL
+ * stopped halfway (Redis does not roll it back) may leave a helper key
+ * without a TTL (a semaphore's :sem:h, a fair lock's :fair:p): the next
+ * acquire of that name by a user with the whole rule must clean it. */
+static void expect_nothing_left(lockenv *e, const char *why) {
+    int locks = 0;
+    test_msleep(400);
+    if (keys_for_ever(&e->r, &locks, why) == 0) return;
+    outcome o;
+    char url[128];
+    acl_user(&e->r, "healer", standalone_rule, -1, NULL);
+    user_url(url, sizeof(url), "healer", &e->r, NULL);
+    run_prims(e, url, &o);
+    cr_expect_eq(o.eauth + o.other, 0, "%s: the full rule failed after it: %s", why, o.first);
+    test_msleep(400);
+    cr_expect_eq(keys_for_ever(&e->r, &locks, why), 0,
+                 "%s: keys without a TTL stay after the names were used again", why);
+}
+
+/* Exactly the rule: every primitive works, no error at all. */
+Test(acl, standalone_rule_serves_every_primitive, .timeout = 30) {
+    lockenv e;
+    outcome o;
+    char url[128];
+    lockenv_start(&e);
+    acl_user(&e.r, "hilock", standalone_rule, -1, NULL);
+    user_url(url, sizeof(url), "hilock", &e.r, NULL);
+    run_prims(&e, url, &o);
+    cr_expect_eq(o.eauth + o.other + o.lost, 0, "errors with the full rule: %d EAUTH (%s), %d other, %d lost",
+                 o.eauth, o.first, o.other, o.lost);
+    for (int who = 0; who < 2; who++)
+        for (int p = 0; p < NPRIMS; p++) cr_expect_eq(o.status[who][p], 0);
+    expect_nothing_left(&e, "full rule");
+    lockenv_stop(&e);
+}
+
+/* Each permission in turn taken away: some request ends with HILOCK_EAUTH
+ * naming it, no other error hides it, and nothing is left in Redis. */
+static void check_missing(int from, int to) {
+    lockenv e;
+    lockenv_start(&e);
+    for (int i = from; i < to && standalone_rule[i]; i++) {
+        outcome o;
+        char user[32], url[128];
+        snprintf(user, sizeof(user), "no%d", i);
+        acl_user(&e.r, user, standalone_rule, i, NULL);
+        user_url(url, sizeof(url), user, &e.r, NULL);
+        run_prims(&e, url, &o);
+        if (strcmp(standalone_rule[i], "+unsubscribe") == 0) {
+            /* Nothing fails: subscriptions stay until the connection goes. */
+            cr_expect_gt(o.unsub_refused, 0, "without +unsubscribe: no warning");
+            cr_expect_eq(o.eauth + o.other, 0, "without +unsubscribe: %s", o.first);
+        } else {
+            cr_expect_gt(o.eauth, 0, "without %s: no HILOCK_EAUTH (%d other errors)",
+                         standalone_rule[i], o.other);
+            cr_expect(names_perm(o.first, standalone_rule[i]),
+                      "without %s, the error does not name it: \"%s\"", standalone_rule[i], o.first);
+        }
+        expect_nothing_left(&e, standalone_rule[i]);
+        test_redis_cmd(&e.r, "FLUSHALL"); /* fences and queues: the next user starts afresh */
+    }
+    lockenv_stop(&e);
+}
+
+Test(acl, missing_patterns_and_commands, .timeout = 60) { check_missing(0, 8); }
+Test(acl, missing_script_commands_1, .timeout = 60) { check_missing(8, 19); }
+Test(acl, missing_script_commands_2, .timeout = 60) { check_missing(19, 40); }
