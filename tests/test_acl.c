@@ -294,3 +294,191 @@ static void check_missing(int from, int to) {
 Test(acl, missing_patterns_and_commands, .timeout = 60) { check_missing(0, 8); }
 Test(acl, missing_script_commands_1, .timeout = 60) { check_missing(8, 19); }
 Test(acl, missing_script_commands_2, .timeout = 60) { check_missing(19, 40); }
+
+/* ---- The exclusion check and a fault, with exactly the rule --------------- */
+
+#define EX_PROCS 2
+#define EX_WAITERS 1500
+
+static void ex_run(lockenv *e, const char *url, resource *res, int waiters, int kill_every_ms) {
+    worker w = {res, waiters, 0, 0, 0};
+    hilock_client *c = lockenv_client_url(e, url, 0);
+    for (int i = 0; i < waiters; i++)
+        cr_assert_eq(hilock_acquire(c, "acl-exclusion", NULL, exclusion_acquired, &w, NULL), 0);
+    long long end = test_now_ms() + 30000, next_kill = test_now_ms() + kill_every_ms;
+    int kills = 0;
+    while (!w.done && test_now_ms() < end) {
+        test_loop_for(e->base, 5);
+        if (kill_every_ms && test_now_ms() >= next_kill) {
+            /* Every connection of the user, command and subscriber alike:
+             * requests go again on new connections, AUTH and all. */
+            kills += test_redis_int(&e->r, "CLIENT KILL USER hilock") > 0;
+            next_kill = test_now_ms() + kill_every_ms;
+        }
+    }
+    cr_expect_geq(kills, 3, "only %d kills under contention", kills);
+    cr_assert_eq(w.callbacks, waiters, "each waiter gets exactly one callback");
+    hilock_client_free(c);
+}
+
+/* Processes and waiters contend for one name as the user "hilock" with
+ * exactly the rule, while this process kills all of that user's
+ * connections every 40 ms: one holder at a time, fences in order, no
+ * error, nothing left. */
+Test(acl, standalone_rule_exclusion_under_client_kill, .timeout = 60) {
+    lockenv e;
+    char url[128];
+    lockenv_start(&e);
+    acl_user(&e.r, "hilock", standalone_rule, -1, NULL);
+    user_url(url, sizeof(url), "hilock", &e.r, NULL);
+    resource *res = mmap(NULL, sizeof(*res), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(res, MAP_FAILED);
+    memset((void *)res, 0, sizeof(*res));
+    pid_t kids[EX_PROCS];
+    for (int p = 0; p < EX_PROCS; p++) {
+        kids[p] = fork();
+        cr_assert_geq(kids[p], 0);
+        if (kids[p] == 0) {
+            lockenv ce = lockenv_child(&e);
+            worker w = {res, EX_WAITERS, 0, 0, 0};
+            hilock_client *c = lockenv_client_url(&ce, url, 0);
+            for (int i = 0; i < EX_WAITERS; i++)
+                hilock_acquire(c, "acl-exclusion", NULL, exclusion_acquired, &w, NULL);
+            test_loop_until(ce.base, &w.done, 30000);
+            hilock_client_free(c);
+            event_base_free(ce.base);
+            _exit(w.callbacks == EX_WAITERS && w.done ? 0 : 1);
+        }
+    }
+    ex_run(&e, url, res, EX_WAITERS, 40);
+    for (int p = 0; p < EX_PROCS; p++) {
+        int st = 0;
+        cr_assert_eq(waitpid(kids[p], &st, 0), kids[p]);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker process %d failed", p);
+    }
+    long total = (EX_PROCS + 1) * EX_WAITERS;
+    cr_expect_eq(res->errors, 0);
+    cr_expect_eq(res->overlaps, 0, "two holders at once");
+    cr_expect_eq(res->fence_regressions, 0, "fencing tokens must strictly increase");
+    cr_expect_eq(res->counter, total, "counter %ld, expected %ld", res->counter, total);
+    cr_expect_eq(lock_exists(&e.r, "acl-exclusion"), 0, "no lock left behind");
+    munmap((void *)res, sizeof(*res));
+    lockenv_stop(&e);
+}
+
+/* ---- db != 0 needs +select, wait_replicas needs +wait -------------------- */
+
+static got acquire_cfg(lockenv *e, const hilock_config *cfg, hilock_client **out) {
+    *out = lockenv_client_cfg(e, cfg);
+    hilock_acquire_opts o = opts_wait_lease(800, 300);
+    return acquire_now(e, *out, "acl-extra", &o);
+}
+
+Test(acl, select_and_wait, .timeout = 30) {
+    static const char *const with_select[] = {"+select", NULL};
+    static const char *const with_wait[] = {"+wait", NULL};
+    lockenv e;
+    hilock_config cfg;
+    hilock_client *c;
+    char url[128];
+    lockenv_start(&e);
+
+    /* db 1 with +select: served there; without: refused at connect. */
+    acl_user(&e.r, "sel", standalone_rule, -1, with_select);
+    user_url(url, sizeof(url), "sel", &e.r, "/1");
+    lockenv_config(&cfg, url);
+    got g = acquire_cfg(&e, &cfg, &c);
+    cr_expect_eq(g.status, 0, "db 1 with +select: %s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
+    if (g.status == 0) cr_expect_eq(release_now(&e, g.hold), 0);
+    hilock_client_free(c);
+    acl_user(&e.r, "nosel", standalone_rule, -1, NULL);
+    user_url(url, sizeof(url), "nosel", &e.r, "/1");
+    lockenv_config(&cfg, url);
+    g = acquire_cfg(&e, &cfg, &c);
+    cr_expect_eq(g.status, HILOCK_EAUTH, "db 1 without +select: %s", hilock_strerror(g.status));
+    cr_expect(strstr(hilock_client_errstr(c), "'select'") != NULL, "%s", hilock_client_errstr(c));
+    hilock_client_free(c);
+
+    /* wait_replicas 1 (there is no replica) with +wait: WAIT ran and
+     * counted none; without +wait: HILOCK_EAUTH naming it. Either way the
+     * lock was given back. */
+    acl_user(&e.r, "wt", standalone_rule, -1, with_wait);
+    user_url(url, sizeof(url), "wt", &e.r, NULL);
+    lockenv_config(&cfg, url);
+    cfg.wait_replicas = 1;
+    cfg.wait_timeout_ms = 10;
+    g = acquire_cfg(&e, &cfg, &c);
+    cr_expect_eq(g.status, HILOCK_EREPLICAS, "with +wait: %s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
+    test_loop_for(e.base, 100); /* the give-back */
+    cr_expect_eq(lock_exists(&e.r, "acl-extra"), 0, "the lock too few replicas confirmed is given back");
+    hilock_client_free(c);
+    acl_user(&e.r, "nowt", standalone_rule, -1, NULL);
+    user_url(url, sizeof(url), "nowt", &e.r, NULL);
+    lockenv_config(&cfg, url);
+    cfg.wait_replicas = 1;
+    g = acquire_cfg(&e, &cfg, &c);
+    cr_expect_eq(g.status, HILOCK_EAUTH, "without +wait: %s", hilock_strerror(g.status));
+    cr_expect(strstr(hilock_client_errstr(c), "'wait'") != NULL, "%s", hilock_client_errstr(c));
+    test_loop_for(e.base, 100); /* the give-back */
+    cr_expect_eq(lock_exists(&e.r, "acl-extra"), 0, "the lock WAIT was refused for is given back (PTTL %lld)",
+                 test_redis_int(&e.r, "PTTL %s", prim_key("acl-extra", "")));
+    hilock_client_free(c);
+    lockenv_stop(&e);
+}
+
+/* ---- The operator: hilock_break ------------------------------------------- */
+
+static const char *const break_rule[] = {"~hilock:*", "&hilock:*", "+eval", "+evalsha", "+info",
+                                         "+hget", "+del", "+publish", NULL};
+
+static void broke(int status, uint64_t fence, void *data) {
+    got *g = data;
+    (void)fence;
+    g->calls++;
+    g->status = status;
+}
+
+Test(acl, break_rule, .timeout = 30) {
+    lockenv e;
+    char url[128];
+    lockenv_start(&e);
+    hilock_client *holder = lockenv_client(&e);
+    hilock_acquire_opts o = opts_wait_lease(1000, 5000);
+    got held = acquire_now(&e, holder, "acl-break", &o);
+    cr_assert_eq(held.status, 0);
+    for (int skip = -1; break_rule[skip + 1] != NULL || skip == -1; skip++) {
+        char user[16];
+        snprintf(user, sizeof(user), "op%d", skip + 1);
+        acl_user(&e.r, user, break_rule, skip, NULL);
+        user_url(url, sizeof(url), user, &e.r, NULL);
+        hilock_client *op = lockenv_client_url(&e, url, 0);
+        got g = {0, 0, NULL, 0}, g2 = {0, 0, NULL, 0};
+        cr_assert_eq(hilock_break(op, "acl-break", broke, &g), 0);
+        test_loop_until(e.base, &g.calls, 3000);
+        cr_expect_eq(g.calls, 1);
+        /* A second break on the connection goes as EVALSHA (the first was
+         * EVAL): its refusal counts if the first passed. */
+        cr_assert_eq(hilock_break(op, "acl-break", broke, &g2), 0);
+        test_loop_until(e.base, &g2.calls, 3000);
+        cr_expect_eq(g2.calls, 1);
+        if (g.status == 0) g.status = g2.status;
+        if (skip == -1) {
+            cr_expect_eq(g.status, 0, "the operator's rule: %s (%s)", hilock_strerror(g.status),
+                         hilock_client_errstr(op));
+            cr_expect_eq(lock_exists(&e.r, "acl-break"), 0);
+        } else {
+            cr_expect_eq(g.status, HILOCK_EAUTH, "without %s: %s (%s)", break_rule[skip],
+                         hilock_strerror(g.status), hilock_client_errstr(op));
+            cr_expect(names_perm(hilock_client_errstr(op), break_rule[skip]),
+                      "without %s: \"%s\"", break_rule[skip], hilock_client_errstr(op));
+        }
+        hilock_client_free(op);
+        if (skip == -1 || lock_exists(&e.r, "acl-break") == 0) { /* take it again */
+            if (held.hold) hilock_client_free(holder), holder = lockenv_client(&e);
+            held = acquire_now(&e, holder, "acl-break", &o);
+            cr_assert_eq(held.status, 0);
+        }
+    }
+    hilock_client_free(holder);
+    lockenv_stop(&e);
+}
