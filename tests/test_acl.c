@@ -482,3 +482,149 @@ Test(acl, break_rule, .timeout = 30) {
     hilock_client_free(holder);
     lockenv_stop(&e);
 }
+
+/* ---- Redis Cluster, sharded pub/sub -------------------------------------- */
+
+static int give_back_in(struct event_base *base, hilock_hold *h) {
+    rel r = {0, 0};
+    cr_assert_eq(hilock_release(h, rel_cb, &r), 0);
+    test_loop_until(base, &r.calls, 5000);
+    cr_assert_eq(r.calls, 1);
+    return r.status;
+}
+
+/* The cluster rule: the standalone one with sharded pub/sub in place of
+ * classic, and the slot map (CLUSTER SLOTS) and ASKING. */
+static const char *const cluster_rule[] = {
+    "~hilock:*", "&hilock:*",
+    "+eval", "+evalsha", "+info", "+cluster|slots", "+asking",
+    "+ssubscribe", "+sunsubscribe", "+spublish",
+    "+time", "+get", "+set", "+del", "+exists", "+pexpire", "+pexpireat", "+pttl",
+    "+hget", "+hset", "+hmget", "+hdel", "+hexists", "+hincrby",
+    "+zadd", "+zcard", "+zpopmin", "+zrange", "+zrangebyscore", "+zrem", "+zremrangebyscore",
+    "+zscore",
+    NULL};
+
+static int rule_index(const char *const *rule, const char *perm) {
+    for (int i = 0; rule[i]; i++)
+        if (strcmp(rule[i], perm) == 0) return i;
+    return -1;
+}
+
+static void cluster_user(test_cluster *cl, const char *user, int skip) {
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) acl_user(&cl->node[i], user, cluster_rule, skip, NULL);
+}
+
+static hilock_client *cluster_user_client(clusterenv *e, const char *user, const test_redis *seed,
+                                          hilock_log_cb log, void *log_data) {
+    hilock_config cfg;
+    char url[128];
+    user_url(url, sizeof(url), user, seed, NULL);
+    cluster_config(&cfg, url);
+    cfg.log_cb = log;
+    cfg.log_data = log_data;
+    return cluster_client_cfg(e, &cfg);
+}
+
+static void count_slots_refused(int level, const char *msg, void *data) {
+    if (level == HILOCK_LOG_WARNING && strstr(msg, "CLUSTER SLOTS refused")) (*(int *)data)++;
+}
+
+/* Two clients of the user "hilock" with exactly the cluster rule (sharded
+ * pub/sub: AUTO picks it on a cluster of 7.0) contend for 4 names while 48
+ * slots, theirs, migrate from one master to another (ASK, ASKING, MOVED):
+ * one holder at a time, fences in order, no error. Then a user without
+ * +ssubscribe has its waiters fail with HILOCK_EAUTH naming it, and one
+ * without +cluster|slots is warned and still served (by MOVED). */
+Test(acl, cluster_rule_exclusion_during_reshard, .timeout = 90) {
+    clusterenv e;
+    clusterenv_start(&e);
+    cluster_user(&e.cl, "hilock", -1);
+    test_redis *src = test_cluster_master_of(&e.cl, 0), *dst = cluster_other_master(&e.cl, src);
+    char names[4][32], src_id[64], dst_id[64], from[32], out[256];
+    cr_assert(src && dst);
+    cluster_node_id(src, src_id, sizeof(src_id));
+    cluster_node_id(dst, dst_id, sizeof(dst_id));
+    for (int i = 0, n = 0; n < 4; i++) { /* names whose slots move */
+        snprintf(names[n], sizeof(names[n]), "acl-rs-%d", i);
+        if (cluster_slot_of(names[n]) < 48) n++;
+    }
+    hilock_client *a = cluster_user_client(&e, "hilock", &e.cl.node[0], NULL, NULL);
+    hilock_client *b = cluster_user_client(&e, "hilock", &e.cl.node[3], NULL, NULL);
+    static turn turns[400];
+    shared s;
+    memset(&s, 0, sizeof(s));
+    s.base = e.base;
+    s.hold_ms = 5;
+    s.ca = a;
+    snprintf(from, sizeof(from), "127.0.0.1:%d", src->port);
+    snprintf(out, sizeof(out), "%s/reshard.out", e.cl.node[0].dir);
+    char *argv[] = {"redis-cli", "--cluster", "reshard", from, "--cluster-from", src_id,
+                    "--cluster-to", dst_id, "--cluster-slots", "48", "--cluster-yes", NULL};
+    pid_t pid = -1;
+    for (int i = 0; i < 400; i++) {
+        turns[i].s = &s;
+        turns[i].idx = i % 4;
+        cr_assert_eq(hilock_acquire(i % 2 ? a : b, names[i % 4], NULL, turn_granted, &turns[i], NULL), 0);
+        if (i == 40) {
+            test_loop_for(e.base, 20);
+            pid = test_spawn(argv, NULL, out, NULL);
+        }
+    }
+    long long t0 = test_now_ms();
+    int rc = -1;
+    while ((s.done < 400 || rc == -1) && test_now_ms() - t0 < 60000) {
+        test_loop_for(e.base, 20);
+        if (rc == -1) rc = test_wait(pid, 0);
+    }
+    char log[4096];
+    cr_expect_eq(rc, 0, "redis-cli --cluster reshard: %d\n%s", rc, test_slurp(out, log, sizeof(log)));
+    cr_expect_eq(s.done, 400, "%d of 400 ended", s.done);
+    cr_expect_eq(s.errors, 0, "%d errors, the first %s: %s", s.errors, hilock_strerror(s.first_error),
+                 s.first_errstr);
+    cr_expect_eq(s.overlaps, 0, "two holders at once");
+    cr_expect_eq(s.regressions, 0, "fences out of order");
+    cr_expect_eq(s.granted, 400);
+    cr_expect_gt(stat_calls(dst, "asking"), 0, "no ASKING: the migration was not seen");
+    hilock_client_free(a);
+    hilock_client_free(b);
+
+    /* Without +ssubscribe: the holder is served, its waiter is not woken
+     * (it could never be): HILOCK_EAUTH, at once, naming the command. */
+    cluster_user(&e.cl, "nossub", rule_index(cluster_rule, "+ssubscribe"));
+    a = cluster_user_client(&e, "nossub", &e.cl.node[0], NULL, NULL);
+    b = cluster_user_client(&e, "nossub", &e.cl.node[0], NULL, NULL);
+    got ga = {0, 0, NULL, 0}, gb = {0, 0, NULL, 0};
+    hilock_acquire_opts o = opts_wait(5000);
+    cr_assert_eq(hilock_acquire(a, "acl-ss", &o, got_cb, &ga, NULL), 0);
+    test_loop_until(e.base, &ga.calls, 5000);
+    cr_assert_eq(ga.status, 0, "%s (%s)", hilock_strerror(ga.status), hilock_client_errstr(a));
+    long long t1 = test_now_ms();
+    cr_assert_eq(hilock_acquire(b, "acl-ss", &o, got_cb, &gb, NULL), 0);
+    test_loop_until(e.base, &gb.calls, 6000);
+    cr_expect_eq(gb.calls, 1);
+    cr_expect_eq(gb.status, HILOCK_EAUTH, "without +ssubscribe: %s", hilock_strerror(gb.status));
+    cr_expect_lt(gb.at_ms - t1, 2000, "the waiter waited %lld ms for a wakeup that cannot come",
+                 gb.at_ms - t1);
+    cr_expect(strstr(hilock_client_errstr(b), "'ssubscribe'") && strstr(hilock_client_errstr(b), "channel hilock:"),
+              "\"%s\"", hilock_client_errstr(b));
+    if (ga.status == 0) cr_expect_eq(give_back_in(e.base, ga.hold), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+
+    /* Without +cluster|slots: a warning, and the locks still work. */
+    int warned = 0;
+    cluster_user(&e.cl, "noslots", rule_index(cluster_rule, "+cluster|slots"));
+    a = cluster_user_client(&e, "noslots", &e.cl.node[0], count_slots_refused, &warned);
+    for (int i = 0; i < 4; i++) {
+        got g = {0, 0, NULL, 0};
+        cr_assert_eq(hilock_acquire(a, names[i], &o, got_cb, &g, NULL), 0);
+        test_loop_until(e.base, &g.calls, 5000);
+        cr_expect_eq(g.status, 0, "without +cluster|slots: %s (%s)", hilock_strerror(g.status),
+                     hilock_client_errstr(a));
+        if (g.status == 0) cr_expect_eq(give_back_in(e.base, g.hold), 0);
+    }
+    cr_expect_eq(warned, 1, "%d warnings of a refused CLUSTER SLOTS", warned);
+    hilock_client_free(a);
+    clusterenv_stop(&e);
+}

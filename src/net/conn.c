@@ -15,6 +15,20 @@ static hl_conn *conn_of(const redisAsyncContext *ac) { return (hl_conn *)ac->dat
  * NOSCRIPT -> EVAL retry after an ASK hop needs it too). A request that
  * waits for replicas is followed by WAIT on the same connection, which
  * covers its write; its own reply is kept until WAIT's comes. */
+/* ASKING refused (an ACL without +asking): the request behind it would be
+ * sent back by MOVED, and bounce until the hop limit; its reply ends it
+ * with HILOCK_EAUTH instead. Only an error reply touches r: hiredis runs
+ * this before r's own callback, while r is sent (alive). */
+static void on_asking(redisAsyncContext *ac, void *reply_, void *privdata) {
+    redisReply *reply = reply_;
+    hl_req *r = privdata;
+    (void)ac;
+    if (reply == NULL || reply->type != REDIS_REPLY_ERROR || !hl_reply_is_acl(reply->str)) return;
+    r->asking_refused = 1;
+    hl_set_error(r->net->loop, "%s (ACL: ASKING, sent before a request for a slot that is "
+                 "migrating)", reply->str);
+}
+
 /* Whether `s` went out on k as EVAL already; if not, it will now. */
 static int script_loaded(hl_conn *k, const hl_script *s) {
     for (int i = 0; i < k->nloaded; i++)
@@ -46,7 +60,7 @@ void hl_conn_send(hl_conn *k, hl_req *r) {
         lens[argc] = strlen(argv[argc]);
         argc++;
     }
-    if (r->asking) redisAsyncCommand(k->ac, NULL, NULL, "ASKING");
+    if (r->asking) redisAsyncCommand(k->ac, on_asking, r, "ASKING");
     redisCallbackFn *fn = r->wait_replicas ? hl_req_on_stash : hl_req_on_reply;
     if (redisAsyncCommandArgv(k->ac, fn, r, argc, argv, lens) != REDIS_OK) {
         hl_list_push(&k->queue, &r->link); /* disconnecting: next connection */

@@ -199,6 +199,7 @@ struct hl_req {
     unsigned fail_fast : 1;    /* a failed connection attempt ends it (try once) */
     unsigned rounds : 2;       /* for its owner's use */
     unsigned asking : 1;       /* send ASKING first (an ASK redirect) */
+    unsigned asking_refused : 1; /* ... and an ACL refused it */
     unsigned redirects : 5;    /* MOVED/ASK hops so far */
     unsigned publishes : 1;    /* its last argument is the publish command,
                                   PUBLISH or SPUBLISH, added at each send */

@@ -285,6 +285,10 @@ void hl_req_on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
         return;
     }
     req_check_slow(r, k);
+    if (r->asking_refused) { /* its text is the last error already */
+        hl_req_finish(r, NULL, HILOCK_EAUTH);
+        return;
+    }
     if (reply->type == REDIS_REPLY_ERROR && req_retry_later(r, reply)) return;
     if (reply->type == REDIS_REPLY_ERROR && req_redirected(r, reply)) return;
     if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0 && !r->use_eval) {
