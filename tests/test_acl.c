@@ -11,6 +11,7 @@
 #include "support/lockenv.h"
 #include "support/exclusion.h"
 #include "support/clusterenv.h"
+#include "support/sentinelenv.h"
 
 /* The standalone rule, as the README writes it (every permission a word;
  * "~hilock:*" and "&hilock:*" are the key and channel patterns). */
@@ -627,4 +628,40 @@ Test(acl, cluster_rule_exclusion_during_reshard, .timeout = 90) {
     cr_expect_eq(warned, 1, "%d warnings of a refused CLUSTER SLOTS", warned);
     hilock_client_free(a);
     clusterenv_stop(&e);
+}
+
+/* ---- Sentinel --------------------------------------------------------------- */
+
+/* The master's rule under Sentinel is the standalone one and +role (hilock
+ * checks that the node the sentinels name says master). Without +role:
+ * HILOCK_EAUTH naming it. The sentinels are asked without credentials (as
+ * their default user). */
+Test(acl, sentinel_rule, .timeout = 60) {
+    static const char *const with_role[] = {"+role", NULL};
+    test_sentinel s;
+    lockenv e;
+    memset(&s, 0, sizeof(s));
+    memset(&e, 0, sizeof(e));
+    cr_assert_eq(test_sentinel_start(&s), 0, "the sentinels did not start");
+    lockenv_loop(&e);
+    const char *users[2] = {"hilock", "norole"};
+    for (int u = 0; u < 2; u++) {
+        for (int i = 0; i < 2; i++) acl_user(&s.node[i], users[u], standalone_rule, -1, u == 0 ? with_role : NULL);
+        char url[320];
+        /* redis-sentinel://user:pw@S1,S2,S3#hlmaster */
+        snprintf(url, sizeof(url), "redis-sentinel://%s:pw@%s", users[u], s.url + strlen("redis-sentinel://"));
+        hilock_client *c = lockenv_client_url(&e, url, 0);
+        hilock_acquire_opts o = opts_wait_lease(1500, 2000);
+        got g = acquire_now(&e, c, "acl-sentinel", &o);
+        if (u == 0) {
+            cr_expect_eq(g.status, 0, "the Sentinel rule: %s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
+            if (g.status == 0) cr_expect_eq(release_now(&e, g.hold), 0);
+        } else {
+            cr_expect_eq(g.status, HILOCK_EAUTH, "without +role: %s", hilock_strerror(g.status));
+            cr_expect(strstr(hilock_client_errstr(c), "'role'") != NULL, "\"%s\"", hilock_client_errstr(c));
+        }
+        hilock_client_free(c);
+    }
+    test_sentinel_stop(&s);
+    event_base_free(e.base);
 }
