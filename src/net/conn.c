@@ -200,7 +200,11 @@ static void warn_eviction(hl_net *net, const char *policy, const char *why) {
     else
         hl_log(net->loop, HILOCK_LOG_WARNING,
                "cannot read maxmemory-policy from INFO memory (%s): whether Redis may evict "
-               "locks is unknown", why);
+               "locks is unknown%s", why,
+               net->pubsub == HILOCK_PUBSUB_AUTO && !net->sharded
+                   ? "; pub/sub is classic (on a Redis Cluster 7, allow +info or set "
+                     "hilock_config.pubsub to sharded, as its other clients use)"
+                   : "");
 }
 
 /* Eviction breaks a lock: an evicted lock key lets a second client take it,
@@ -215,18 +219,11 @@ static void on_info(redisAsyncContext *ac, void *reply_, void *privdata) {
     char policy[64];
     (void)privdata;
     if (reply == NULL || net->loop->freeing || (ac->c.flags & REDIS_DISCONNECTING)) return;
-    if (reply->type == REDIS_REPLY_ERROR && hl_reply_is_acl(reply->str)) {
-        /* An ACL without +info. Going on would decide the pub/sub mode
-         * blind (classic, where the other clients of a cluster use sharded:
-         * their releases would never wake us) and leave the eviction check
-         * undone: refuse, as for a wrong password, until the ACL allows it. */
-        hl_set_error(net->loop, "%s (ACL: INFO, read at every connect for the pub/sub mode and "
-                     "the eviction check)", reply->str);
-        handshake_failed(k, ac, HILOCK_EAUTH);
-        return;
-    }
-    if (reply->type != REDIS_REPLY_ERROR)
-        net->cluster_enabled = info_number(reply, "cluster_enabled:") == 1;
+    /* INFO refused (an ACL without +info) goes on, warned: refusing would
+     * reconnect for ever for what is a check. The policy is unknown
+     * (require_noeviction refuses that), and so is the pub/sub mode. */
+    net->cluster_enabled = reply->type == REDIS_REPLY_ERROR ? -1
+                           : info_number(reply, "cluster_enabled:") == 1;
     pubsub_decide(net, reply);
     info_policy(reply, policy, sizeof(policy));
     if (strcmp(policy, "noeviction") != 0) {

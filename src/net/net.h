@@ -77,7 +77,8 @@ typedef struct hl_net {
     int sharded;                 /* SSUBSCRIBE/SPUBLISH (decided at the first INFO
                                     for HILOCK_PUBSUB_AUTO) */
     int sharded_known;           /* `sharded` is decided */
-    int cluster_enabled;         /* the last INFO said cluster_enabled:1 */
+    int cluster_enabled;         /* the last INFO said cluster_enabled:1 (1), or
+                                    not (0), or was refused (-1) */
     uint32_t wait_timeout_ms;    /* of a request's WAIT (hl_req.wait_replicas) */
     int closing;                 /* the client is closing: do not wait for a
                                     server that is away */

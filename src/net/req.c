@@ -337,14 +337,15 @@ void hl_req_on_wait(redisAsyncContext *ac, void *reply_, void *privdata) {
     redisReply *reply = reply_, *own = r->held;
     r->held = NULL;
     r->acked = reply != NULL && reply->type == REDIS_REPLY_INTEGER ? (int)reply->integer : 0;
-    if (reply != NULL && reply->type == REDIS_REPLY_ERROR && !r->finished) {
+    if (reply != NULL && reply->type == REDIS_REPLY_ERROR && hl_reply_is_acl(reply->str) &&
+        !r->finished) {
         /* WAIT itself refused (an ACL without +wait): not a count of
          * replicas, and no use trying again. What the request did is
-         * undone by its owner, as for any error after a send. */
+         * undone by its owner, as for any error after a send. (Other
+         * errors count no replica, as before.) */
         int err = hl_reply_error(r->net->loop, reply);
-        if (hl_reply_is_acl(reply->str))
-            hl_set_error(r->net->loop, "%s (ACL: WAIT, sent after each acquire and renewal "
-                         "as wait_replicas is set)", reply->str);
+        hl_set_error(r->net->loop, "%s (ACL: WAIT, sent after each acquire and renewal "
+                     "as wait_replicas is set)", reply->str);
         r->sent = 0;
         if (own) freeReplyObject(own);
         hl_req_finish(r, NULL, err);

@@ -136,7 +136,7 @@ static void on_slots(hl_req *r, redisReply *reply, int err) {
     if (reply->type == REDIS_REPLY_ERROR) {
         /* "ERR This instance has cluster support disabled" */
         if (strstr(reply->str, "cluster support disabled")) m->standalone = 1;
-        else if (hl_reply_is_acl(reply->str) && !t->net.cluster_enabled) m->standalone = 1;
+        else if (hl_reply_is_acl(reply->str) && t->net.cluster_enabled == 0) m->standalone = 1;
         else if (hl_reply_is_acl(reply->str) && !m->acl_warned) {
             /* Requests still find their node, by MOVED, one slot at a time. */
             m->acl_warned = 1;
