@@ -11,10 +11,6 @@
 
 static hl_conn *conn_of(const redisAsyncContext *ac) { return (hl_conn *)ac->data; }
 
-/* ASKING covers the next command only: again before each send (a
- * NOSCRIPT -> EVAL retry after an ASK hop needs it too). A request that
- * waits for replicas is followed by WAIT on the same connection, which
- * covers its write; its own reply is kept until WAIT's comes. */
 /* ASKING refused (an ACL without +asking): the request behind it would be
  * sent back by MOVED, and bounce until the hop limit; its reply ends it
  * with HILOCK_EAUTH instead. Only an error reply touches r: hiredis runs
@@ -29,6 +25,10 @@ static void on_asking(redisAsyncContext *ac, void *reply_, void *privdata) {
                  "migrating)", reply->str);
 }
 
+/* ASKING covers the next command only: again before each send (a
+ * NOSCRIPT -> EVAL retry after an ASK hop needs it too). A request that
+ * waits for replicas is followed by WAIT on the same connection, which
+ * covers its write; its own reply is kept until WAIT's comes. */
 /* Whether `s` went out on k as EVAL already; if not, it will now. */
 static int script_loaded(hl_conn *k, const hl_script *s) {
     for (int i = 0; i < k->nloaded; i++)

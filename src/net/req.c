@@ -36,12 +36,12 @@ static void script_call_at(const hl_req *r, long line, char *out, size_t n) {
 }
 
 /* A script's ACL refusal. Redis 7.0 says which command an ACL refused,
- * but never which key or channel, and inside a script not even the command ("The user executing
- * the script can't run this command or subcommand script: SHA, on
- * @user_script:LINE."). So the text gets what hilock knows: the script,
- * the command on that line, and the keys and channel the request named;
- * enough for an operator to see which permission is missing (README:
- * "Least-privilege ACL"). */
+ * but never which key or channel, and inside a script not even the
+ * command ("The user executing the script can't run this command or
+ * subcommand script: SHA, on @user_script:LINE."). So the text gets what
+ * hilock knows: the script, the command on that line, and the keys and
+ * channel the request named; enough for an operator to see which
+ * permission is missing (README: "Least-privilege ACL"). */
 static void req_explain_acl(hl_req *r, const char *text) {
     char what[160], cmd[32], names[320];
     size_t used = 0, tlen = strlen(text);
@@ -49,9 +49,9 @@ static void req_explain_acl(hl_req *r, const char *text) {
     if (at != NULL && strspn(at + 9, "0123456789abcdef") == 40)
         tlen = (size_t)(at - text); /* the SHA adds nothing */
     if (line != NULL) {
-        script_call_at(r, strtol(line + 13, NULL, 10), cmd, sizeof(cmd));
-        snprintf(what, sizeof(what), "%s at line %ld of script %s", cmd, strtol(line + 13, NULL, 10),
-                 r->script->name);
+        long n = strtol(line + 13, NULL, 10);
+        script_call_at(r, n, cmd, sizeof(cmd));
+        snprintf(what, sizeof(what), "%s at line %ld of script %s", cmd, n, r->script->name);
     } else {
         snprintf(what, sizeof(what), "script %s", r->script->name);
     }
@@ -60,13 +60,15 @@ static void req_explain_acl(hl_req *r, const char *text) {
         int key = i < r->nkeys;
         /* Channels are arguments named P{T}...:ch (keys would pin a
          * cluster slot that may migrate, see mutex_release.lua). */
-        if (!key && (r->argl[i] < 3 || memcmp(r->argv[i] + r->argl[i] - 3, ":ch", 3) != 0)) continue;
+        if (!key && (r->argl[i] < 3 || memcmp(r->argv[i] + r->argl[i] - 3, ":ch", 3) != 0))
+            continue;
         int w = snprintf(names + used, sizeof(names) - used, "%s%s %.*s", used ? ", " : "",
                          key ? "key" : "channel", (int)r->argl[i], r->argv[i]);
         if (w < 0 || (size_t)w >= sizeof(names) - used) break;
         used += (size_t)w;
     }
-    hl_set_error(r->net->loop, "%.*s (ACL: %s%s%s)", (int)tlen, text, what, used ? "; " : "", names);
+    hl_set_error(r->net->loop, "%.*s (ACL: %s%s%s)", (int)tlen, text, what, used ? "; " : "",
+                 names);
 }
 
 void hl_req_finish(hl_req *r, redisReply *reply, int err) {
