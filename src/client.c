@@ -21,7 +21,7 @@ const char *hilock_strerror(int err) {
     case HILOCK_ELOST:      return "the lock was lost";
     case HILOCK_EBUSY:      return "the lock is held by another owner";
     case HILOCK_ECLOSED:    return "the client is closing";
-    case HILOCK_EAUTH:      return "Redis authentication failed";
+    case HILOCK_EAUTH:      return "Redis authentication failed, or its ACL refused a command";
     case HILOCK_ELOOP:      return "the event-loop adapter failed";
     case HILOCK_EDEADLINE:  return "Redis did not answer in time";
     case HILOCK_EREADONLY:  return "Redis is a read-only replica";

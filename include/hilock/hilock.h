@@ -74,7 +74,10 @@ extern "C" {
 #define HILOCK_ELOST      -9  /* the lock was lost: expired or taken over before release */
 #define HILOCK_EBUSY     -10  /* the lock is held elsewhere (try-once acquire) */
 #define HILOCK_ECLOSED   -11  /* the client is closing; no new requests */
-#define HILOCK_EAUTH     -12  /* authentication failed (NOAUTH, WRONGPASS) */
+#define HILOCK_EAUTH     -12  /* authentication failed (NOAUTH, WRONGPASS), or the ACL
+                                 refused a command, key or channel (NOPERM; see
+                                 hilock_client_errstr and the README's
+                                 "Least-privilege ACL") */
 #define HILOCK_ELOOP     -13  /* the event-loop adapter failed (attach or timer) */
 #define HILOCK_EDEADLINE -14  /* Redis did not answer a request in time */
 #define HILOCK_EREADONLY -15  /* the server is a read-only replica (READONLY) */
@@ -293,7 +296,8 @@ HILOCK_API void hilock_owner_free(hilock_owner *o);
 /* Runs once when a lock held by `hold` was lost: its key expired, was
  * deleted, or was taken over (renewal failed). The hold stays valid and must
  * still be released (the release then reports HILOCK_ELOST). `why` is
- * HILOCK_ELOST or the connection error that kept renewals from working. */
+ * HILOCK_ELOST, the connection error that kept renewals from working, or
+ * HILOCK_EAUTH if Redis's ACL refused them (hilock_client_errstr says what). */
 typedef void (*hilock_lost_cb)(hilock_hold *hold, int why, void *data);
 
 typedef struct hilock_acquire_opts {

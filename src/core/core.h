@@ -284,6 +284,7 @@ struct hilock_hold {
     hl_link extends;       /* hilock_hold_extend() requests in flight */
     unsigned count;
     int lost_why;
+    int renew_refused;     /* the last renewal's ACL refusal (HILOCK_EAUTH), or 0 */
     unsigned lost : 1;
     unsigned releasing : 1;
     char token[HL_TOKEN_LEN + 1];

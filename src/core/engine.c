@@ -163,8 +163,45 @@ static void on_resubscribe(void *arg, hl_node *node, int slot) {
     }
 }
 
+static void fail_all(hl_name *n, int err);
+
+/* `node`'s ACL refused a subscription. Which one, Redis does not say (its
+ * error names no channel, and comes in place of an ack), but the channels
+ * of one client differ only after the prefix, which an ACL's &PREFIX*
+ * covers or not: every name whose subscription is under way there fails,
+ * its waiters with HILOCK_EAUTH, at once rather than at their fallback
+ * timers (the wakeups would never come). Holders are not touched. A
+ * refused UNSUBSCRIBE fails nobody: its names are forgotten. The next
+ * wait of such a name subscribes again: it is refused again, or served
+ * once the ACL allows it. */
+static void on_refused(void *arg, hl_node *node, const char *text) {
+    hilock_client *c = arg;
+    hl_name *n = hl_names_first(c), *next;
+    int unsub = strstr(text, "unsubscribe'") != NULL; /* 'unsubscribe', 'sunsubscribe' */
+    for (; n; n = next) {
+        next = hl_names_next(c, n);
+        if (unsub && n->sub == HL_SUB_LEAVING && n->sub_node == node) {
+            /* No -unsubscribe: the server keeps the channel until the
+             * connection closes (its messages find no name); forget it. */
+            n->sub = HL_SUB_NONE;
+            n->sub_node = NULL;
+            hl_name_maybe_free(n);
+            continue;
+        }
+        if (unsub || n->sub != HL_SUB_PENDING || n->sub_node != node) continue;
+        n->sub = HL_SUB_NONE;
+        n->sub_node = NULL;
+        hl_timer_stop(&c->loop, &n->fallback);
+        hl_set_error(&c->loop, "%s (ACL: %sSUBSCRIBE of channel %.*s)", text,
+                     c->topo.net.sharded ? "S" : "", (int)n->chlen, hl_name_channel(n));
+        n->refs++; /* its waiters' ends must not free it under us */
+        fail_all(n, HILOCK_EAUTH);
+        hl_name_unref(n);
+    }
+}
+
 const hl_sub_events hl_engine_sub_events = {on_message, on_acked, on_sub_ready, on_sub_lost,
-                                            on_resubscribe, on_replay, NULL};
+                                            on_resubscribe, on_replay, on_refused, NULL};
 
 /* ---- Waiters ------------------------------------------------------------- */
 

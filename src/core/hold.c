@@ -118,6 +118,7 @@ static void hold_expired(hilock_hold *h) {
     hl_node *node = hl_name_node(h->name);
     int why = h->terms.no_renew || hl_node_cmd_ready(node) ? HILOCK_ELOST
               : (node->cmd.last_err ? node->cmd.last_err : HILOCK_ECONN);
+    if (h->renew_refused && !h->terms.no_renew) why = h->renew_refused; /* the ACL's doing */
     hl_hold_mark_lost(h, why);
 }
 
@@ -152,6 +153,7 @@ static void on_renewed(hl_req *r, redisReply *reply, int err) {
             hl_set_error(&h->c->loop, "WAIT: %d of %u replicas confirmed the renewal", r->acked,
                          (unsigned)r->wait_replicas);
         } else if (reply->integer == 1) {
+            h->renew_refused = 0;
             renewal_check(h);
             hold_confirmed(h, r->submitted_at, h->renew_lease);
         } else {
@@ -159,7 +161,8 @@ static void on_renewed(hl_req *r, redisReply *reply, int err) {
             return;
         }
     } else if (err == 0 && reply->type == REDIS_REPLY_ERROR) {
-        hl_reply_error(&h->c->loop, reply); /* keep trying until the lease runs out */
+        /* Keep trying until the lease runs out (an ACL may be fixed meanwhile). */
+        h->renew_refused = hl_reply_error(&h->c->loop, reply) == HILOCK_EAUTH ? HILOCK_EAUTH : 0;
     }
     watchdog_arm(h);
 }

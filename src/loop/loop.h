@@ -39,7 +39,7 @@ typedef struct hl_loop {
     void (*after_tick)(struct hl_loop *l); /* debug builds: check invariants */
     hilock_log_cb log_cb;
     void *log_data;
-    char errstr[256];            /* the last error reply or connection error */
+    char errstr[512];            /* the last error reply or connection error */
 } hl_loop;
 
 int hl_loop_init(hl_loop *l, const hilock_loop *ev);

@@ -11,6 +11,20 @@
 
 static hl_conn *conn_of(const redisAsyncContext *ac) { return (hl_conn *)ac->data; }
 
+/* ASKING refused (an ACL without +asking): the request behind it would be
+ * sent back by MOVED, and bounce until the hop limit; its reply ends it
+ * with HILOCK_EAUTH instead. Only an error reply touches r: hiredis runs
+ * this before r's own callback, while r is sent (alive). */
+static void on_asking(redisAsyncContext *ac, void *reply_, void *privdata) {
+    redisReply *reply = reply_;
+    hl_req *r = privdata;
+    (void)ac;
+    if (reply == NULL || reply->type != REDIS_REPLY_ERROR || !hl_reply_is_acl(reply->str)) return;
+    r->asking_refused = 1;
+    hl_set_error(r->net->loop, "%s (ACL: ASKING, sent before a request for a slot that is "
+                 "migrating)", reply->str);
+}
+
 /* ASKING covers the next command only: again before each send (a
  * NOSCRIPT -> EVAL retry after an ASK hop needs it too). A request that
  * waits for replicas is followed by WAIT on the same connection, which
@@ -46,7 +60,7 @@ void hl_conn_send(hl_conn *k, hl_req *r) {
         lens[argc] = strlen(argv[argc]);
         argc++;
     }
-    if (r->asking) redisAsyncCommand(k->ac, NULL, NULL, "ASKING");
+    if (r->asking) redisAsyncCommand(k->ac, on_asking, r, "ASKING");
     redisCallbackFn *fn = r->wait_replicas ? hl_req_on_stash : hl_req_on_reply;
     if (redisAsyncCommandArgv(k->ac, fn, r, argc, argv, lens) != REDIS_OK) {
         hl_list_push(&k->queue, &r->link); /* disconnecting: next connection */
@@ -135,6 +149,9 @@ static void on_handshake(redisAsyncContext *ac, void *reply_, void *privdata) {
     if (reply->type == REDIS_REPLY_ERROR) {
         int err = hl_reply_error(k->net->loop, reply);
         if (privdata == &k->handshake_left) err = HILOCK_EAUTH; /* any AUTH refusal */
+        else if (hl_reply_is_acl(reply->str)) /* SELECT */
+            hl_set_error(k->net->loop, "%s (ACL: SELECT, sent at every connect as the URL names "
+                         "db %d)", reply->str, k->net->url.db);
         handshake_failed(k, ac, err);
         return;
     }
@@ -183,7 +200,11 @@ static void warn_eviction(hl_net *net, const char *policy, const char *why) {
     else
         hl_log(net->loop, HILOCK_LOG_WARNING,
                "cannot read maxmemory-policy from INFO memory (%s): whether Redis may evict "
-               "locks is unknown", why);
+               "locks is unknown%s", why,
+               net->pubsub == HILOCK_PUBSUB_AUTO && !net->sharded
+                   ? "; pub/sub is classic (on a Redis Cluster 7, allow +info or set "
+                     "hilock_config.pubsub to sharded, as its other clients use)"
+                   : "");
 }
 
 /* Eviction breaks a lock: an evicted lock key lets a second client take it,
@@ -198,6 +219,11 @@ static void on_info(redisAsyncContext *ac, void *reply_, void *privdata) {
     char policy[64];
     (void)privdata;
     if (reply == NULL || net->loop->freeing || (ac->c.flags & REDIS_DISCONNECTING)) return;
+    /* INFO refused (an ACL without +info) goes on, warned: refusing would
+     * reconnect for ever for what is a check. The policy is unknown
+     * (require_noeviction refuses that), and so is the pub/sub mode. */
+    net->cluster_enabled = reply->type == REDIS_REPLY_ERROR ? -1
+                           : info_number(reply, "cluster_enabled:") == 1;
     pubsub_decide(net, reply);
     info_policy(reply, policy, sizeof(policy));
     if (strcmp(policy, "noeviction") != 0) {
@@ -221,6 +247,14 @@ static void on_role(redisAsyncContext *ac, void *reply_, void *privdata) {
     hl_conn *k = conn_of(ac);
     (void)privdata;
     if (reply == NULL || k->net->loop->freeing || (ac->c.flags & REDIS_DISCONNECTING)) return;
+    if (reply->type == REDIS_REPLY_ERROR && hl_reply_is_acl(reply->str)) {
+        /* Without ROLE a replica the sentinels named in passing would be
+         * taken for the master: refuse until the ACL allows it. */
+        hl_set_error(k->net->loop, "%s (ACL: ROLE, asked at every connect to a master that "
+                     "Sentinel names)", reply->str);
+        handshake_failed(k, ac, HILOCK_EAUTH);
+        return;
+    }
     int master = reply->type != REDIS_REPLY_ARRAY || reply->elements == 0 ||
                  reply->element[0]->type != REDIS_REPLY_STRING ||
                  strcmp(reply->element[0]->str, "master") == 0; /* ROLE refused: cannot tell */

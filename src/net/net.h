@@ -77,6 +77,8 @@ typedef struct hl_net {
     int sharded;                 /* SSUBSCRIBE/SPUBLISH (decided at the first INFO
                                     for HILOCK_PUBSUB_AUTO) */
     int sharded_known;           /* `sharded` is decided */
+    int cluster_enabled;         /* the last INFO said cluster_enabled:1 (1), or
+                                    not (0), or was refused (-1) */
     uint32_t wait_timeout_ms;    /* of a request's WAIT (hl_req.wait_replicas) */
     int closing;                 /* the client is closing: do not wait for a
                                     server that is away */
@@ -198,6 +200,7 @@ struct hl_req {
     unsigned fail_fast : 1;    /* a failed connection attempt ends it (try once) */
     unsigned rounds : 2;       /* for its owner's use */
     unsigned asking : 1;       /* send ASKING first (an ASK redirect) */
+    unsigned asking_refused : 1; /* ... and an ACL refused it */
     unsigned redirects : 5;    /* MOVED/ASK hops so far */
     unsigned publishes : 1;    /* its last argument is the publish command,
                                   PUBLISH or SPUBLISH, added at each send */
@@ -246,5 +249,7 @@ void hl_net_cancel_all(hl_net *net);
 int hl_parse_redirect(const char *s, int *ask, unsigned *slot, char *host, size_t hostlen, int *port);
 /* Map an error reply to a code; keep its text as the last error. */
 int hl_reply_error(hl_loop *l, const redisReply *reply);
+/* Is this error text an ACL refusal (HILOCK_EAUTH)? */
+int hl_reply_is_acl(const char *s);
 
 #endif

@@ -21,6 +21,56 @@ static void req_free(hl_req *r) {
     if (--net->nreqs == 0 && net->idle && !net->loop->freeing) net->idle(net->idle_arg);
 }
 
+/* The command on line `line` of a script's body, as its redis.call names
+ * it: "HGET", or the publish command for a call through an argument. */
+static void script_call_at(const hl_req *r, long line, char *out, size_t n) {
+    const char *p = r->script->body, *call;
+    for (long i = 1; i < line && p != NULL; i++)
+        if ((p = strchr(p, '\n')) != NULL) p++;
+    const char *eol = p ? strchr(p, '\n') : NULL;
+    snprintf(out, n, "a command");
+    if (p == NULL || (call = strstr(p, "call(")) == NULL || (eol && call > eol)) return;
+    call += 5;
+    if (*call == '\'') snprintf(out, n, "%.*s", (int)strcspn(call + 1, "'"), call + 1);
+    else if (r->publishes) snprintf(out, n, "%s", r->net->sharded ? "SPUBLISH" : "PUBLISH");
+}
+
+/* A script's ACL refusal. Redis 7.0 says which command an ACL refused,
+ * but never which key or channel, and inside a script not even the
+ * command ("The user executing the script can't run this command or
+ * subcommand script: SHA, on @user_script:LINE."). So the text gets what
+ * hilock knows: the script, the command on that line, and the keys and
+ * channel the request named; enough for an operator to see which
+ * permission is missing (README: "Least-privilege ACL"). */
+static void req_explain_acl(hl_req *r, const char *text) {
+    char what[160], cmd[32], names[320];
+    size_t used = 0, tlen = strlen(text);
+    const char *at = strstr(text, " script: "), *line = strstr(text, "@user_script:");
+    if (at != NULL && strspn(at + 9, "0123456789abcdef") == 40)
+        tlen = (size_t)(at - text); /* the SHA adds nothing */
+    if (line != NULL) {
+        long n = strtol(line + 13, NULL, 10);
+        script_call_at(r, n, cmd, sizeof(cmd));
+        snprintf(what, sizeof(what), "%s at line %ld of script %s", cmd, n, r->script->name);
+    } else {
+        snprintf(what, sizeof(what), "script %s", r->script->name);
+    }
+    names[0] = '\0';
+    for (int i = 0; i < r->nargs && used + 8 < sizeof(names); i++) {
+        int key = i < r->nkeys;
+        /* Channels are arguments named P{T}...:ch (keys would pin a
+         * cluster slot that may migrate, see mutex_release.lua). */
+        if (!key && (r->argl[i] < 3 || memcmp(r->argv[i] + r->argl[i] - 3, ":ch", 3) != 0))
+            continue;
+        int w = snprintf(names + used, sizeof(names) - used, "%s%s %.*s", used ? ", " : "",
+                         key ? "key" : "channel", (int)r->argl[i], r->argv[i]);
+        if (w < 0 || (size_t)w >= sizeof(names) - used) break;
+        used += (size_t)w;
+    }
+    hl_set_error(r->net->loop, "%.*s (ACL: %s%s%s)", (int)tlen, text, what, used ? "; " : "",
+                 names);
+}
+
 void hl_req_finish(hl_req *r, redisReply *reply, int err) {
     if (r->finished) return;
     r->finished = 1;
@@ -28,6 +78,11 @@ void hl_req_finish(hl_req *r, redisReply *reply, int err) {
     hl_timer_stop(r->net->loop, &r->backoff);
     if (hl_linked(&r->link)) hl_list_remove(&r->link);
     r->done(r, reply, err);
+    /* After `done`, whose reading of the reply kept its bare text: user
+     * callbacks run later, from the loop, and read this one. */
+    if (r->script != NULL && reply != NULL && reply->type == REDIS_REPLY_ERROR &&
+        hl_reply_is_acl(reply->str))
+        req_explain_acl(r, reply->str); /* (plain commands' owners explain their own) */
     if (!r->sent) req_free(r);
 }
 
@@ -110,11 +165,22 @@ void hl_req_submit_within(hl_conn *k, hl_req *r, uint64_t ms) {
     hl_req_again(r);
 }
 
+/* An ACL refusal: NOPERM for a command, key or channel of the command
+ * itself; from inside a script, Redis 7.0's "ERR The user executing the
+ * script can't ..." (7.2's "ERR ACL failure in script: ..."). */
+int hl_reply_is_acl(const char *s) {
+    return strncmp(s, "NOPERM", 6) == 0 ||
+           strncmp(s, "ERR The user executing the script can't", 39) == 0 ||
+           strncmp(s, "ERR ACL failure in script", 25) == 0;
+}
+
 /* Redis error replies start with a code word; map the ones a caller can act
  * on, keep the text for hilock_client_errstr(). */
 int hl_reply_error(hl_loop *l, const redisReply *reply) {
     static const struct { const char *prefix; int err; } codes[] = {
         {"NOAUTH", HILOCK_EAUTH}, {"WRONGPASS", HILOCK_EAUTH}, {"NOPERM", HILOCK_EAUTH},
+        {"ERR The user executing the script can't", HILOCK_EAUTH}, /* an ACL, in a script */
+        {"ERR ACL failure in script", HILOCK_EAUTH},
         {"READONLY", HILOCK_EREADONLY}, {"OOM", HILOCK_EOOM}, {"LOADING", HILOCK_ELOADING},
         {"ERR Error running script", HILOCK_ESCRIPT}, {"ERR user_script", HILOCK_ESCRIPT},
         {"WRONGTYPE", HILOCK_ESCRIPT}, /* the key exists but is not one of ours */
@@ -221,6 +287,10 @@ void hl_req_on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
         return;
     }
     req_check_slow(r, k);
+    if (r->asking_refused) { /* its text is the last error already */
+        hl_req_finish(r, NULL, HILOCK_EAUTH);
+        return;
+    }
     if (reply->type == REDIS_REPLY_ERROR && req_retry_later(r, reply)) return;
     if (reply->type == REDIS_REPLY_ERROR && req_redirected(r, reply)) return;
     if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0 && !r->use_eval) {
@@ -269,6 +339,20 @@ void hl_req_on_wait(redisAsyncContext *ac, void *reply_, void *privdata) {
     redisReply *reply = reply_, *own = r->held;
     r->held = NULL;
     r->acked = reply != NULL && reply->type == REDIS_REPLY_INTEGER ? (int)reply->integer : 0;
+    if (reply != NULL && reply->type == REDIS_REPLY_ERROR && hl_reply_is_acl(reply->str) &&
+        !r->finished) {
+        /* WAIT itself refused (an ACL without +wait): not a count of
+         * replicas, and no use trying again. What the request did is
+         * undone by its owner, as for any error after a send. (Other
+         * errors count no replica, as before.) */
+        int err = hl_reply_error(r->net->loop, reply);
+        hl_set_error(r->net->loop, "%s (ACL: WAIT, sent after each acquire and renewal "
+                     "as wait_replicas is set)", reply->str);
+        r->sent = 0;
+        if (own) freeReplyObject(own);
+        hl_req_finish(r, NULL, err);
+        return;
+    }
     if (reply != NULL && own == NULL && !r->finished) {
         r->sent = 0;
         hl_req_finish(r, NULL, HILOCK_ENOMEM);

@@ -33,6 +33,7 @@ struct hl_slotmap {
     int known;                  /* a CLUSTER SLOTS answered */
     int seed_index;             /* which of the URL's hosts is the seed */
     int refreshing;             /* a CLUSTER SLOTS is under way */
+    int acl_warned;             /* CLUSTER SLOTS refused by an ACL, said once */
     uint64_t refreshed_at;
 };
 
@@ -135,6 +136,13 @@ static void on_slots(hl_req *r, redisReply *reply, int err) {
     if (reply->type == REDIS_REPLY_ERROR) {
         /* "ERR This instance has cluster support disabled" */
         if (strstr(reply->str, "cluster support disabled")) m->standalone = 1;
+        else if (hl_reply_is_acl(reply->str) && t->net.cluster_enabled == 0) m->standalone = 1;
+        else if (hl_reply_is_acl(reply->str) && !m->acl_warned) {
+            /* Requests still find their node, by MOVED, one slot at a time. */
+            m->acl_warned = 1;
+            hl_log(t->net.loop, HILOCK_LOG_WARNING, "CLUSTER SLOTS refused (%s): the slot map is "
+                   "learned from MOVED replies only; allow +cluster|slots", reply->str);
+        }
         return;
     }
     if (reply->type != REDIS_REPLY_ARRAY) return;

@@ -7,7 +7,9 @@
 /* An error reply on a subscriber connection: a MOVED to an SSUBSCRIBE
  * (the map was stale) patches the map and sends the slot's subscriptions
  * to its owner; anything else is logged (the names it concerns stay
- * pending, and their fallback timers keep them trying). */
+ * pending, and their fallback timers keep them trying), and an ACL's
+ * refusal (no &PREFIX*, no +subscribe) goes to the owner too: no waiter
+ * there would ever be woken. */
 static void sub_error(hl_node *n, const char *text) {
     hl_topo *t = n->topo;
     unsigned slot;
@@ -18,9 +20,10 @@ static void sub_error(hl_node *n, const char *text) {
         t->sub.resubscribe(t->sub.arg, n, (int)slot);
         return;
     }
-    hl_set_error(t->net.loop, "subscribe: %s", text);
     hl_log(t->net.loop, HILOCK_LOG_WARNING, "subscribe refused by %s:%d: %s",
            n->addr.host ? n->addr.host : n->addr.path, n->addr.port, text);
+    if (hl_reply_is_acl(text) && t->sub.refused) t->sub.refused(t->sub.arg, n, text); /* its text */
+    else hl_set_error(t->net.loop, "subscribe: %s", text);
 }
 
 /* Classic and sharded pushes alike: "message"/"smessage",

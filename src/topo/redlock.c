@@ -329,6 +329,12 @@ static void rl_sub_lost(void *arg, hl_node *node) {
     else rl->up.lost(rl->up.arg, rl->all);
 }
 
+static void rl_refused(void *arg, hl_node *node, const char *text) {
+    hl_topo *t = arg;
+    hl_redlock *rl = t->redlock;
+    if (node == rl->leader) rl->up.refused(rl->up.arg, rl->all, text);
+}
+
 static void rl_resubscribe(void *arg, hl_node *node, int slot) {
     hl_topo *t = arg;
     (void)node;
@@ -367,7 +373,7 @@ int hl_topo_redlock(hl_topo *t, const hl_sub_events *sub) {
     const hl_url *u = &t->net.url;
     hl_addr none = {NULL, 0, NULL};
     static const hl_sub_events translate = {rl_message, rl_acked, rl_sub_ready, rl_sub_lost,
-                                            rl_resubscribe, NULL, NULL};
+                                            rl_resubscribe, NULL, rl_refused, NULL};
     t->ops = &redlock_ops;
     if ((t->redlock = calloc(1, sizeof(*t->redlock))) == NULL) return HILOCK_ENOMEM;
     hl_redlock *rl = t->redlock;

@@ -202,6 +202,12 @@ static void sentinel_push(void *arg, const char *kind, const char *ch, size_t le
     hl_topo *t = sn->topo;
     char name[256], host[256];
     int port;
+    if (strcmp(kind, "error") == 0) { /* e.g. the sentinel's ACL: no &+switch-master */
+        hl_log(t->net.loop, HILOCK_LOG_WARNING, "sentinel %s:%d refused SUBSCRIBE %s: %s; "
+               "failovers are then found only when the master's connection breaks",
+               sn->addr.host, sn->addr.port, SENTINEL_CHANNEL, ch);
+        return;
+    }
     if (strcmp(kind, "message") != 0 || data == NULL || dlen >= 600 ||
         len != strlen(SENTINEL_CHANNEL) || memcmp(ch, SENTINEL_CHANNEL, len) != 0)
         return;

@@ -36,6 +36,9 @@ typedef struct hl_sub_events {
     /* Redlock: node `to` (re)connected; subscribe there too what is
      * subscribed through `via` (every node carries every channel). */
     void (*replay)(void *arg, hl_node *via, hl_node *to);
+    /* `node` refused a subscription by its ACL (`text`, Redis's): the
+     * subscriptions under way there will not come. */
+    void (*refused)(void *arg, hl_node *node, const char *text);
     void *arg;
 } hl_sub_events;
 

@@ -1,0 +1,710 @@
+/* The least-privilege ACL of the README ("Least-privilege ACL"), against
+ * real servers: a user with exactly the documented rule passes the
+ * exclusion check and a fault (its connections killed mid-contention), and
+ * uses every primitive; a user missing any one permission of it gets
+ * HILOCK_EAUTH, from the request that needs it, with a message that names
+ * what was refused, one callback per request and no lock left behind. */
+#include <ctype.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "support/lockenv.h"
+#include "support/exclusion.h"
+#include "support/clusterenv.h"
+#include "support/sentinelenv.h"
+
+/* The standalone rule, as the README writes it (every permission a word;
+ * "~hilock:*" and "&hilock:*" are the key and channel patterns). */
+static const char *const standalone_rule[] = {
+    "~hilock:*", "&hilock:*",
+    "+eval", "+evalsha", "+info", "+subscribe", "+unsubscribe", "+publish",
+    "+time", "+get", "+set", "+del", "+exists", "+pexpire", "+pexpireat", "+pttl",
+    "+hget", "+hset", "+hmget", "+hdel", "+hexists", "+hincrby",
+    "+zadd", "+zcard", "+zpopmin", "+zrange", "+zrangebyscore", "+zrem", "+zremrangebyscore",
+    "+zscore",
+    NULL};
+
+/* Does hilock_client_errstr() name the refused permission: the key or
+ * channel, Redis's 'cmd', or hilock's "CMD at line N of script S"? */
+static int names_perm(const char *errstr, const char *perm) {
+    char word[48];
+    if (perm[0] == '~') return strstr(errstr, "key hilock:") != NULL;
+    if (perm[0] == '&') return strstr(errstr, "channel hilock:") != NULL;
+    snprintf(word, sizeof(word), "'%s'", perm + 1);
+    if (strstr(errstr, word)) return 1;
+    snprintf(word, sizeof(word), "%s at line ", perm + 1);
+    for (char *p = word; *p != ' '; p++) *p = (char)toupper((unsigned char)*p);
+    return strstr(errstr, word) != NULL;
+}
+
+/* ACL SETUSER `user` reset on >pw, then the rule without rule[skip] (-1:
+ * all of it), then the extra words (NULL-terminated). */
+static void acl_user(const test_redis *r, const char *user, const char *const *rule, int skip,
+                     const char *const *extra) {
+    const char *argv[80];
+    int argc = 0;
+    argv[argc++] = "ACL";
+    argv[argc++] = "SETUSER";
+    argv[argc++] = user;
+    argv[argc++] = "reset";
+    argv[argc++] = "on";
+    argv[argc++] = ">pw";
+    argv[argc++] = "-@all";
+    for (int i = 0; rule[i]; i++)
+        if (i != skip) argv[argc++] = rule[i];
+    for (int i = 0; extra && extra[i]; i++) argv[argc++] = extra[i];
+    redisContext *k = test_redis_connect(r);
+    cr_assert_not_null(k);
+    redisReply *rep = redisCommandArgv(k, argc, argv, NULL);
+    cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "ACL SETUSER: %s", rep ? rep->str : "no reply");
+    freeReplyObject(rep);
+    redisFree(k);
+}
+
+static void user_url(char *out, size_t n, const char *user, const test_redis *r, const char *tail) {
+    snprintf(out, n, "redis://%s:pw@127.0.0.1:%d%s", user, r->port, tail ? tail : "");
+}
+
+/* ---- Every primitive, contended: what a user with a rule goes through ----- */
+
+#define NPRIMS 4
+enum { P_MUTEX, P_SEM, P_RW, P_FAIR };
+
+typedef struct outcome {
+    int calls[2][NPRIMS];     /* acquire callbacks, client A and B */
+    int status[2][NPRIMS];
+    hilock_hold *hold[2][NPRIMS];
+    int rel_calls, rel_expected;
+    int eauth, other;         /* callbacks with HILOCK_EAUTH, with another error */
+    int lost;                 /* lost callbacks */
+    int unsub_refused;        /* warnings of a refused UNSUBSCRIBE */
+    int info_refused;         /* warnings of a refused INFO */
+    char first[512];          /* errstr at the first HILOCK_EAUTH */
+    hilock_client *cl[2];
+} outcome;
+
+typedef struct cbref {
+    outcome *o;
+    int who, prim;
+} cbref;
+
+static void note(outcome *o, int who, int status) {
+    if (status == HILOCK_EAUTH && o->eauth++ == 0)
+        snprintf(o->first, sizeof(o->first), "%s", hilock_client_errstr(o->cl[who]));
+    else if (status != 0 && status != HILOCK_EAUTH)
+        o->other++;
+}
+
+static void out_acquired(hilock_hold *h, int status, void *data) {
+    cbref *r = data;
+    r->o->calls[r->who][r->prim]++;
+    r->o->status[r->who][r->prim] = status;
+    r->o->hold[r->who][r->prim] = status == 0 ? h : NULL;
+    note(r->o, r->who, status);
+}
+
+static void out_released(int status, void *data) {
+    cbref *r = data;
+    r->o->rel_calls++;
+    if (status != HILOCK_ELOST) note(r->o, r->who, status);
+}
+
+static void out_lost(hilock_hold *h, int why, void *data) {
+    cbref *r = data;
+    (void)h;
+    r->o->lost++;
+    note(r->o, r->who, why);
+}
+
+static void out_log(int level, const char *msg, void *data) {
+    outcome *o = data;
+    if (level == HILOCK_LOG_WARNING && strstr(msg, "subscribe refused") && strstr(msg, "'unsubscribe'"))
+        o->unsub_refused++;
+    if (level == HILOCK_LOG_WARNING && strstr(msg, "cannot read maxmemory-policy") && strstr(msg, "'info'"))
+        o->info_refused++;
+}
+
+static int start(hilock_client *c, int prim, const char *name, hilock_acquire_opts *o, cbref *ref,
+                 int reader) {
+    switch (prim) {
+    case P_MUTEX: return hilock_acquire(c, name, o, out_acquired, ref, NULL);
+    case P_SEM: return hilock_semaphore_acquire(c, name, 1, 1, o, out_acquired, ref, NULL);
+    case P_RW:
+        return reader ? hilock_read_acquire(c, name, o, out_acquired, ref, NULL)
+                      : hilock_write_acquire(c, name, o, out_acquired, ref, NULL);
+    default: return hilock_fair_acquire(c, name, o, out_acquired, ref, NULL);
+    }
+}
+
+static int all_called(const outcome *o, int who) {
+    for (int p = 0; p < NPRIMS; p++)
+        if (o->calls[who][p] == 0) return 0;
+    return 1;
+}
+
+static void loop_until_called(lockenv *e, outcome *o, int who, int ms) {
+    long long end = test_now_ms() + ms;
+    while (!all_called(o, who) && test_now_ms() < end) test_loop_for(e->base, 10);
+}
+
+static void release_all(lockenv *e, outcome *o, int who, cbref refs[][NPRIMS]) {
+    for (int p = 0; p < NPRIMS; p++) {
+        if (o->hold[who][p] == NULL) continue;
+        o->rel_expected++;
+        cr_assert_eq(hilock_release(o->hold[who][p], out_released, &refs[who][p]), 0);
+        o->hold[who][p] = NULL;
+    }
+    long long end = test_now_ms() + 2000;
+    while (o->rel_calls < o->rel_expected && test_now_ms() < end) test_loop_for(e->base, 10);
+}
+
+/* Client A takes each primitive (the read side of the read-write lock),
+ * with a lease of 300 ms that its watchdog renews; client B waits for each
+ * (so it subscribes); A releases, B gets them by its wakeups, and releases.
+ * Every callback is counted: each request gets exactly one. */
+static void run_prims(lockenv *e, const char *url, outcome *o) {
+    static const char *const names[NPRIMS] = {"acl-m", "acl-s", "acl-rw", "acl-f"};
+    cbref refs[2][NPRIMS];
+    memset(o, 0, sizeof(*o));
+    for (int who = 0; who < 2; who++) {
+        hilock_config cfg;
+        lockenv_config(&cfg, url);
+        cfg.log_cb = out_log;
+        cfg.log_data = o;
+        o->cl[who] = lockenv_client_cfg(e, &cfg);
+        for (int p = 0; p < NPRIMS; p++) refs[who][p] = (cbref){o, who, p};
+    }
+    hilock_acquire_opts oa = opts_wait_lease(1000, 300), ob = opts_wait_lease(1500, 300);
+    oa.lost_cb = ob.lost_cb = out_lost;
+    for (int p = 0; p < NPRIMS; p++) {
+        oa.lost_data = &refs[0][p];
+        cr_assert_eq(start(o->cl[0], p, names[p], &oa, &refs[0][p], 1), 0);
+    }
+    loop_until_called(e, o, 0, 2000);
+    for (int p = 0; p < NPRIMS; p++) {
+        ob.lost_data = &refs[1][p];
+        cr_assert_eq(start(o->cl[1], p, names[p], &ob, &refs[1][p], 0), 0);
+    }
+    test_loop_for(e->base, 400); /* B subscribed; A renewed, or its lease ran out */
+    release_all(e, o, 0, refs);
+    loop_until_called(e, o, 1, 2500);
+    release_all(e, o, 1, refs);
+    test_loop_for(e->base, 250); /* B's subscriptions linger 100 ms, then go */
+    for (int who = 0; who < 2; who++) hilock_client_free(o->cl[who]);
+    for (int who = 0; who < 2; who++)
+        for (int p = 0; p < NPRIMS; p++)
+            cr_expect_eq(o->calls[who][p], 1, "client %d, %s: %d acquire callbacks", who, names[p],
+                         o->calls[who][p]);
+    cr_expect_eq(o->rel_calls, o->rel_expected, "release callbacks");
+}
+
+/* Is `key` a lock (what a lease covers), not a fence, queue or marker? */
+static int is_lock_key(const char *key) {
+    static const char *const ends[] = {"}", "}:sem", "}:rw", "}:rwr", "}:fair"};
+    size_t len = strlen(key);
+    for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++)
+        if (len > strlen(ends[i]) && strcmp(key + len - strlen(ends[i]), ends[i]) == 0) return 1;
+    return 0;
+}
+
+/* Keys of `r` without a TTL; each lock key still there is counted in
+ * *locks (every lease, 300 ms, has run out by now). */
+static int keys_for_ever(const test_redis *r, int *locks, const char *why) {
+    int n = 0;
+    redisContext *k = test_redis_connect(r);
+    cr_assert_not_null(k);
+    redisReply *keys = redisCommand(k, "KEYS hilock:*");
+    cr_assert(keys && keys->type == REDIS_REPLY_ARRAY);
+    for (size_t i = 0; i < keys->elements; i++) {
+        const char *key = keys->element[i]->str;
+        redisReply *ttl = redisCommand(k, "PTTL %s", key);
+        long long ms = ttl && ttl->type == REDIS_REPLY_INTEGER ? ttl->integer : -3;
+        freeReplyObject(ttl);
+        if (ms == -1) n++;
+        if (is_lock_key(key)) {
+            (*locks)++;
+            cr_expect(0, "%s: lock %s left behind (PTTL %lld)", why, key, ms);
+        }
+    }
+    freeReplyObject(keys);
+    redisFree(k);
+    return n;
+}
+
+/* No lock left behind once the leases have run out. A script that the ACL
+ * stopped halfway (Redis does not roll it back) may leave a helper key
+ * without a TTL (a semaphore's :sem:h, a fair lock's :fair:p): the next
+ * acquire of that name by a user with the whole rule must clean it. */
+static void expect_nothing_left(lockenv *e, const char *why) {
+    int locks = 0;
+    test_msleep(400);
+    if (keys_for_ever(&e->r, &locks, why) == 0) return;
+    outcome o;
+    char url[128];
+    acl_user(&e->r, "healer", standalone_rule, -1, NULL);
+    user_url(url, sizeof(url), "healer", &e->r, NULL);
+    run_prims(e, url, &o);
+    cr_expect_eq(o.eauth + o.other, 0, "%s: the full rule failed after it: %s", why, o.first);
+    test_msleep(400);
+    cr_expect_eq(keys_for_ever(&e->r, &locks, why), 0,
+                 "%s: keys without a TTL stay after the names were used again", why);
+}
+
+/* Exactly the rule: every primitive works, no error at all. */
+Test(acl, standalone_rule_serves_every_primitive, .timeout = 30) {
+    lockenv e;
+    outcome o;
+    char url[128];
+    lockenv_start(&e);
+    acl_user(&e.r, "hilock", standalone_rule, -1, NULL);
+    user_url(url, sizeof(url), "hilock", &e.r, NULL);
+    run_prims(&e, url, &o);
+    cr_expect_eq(o.eauth + o.other + o.lost, 0, "errors with the full rule: %d EAUTH (%s), %d other, %d lost",
+                 o.eauth, o.first, o.other, o.lost);
+    for (int who = 0; who < 2; who++)
+        for (int p = 0; p < NPRIMS; p++) cr_expect_eq(o.status[who][p], 0);
+    expect_nothing_left(&e, "full rule");
+    lockenv_stop(&e);
+}
+
+/* Each permission in turn taken away: some request ends with HILOCK_EAUTH
+ * naming it, no other error hides it, and nothing is left in Redis. */
+static void check_missing(int from, int to) {
+    lockenv e;
+    lockenv_start(&e);
+    for (int i = from; i < to && standalone_rule[i]; i++) {
+        outcome o;
+        char user[32], url[128];
+        snprintf(user, sizeof(user), "no%d", i);
+        acl_user(&e.r, user, standalone_rule, i, NULL);
+        user_url(url, sizeof(url), user, &e.r, NULL);
+        run_prims(&e, url, &o);
+        if (strcmp(standalone_rule[i], "+unsubscribe") == 0) {
+            /* Nothing fails: subscriptions stay until the connection goes. */
+            cr_expect_gt(o.unsub_refused, 0, "without +unsubscribe: no warning");
+            cr_expect_eq(o.eauth + o.other, 0, "without +unsubscribe: %s", o.first);
+        } else if (strcmp(standalone_rule[i], "+info") == 0) {
+            /* A check that cannot be made: warned at connect, and served. */
+            cr_expect_gt(o.info_refused, 0, "without +info: no warning");
+            cr_expect_eq(o.eauth + o.other, 0, "without +info: %s", o.first);
+        } else {
+            cr_expect_gt(o.eauth, 0, "without %s: no HILOCK_EAUTH (%d other errors)",
+                         standalone_rule[i], o.other);
+            cr_expect(names_perm(o.first, standalone_rule[i]),
+                      "without %s, the error does not name it: \"%s\"", standalone_rule[i], o.first);
+        }
+        expect_nothing_left(&e, standalone_rule[i]);
+        redisReply *rep = test_redis_cmd(&e.r, "FLUSHALL"); /* the next user starts afresh */
+        if (rep) freeReplyObject(rep);
+    }
+    lockenv_stop(&e);
+}
+
+Test(acl, missing_patterns_and_commands, .timeout = 60) { check_missing(0, 8); }
+Test(acl, missing_script_commands_1, .timeout = 60) { check_missing(8, 19); }
+Test(acl, missing_script_commands_2, .timeout = 60) { check_missing(19, 40); }
+
+/* ---- The exclusion check and a fault, with exactly the rule --------------- */
+
+#define EX_PROCS 2
+#define EX_WAITERS 1500
+
+static void ex_run(lockenv *e, const char *url, resource *res, int waiters, int kill_every_ms) {
+    worker w = {res, waiters, 0, 0, 0};
+    hilock_client *c = lockenv_client_url(e, url, 0);
+    for (int i = 0; i < waiters; i++)
+        cr_assert_eq(hilock_acquire(c, "acl-exclusion", NULL, exclusion_acquired, &w, NULL), 0);
+    long long end = test_now_ms() + 30000, next_kill = test_now_ms() + kill_every_ms;
+    int kills = 0;
+    while (!w.done && test_now_ms() < end) {
+        test_loop_for(e->base, 5);
+        if (kill_every_ms && test_now_ms() >= next_kill) {
+            /* Every connection of the user, command and subscriber alike:
+             * requests go again on new connections, AUTH and all. */
+            kills += test_redis_int(&e->r, "CLIENT KILL USER hilock") > 0;
+            next_kill = test_now_ms() + kill_every_ms;
+        }
+    }
+    cr_expect_geq(kills, 3, "only %d kills under contention", kills);
+    cr_assert_eq(w.callbacks, waiters, "each waiter gets exactly one callback");
+    hilock_client_free(c);
+}
+
+/* Processes and waiters contend for one name as the user "hilock" with
+ * exactly the rule, while this process kills all of that user's
+ * connections every 40 ms: one holder at a time, fences in order, no
+ * error, nothing left. */
+Test(acl, standalone_rule_exclusion_under_client_kill, .timeout = 60) {
+    lockenv e;
+    char url[128];
+    lockenv_start(&e);
+    acl_user(&e.r, "hilock", standalone_rule, -1, NULL);
+    user_url(url, sizeof(url), "hilock", &e.r, NULL);
+    resource *res = mmap(NULL, sizeof(*res), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(res, MAP_FAILED);
+    memset((void *)res, 0, sizeof(*res));
+    pid_t kids[EX_PROCS];
+    for (int p = 0; p < EX_PROCS; p++) {
+        kids[p] = fork();
+        cr_assert_geq(kids[p], 0);
+        if (kids[p] == 0) {
+            lockenv ce = lockenv_child(&e);
+            worker w = {res, EX_WAITERS, 0, 0, 0};
+            hilock_client *c = lockenv_client_url(&ce, url, 0);
+            for (int i = 0; i < EX_WAITERS; i++)
+                hilock_acquire(c, "acl-exclusion", NULL, exclusion_acquired, &w, NULL);
+            test_loop_until(ce.base, &w.done, 30000);
+            hilock_client_free(c);
+            event_base_free(ce.base);
+            _exit(w.callbacks == EX_WAITERS && w.done ? 0 : 1);
+        }
+    }
+    ex_run(&e, url, res, EX_WAITERS, 40);
+    for (int p = 0; p < EX_PROCS; p++) {
+        int st = 0;
+        cr_assert_eq(waitpid(kids[p], &st, 0), kids[p]);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker process %d failed", p);
+    }
+    long total = (EX_PROCS + 1) * EX_WAITERS;
+    cr_expect_eq(res->errors, 0);
+    cr_expect_eq(res->overlaps, 0, "two holders at once");
+    cr_expect_eq(res->fence_regressions, 0, "fencing tokens must strictly increase");
+    cr_expect_eq(res->counter, total, "counter %ld, expected %ld", res->counter, total);
+    cr_expect_eq(lock_exists(&e.r, "acl-exclusion"), 0, "no lock left behind");
+    munmap((void *)res, sizeof(*res));
+    lockenv_stop(&e);
+}
+
+/* ---- db != 0 needs +select, wait_replicas needs +wait -------------------- */
+
+static got acquire_cfg(lockenv *e, const hilock_config *cfg, hilock_client **out) {
+    *out = lockenv_client_cfg(e, cfg);
+    hilock_acquire_opts o = opts_wait_lease(800, 300);
+    return acquire_now(e, *out, "acl-extra", &o);
+}
+
+Test(acl, select_and_wait, .timeout = 30) {
+    static const char *const with_select[] = {"+select", NULL};
+    static const char *const with_wait[] = {"+wait", NULL};
+    lockenv e;
+    hilock_config cfg;
+    hilock_client *c;
+    char url[128];
+    lockenv_start(&e);
+
+    /* db 1 with +select: served there; without: refused at connect. */
+    acl_user(&e.r, "sel", standalone_rule, -1, with_select);
+    user_url(url, sizeof(url), "sel", &e.r, "/1");
+    lockenv_config(&cfg, url);
+    got g = acquire_cfg(&e, &cfg, &c);
+    cr_expect_eq(g.status, 0, "db 1 with +select: %s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
+    if (g.status == 0) cr_expect_eq(release_now(&e, g.hold), 0);
+    hilock_client_free(c);
+    acl_user(&e.r, "nosel", standalone_rule, -1, NULL);
+    user_url(url, sizeof(url), "nosel", &e.r, "/1");
+    lockenv_config(&cfg, url);
+    g = acquire_cfg(&e, &cfg, &c);
+    cr_expect_eq(g.status, HILOCK_EAUTH, "db 1 without +select: %s", hilock_strerror(g.status));
+    cr_expect(strstr(hilock_client_errstr(c), "'select'") != NULL, "%s", hilock_client_errstr(c));
+    hilock_client_free(c);
+
+    /* wait_replicas 1 (there is no replica) with +wait: WAIT ran and
+     * counted none; without +wait: HILOCK_EAUTH naming it. Either way the
+     * lock was given back. */
+    acl_user(&e.r, "wt", standalone_rule, -1, with_wait);
+    user_url(url, sizeof(url), "wt", &e.r, NULL);
+    lockenv_config(&cfg, url);
+    cfg.wait_replicas = 1;
+    cfg.wait_timeout_ms = 10;
+    g = acquire_cfg(&e, &cfg, &c);
+    cr_expect_eq(g.status, HILOCK_EREPLICAS, "with +wait: %s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
+    test_loop_for(e.base, 100); /* the give-back */
+    cr_expect_eq(lock_exists(&e.r, "acl-extra"), 0, "the lock too few replicas confirmed is given back");
+    hilock_client_free(c);
+    acl_user(&e.r, "nowt", standalone_rule, -1, NULL);
+    user_url(url, sizeof(url), "nowt", &e.r, NULL);
+    lockenv_config(&cfg, url);
+    cfg.wait_replicas = 1;
+    g = acquire_cfg(&e, &cfg, &c);
+    cr_expect_eq(g.status, HILOCK_EAUTH, "without +wait: %s", hilock_strerror(g.status));
+    cr_expect(strstr(hilock_client_errstr(c), "'wait'") != NULL, "%s", hilock_client_errstr(c));
+    test_loop_for(e.base, 100); /* the give-back */
+    cr_expect_eq(lock_exists(&e.r, "acl-extra"), 0, "the lock WAIT was refused for is given back (PTTL %lld)",
+                 test_redis_int(&e.r, "PTTL %s", prim_key("acl-extra", "")));
+    hilock_client_free(c);
+    lockenv_stop(&e);
+}
+
+/* ---- The operator: hilock_break ------------------------------------------- */
+
+static const char *const break_rule[] = {"~hilock:*", "&hilock:*", "+eval", "+evalsha", "+info",
+                                         "+hget", "+del", "+publish", NULL};
+
+static void broke(int status, uint64_t fence, void *data) {
+    got *g = data;
+    (void)fence;
+    g->calls++;
+    g->status = status;
+}
+
+Test(acl, break_rule, .timeout = 30) {
+    lockenv e;
+    char url[128];
+    lockenv_start(&e);
+    hilock_client *holder = lockenv_client(&e);
+    hilock_acquire_opts o = opts_wait_lease(1000, 5000);
+    got held = acquire_now(&e, holder, "acl-break", &o);
+    cr_assert_eq(held.status, 0);
+    for (int skip = -1; break_rule[skip + 1] != NULL || skip == -1; skip++) {
+        char user[16];
+        snprintf(user, sizeof(user), "op%d", skip + 1);
+        acl_user(&e.r, user, break_rule, skip, NULL);
+        user_url(url, sizeof(url), user, &e.r, NULL);
+        hilock_client *op = lockenv_client_url(&e, url, 0);
+        got g = {0, 0, NULL, 0}, g2 = {0, 0, NULL, 0};
+        cr_assert_eq(hilock_break(op, "acl-break", broke, &g), 0);
+        test_loop_until(e.base, &g.calls, 3000);
+        cr_expect_eq(g.calls, 1);
+        /* A second break on the connection goes as EVALSHA (the first was
+         * EVAL): its refusal counts if the first passed. */
+        cr_assert_eq(hilock_break(op, "acl-break", broke, &g2), 0);
+        test_loop_until(e.base, &g2.calls, 3000);
+        cr_expect_eq(g2.calls, 1);
+        if (g.status == 0) g.status = g2.status;
+        if (skip == -1 || strcmp(break_rule[skip], "+info") == 0) { /* +info: a warning only */
+            cr_expect_eq(g.status, 0, "the operator's rule: %s (%s)", hilock_strerror(g.status),
+                         hilock_client_errstr(op));
+            cr_expect_eq(lock_exists(&e.r, "acl-break"), 0);
+        } else {
+            cr_expect_eq(g.status, HILOCK_EAUTH, "without %s: %s (%s)", break_rule[skip],
+                         hilock_strerror(g.status), hilock_client_errstr(op));
+            cr_expect(names_perm(hilock_client_errstr(op), break_rule[skip]),
+                      "without %s: \"%s\"", break_rule[skip], hilock_client_errstr(op));
+        }
+        hilock_client_free(op);
+        if (lock_exists(&e.r, "acl-break") == 0) { /* take it again */
+            if (held.hold) hilock_client_free(holder), holder = lockenv_client(&e);
+            held = acquire_now(&e, holder, "acl-break", &o);
+            cr_assert_eq(held.status, 0);
+        }
+    }
+    hilock_client_free(holder);
+    lockenv_stop(&e);
+}
+
+/* ---- Redis Cluster, sharded pub/sub -------------------------------------- */
+
+static int give_back_in(struct event_base *base, hilock_hold *h) {
+    rel r = {0, 0};
+    cr_assert_eq(hilock_release(h, rel_cb, &r), 0);
+    test_loop_until(base, &r.calls, 5000);
+    cr_assert_eq(r.calls, 1);
+    return r.status;
+}
+
+/* The cluster rule: the standalone one with sharded pub/sub in place of
+ * classic, and the slot map (CLUSTER SLOTS) and ASKING. */
+static const char *const cluster_rule[] = {
+    "~hilock:*", "&hilock:*",
+    "+eval", "+evalsha", "+info", "+cluster|slots", "+asking",
+    "+ssubscribe", "+sunsubscribe", "+spublish",
+    "+time", "+get", "+set", "+del", "+exists", "+pexpire", "+pexpireat", "+pttl",
+    "+hget", "+hset", "+hmget", "+hdel", "+hexists", "+hincrby",
+    "+zadd", "+zcard", "+zpopmin", "+zrange", "+zrangebyscore", "+zrem", "+zremrangebyscore",
+    "+zscore",
+    NULL};
+
+static int rule_index(const char *const *rule, const char *perm) {
+    for (int i = 0; rule[i]; i++)
+        if (strcmp(rule[i], perm) == 0) return i;
+    return -1;
+}
+
+static void cluster_user(test_cluster *cl, const char *user, int skip) {
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) acl_user(&cl->node[i], user, cluster_rule, skip, NULL);
+}
+
+static hilock_client *cluster_user_client(clusterenv *e, const char *user, const test_redis *seed,
+                                          hilock_log_cb log, void *log_data) {
+    hilock_config cfg;
+    char url[128];
+    user_url(url, sizeof(url), user, seed, NULL);
+    cluster_config(&cfg, url);
+    cfg.log_cb = log;
+    cfg.log_data = log_data;
+    return cluster_client_cfg(e, &cfg);
+}
+
+static void count_slots_refused(int level, const char *msg, void *data) {
+    if (level == HILOCK_LOG_WARNING && strstr(msg, "CLUSTER SLOTS refused")) (*(int *)data)++;
+}
+
+/* Two clients of the user "hilock" with exactly the cluster rule (sharded
+ * pub/sub: AUTO picks it on a cluster of 7.0) contend for 4 names while 48
+ * slots, theirs, migrate from one master to another (ASK, ASKING, MOVED):
+ * one holder at a time, fences in order, no error. Then a user without
+ * +ssubscribe has its waiters fail with HILOCK_EAUTH naming it, and one
+ * without +cluster|slots is warned and still served (by MOVED). */
+Test(acl, cluster_rule_exclusion_during_reshard, .timeout = 90) {
+    clusterenv e;
+    clusterenv_start(&e);
+    cluster_user(&e.cl, "hilock", -1);
+    test_redis *src = test_cluster_master_of(&e.cl, 0), *dst = cluster_other_master(&e.cl, src);
+    char names[4][32], src_id[64], dst_id[64], from[32], out[256];
+    cr_assert(src && dst);
+    cluster_node_id(src, src_id, sizeof(src_id));
+    cluster_node_id(dst, dst_id, sizeof(dst_id));
+    for (int i = 0, n = 0; n < 4; i++) { /* names whose slots move */
+        snprintf(names[n], sizeof(names[n]), "acl-rs-%d", i);
+        if (cluster_slot_of(names[n]) < 48) n++;
+    }
+    hilock_client *a = cluster_user_client(&e, "hilock", &e.cl.node[0], NULL, NULL);
+    hilock_client *b = cluster_user_client(&e, "hilock", &e.cl.node[3], NULL, NULL);
+    static turn turns[400];
+    shared s;
+    memset(&s, 0, sizeof(s));
+    s.base = e.base;
+    s.hold_ms = 5;
+    s.ca = a;
+    snprintf(from, sizeof(from), "127.0.0.1:%d", src->port);
+    snprintf(out, sizeof(out), "%s/reshard.out", e.cl.node[0].dir);
+    char *argv[] = {"redis-cli", "--cluster", "reshard", from, "--cluster-from", src_id,
+                    "--cluster-to", dst_id, "--cluster-slots", "48", "--cluster-yes", NULL};
+    pid_t pid = -1;
+    for (int i = 0; i < 400; i++) {
+        turns[i].s = &s;
+        turns[i].idx = i % 4;
+        cr_assert_eq(hilock_acquire(i % 2 ? a : b, names[i % 4], NULL, turn_granted, &turns[i], NULL), 0);
+        if (i == 40) {
+            test_loop_for(e.base, 20);
+            pid = test_spawn(argv, NULL, out, NULL);
+        }
+    }
+    long long t0 = test_now_ms();
+    int rc = -1;
+    while ((s.done < 400 || rc == -1) && test_now_ms() - t0 < 60000) {
+        test_loop_for(e.base, 20);
+        if (rc == -1) rc = test_wait(pid, 0);
+    }
+    char log[4096];
+    cr_expect_eq(rc, 0, "redis-cli --cluster reshard: %d\n%s", rc, test_slurp(out, log, sizeof(log)));
+    cr_expect_eq(s.done, 400, "%d of 400 ended", s.done);
+    cr_expect_eq(s.errors, 0, "%d errors, the first %s: %s", s.errors, hilock_strerror(s.first_error),
+                 s.first_errstr);
+    cr_expect_eq(s.overlaps, 0, "two holders at once");
+    cr_expect_eq(s.regressions, 0, "fences out of order");
+    cr_expect_eq(s.granted, 400);
+    cr_log_info("reshard as an ACL user: %lld ASKING", stat_calls(dst, "asking"));
+    hilock_client_free(a);
+    hilock_client_free(b);
+
+    /* Without +ssubscribe: the holder is served, its waiter is not woken
+     * (it could never be): HILOCK_EAUTH, at once, naming the command. */
+    cluster_user(&e.cl, "nossub", rule_index(cluster_rule, "+ssubscribe"));
+    a = cluster_user_client(&e, "nossub", &e.cl.node[0], NULL, NULL);
+    b = cluster_user_client(&e, "nossub", &e.cl.node[0], NULL, NULL);
+    got ga = {0, 0, NULL, 0}, gb = {0, 0, NULL, 0};
+    hilock_acquire_opts o = opts_wait(5000);
+    cr_assert_eq(hilock_acquire(a, "acl-ss", &o, got_cb, &ga, NULL), 0);
+    test_loop_until(e.base, &ga.calls, 5000);
+    cr_assert_eq(ga.status, 0, "%s (%s)", hilock_strerror(ga.status), hilock_client_errstr(a));
+    long long t1 = test_now_ms();
+    cr_assert_eq(hilock_acquire(b, "acl-ss", &o, got_cb, &gb, NULL), 0);
+    test_loop_until(e.base, &gb.calls, 6000);
+    cr_expect_eq(gb.calls, 1);
+    cr_expect_eq(gb.status, HILOCK_EAUTH, "without +ssubscribe: %s", hilock_strerror(gb.status));
+    cr_expect_lt(gb.at_ms - t1, 2000, "the waiter waited %lld ms for a wakeup that cannot come",
+                 gb.at_ms - t1);
+    cr_expect(strstr(hilock_client_errstr(b), "'ssubscribe'") && strstr(hilock_client_errstr(b), "channel hilock:"),
+              "\"%s\"", hilock_client_errstr(b));
+    if (ga.status == 0) cr_expect_eq(give_back_in(e.base, ga.hold), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+
+    /* Without +cluster|slots: a warning, and the locks still work. */
+    int warned = 0;
+    cluster_user(&e.cl, "noslots", rule_index(cluster_rule, "+cluster|slots"));
+    a = cluster_user_client(&e, "noslots", &e.cl.node[0], count_slots_refused, &warned);
+    for (int i = 0; i < 4; i++) {
+        got g = {0, 0, NULL, 0};
+        cr_assert_eq(hilock_acquire(a, names[i], &o, got_cb, &g, NULL), 0);
+        test_loop_until(e.base, &g.calls, 5000);
+        cr_expect_eq(g.status, 0, "without +cluster|slots: %s (%s)", hilock_strerror(g.status),
+                     hilock_client_errstr(a));
+        if (g.status == 0) cr_expect_eq(give_back_in(e.base, g.hold), 0);
+    }
+    cr_expect_eq(warned, 1, "%d warnings of a refused CLUSTER SLOTS", warned);
+    hilock_client_free(a);
+
+    /* A slot that migrates, where the name's key is on neither side: its
+     * owner answers ASK, and the request goes to the importing node behind
+     * ASKING. With the rule: served. Without +asking: HILOCK_EAUTH naming
+     * it, not a bounce until the hop limit. (A break, whose script has one
+     * key: with several, all missing, the importing node says TRYAGAIN
+     * until the migration ends.) */
+    char slot[8];
+    unsigned sl = cluster_slot_of("acl-ask");
+    snprintf(slot, sizeof(slot), "%u", sl);
+    test_redis *owner = test_cluster_master_of(&e.cl, sl), *to = cluster_other_master(&e.cl, owner);
+    char owner_id[64], to_id[64];
+    cluster_node_id(owner, owner_id, sizeof(owner_id));
+    cluster_node_id(to, to_id, sizeof(to_id));
+    cr_assert(cluster_run_on(to, "CLUSTER SETSLOT %s IMPORTING %s", slot, owner_id));
+    cr_assert(cluster_run_on(owner, "CLUSTER SETSLOT %s MIGRATING %s", slot, to_id));
+    cluster_user(&e.cl, "noasking", rule_index(cluster_rule, "+asking"));
+    const char *ask_users[2] = {"hilock", "noasking"};
+    for (int u = 0; u < 2; u++) {
+        long long asked = stat_calls(to, "asking");
+        a = cluster_user_client(&e, ask_users[u], &e.cl.node[0], NULL, NULL);
+        got g = {0, 0, NULL, 0};
+        cr_assert_eq(hilock_break(a, "acl-ask", broke, &g), 0);
+        test_loop_until(e.base, &g.calls, 6000);
+        cr_expect_eq(g.calls, 1);
+        if (u == 0) {
+            cr_expect_eq(g.status, 0, "ASK with the rule: %s (%s)", hilock_strerror(g.status), hilock_client_errstr(a));
+            cr_expect_gt(stat_calls(to, "asking"), asked, "no ASKING sent");
+        } else {
+            cr_expect_eq(g.status, HILOCK_EAUTH, "ASK without +asking: %s (%s)", hilock_strerror(g.status),
+                         hilock_client_errstr(a));
+            cr_expect(strstr(hilock_client_errstr(a), "'asking'") != NULL, "\"%s\"", hilock_client_errstr(a));
+        }
+        hilock_client_free(a);
+    }
+    clusterenv_stop(&e);
+}
+
+/* ---- Sentinel --------------------------------------------------------------- */
+
+/* The master's rule under Sentinel is the standalone one and +role (hilock
+ * checks that the node the sentinels name says master). Without +role:
+ * HILOCK_EAUTH naming it. The sentinels are asked without credentials (as
+ * their default user). */
+Test(acl, sentinel_rule, .timeout = 60) {
+    static const char *const with_role[] = {"+role", NULL};
+    test_sentinel s;
+    lockenv e;
+    memset(&s, 0, sizeof(s));
+    memset(&e, 0, sizeof(e));
+    cr_assert_eq(test_sentinel_start(&s), 0, "the sentinels did not start");
+    lockenv_loop(&e);
+    const char *users[2] = {"hilock", "norole"};
+    for (int u = 0; u < 2; u++) {
+        for (int i = 0; i < 2; i++) acl_user(&s.node[i], users[u], standalone_rule, -1, u == 0 ? with_role : NULL);
+        char url[320];
+        /* redis-sentinel://user:pw@S1,S2,S3#hlmaster */
+        snprintf(url, sizeof(url), "redis-sentinel://%s:pw@%s", users[u], s.url + strlen("redis-sentinel://"));
+        hilock_client *c = lockenv_client_url(&e, url, 0);
+        hilock_acquire_opts o = opts_wait_lease(1500, 2000);
+        got g = acquire_now(&e, c, "acl-sentinel", &o);
+        if (u == 0) {
+            cr_expect_eq(g.status, 0, "the Sentinel rule: %s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
+            if (g.status == 0) cr_expect_eq(release_now(&e, g.hold), 0);
+        } else {
+            cr_expect_eq(g.status, HILOCK_EAUTH, "without +role: %s", hilock_strerror(g.status));
+            cr_expect(strstr(hilock_client_errstr(c), "'role'") != NULL, "\"%s\"", hilock_client_errstr(c));
+        }
+        hilock_client_free(c);
+    }
+    test_sentinel_stop(&s);
+    event_base_free(e.base);
+}
