@@ -581,3 +581,33 @@ Test(attack14, slow_replies_warned_once_a_second) {
     check_idle(&s, "slow");
     hilock_client_free(c);
 }
+
+/* A user that may not subscribe (ACL channels): waiters poll by their
+ * fallback timer; the refusal is a warning, but not one per attempt. */
+Test(attack14, subscribe_refused_is_not_spam) {
+    redisReply *rep = test_redis_cmd(&e.r, "ACL SETUSER nosub on >pw ~* resetchannels +@all");
+    cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "ACL SETUSER refused");
+    freeReplyObject(rep);
+    char url[128];
+    snprintf(url, sizeof(url), "redis://nosub:pw@127.0.0.1:%d", e.r.port);
+    counter k = {0, 0, ""};
+    hilock_config cfg;
+    lockenv_config(&cfg, url);
+    cfg.log_cb = count_log;
+    cfg.log_data = &k;
+    hilock_client *a = lockenv_client(&e), *c = lockenv_client_cfg(&e, &cfg);
+    got ga = acquire_now(&e, a, "nosub", NULL);
+    cr_assert_eq(ga.status, 0);
+    keeper kw = {0};
+    hilock_acquire_opts op = opts_wait(2500);
+    cr_assert_eq(hilock_acquire(c, "nosub", &op, keep_cb, &kw, NULL), 0);
+    test_loop_until(e.base, &kw.calls, 3500);
+    cr_assert_eq(kw.calls, 1);
+    cr_assert_leq(k.warnings, 3, "%d warnings in 2.5 s, last: %s", k.warnings, k.last);
+    hilock_stats s = stats_of(c);
+    check_idle(&s, "nosub");
+    cr_assert_eq(s.timeouts, 1);
+    release_now(&e, ga.hold);
+    hilock_client_free(c);
+    hilock_client_free(a);
+}
