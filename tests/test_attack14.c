@@ -7,6 +7,7 @@
 #include <event2/event.h>
 #include "support/lockenv.h"
 #include "support/promcheck.h"
+#include "support/nginx.h"
 
 static lockenv e;
 static void setup(void) { lockenv_start_debuggable(&e); }
@@ -610,4 +611,108 @@ Test(attack14, subscribe_refused_is_not_spam) {
     release_now(&e, ga.hold);
     hilock_client_free(c);
     hilock_client_free(a);
+}
+
+/* ---- nginx's hilock_stats ------------------------------------------------- */
+
+static test_nginx ngx;
+static char scrape[1 << 20];
+
+static void ngx_setup(void) {
+    test_http_rlimit();
+    lockenv_start(&e);
+}
+static void ngx_teardown(void) {
+    test_nginx_free(&ngx);
+    lockenv_stop(&e);
+}
+
+TestSuite(attack14_nginx, .init = ngx_setup, .fini = ngx_teardown, .timeout = 40);
+
+/* GET /metrics, checked by promtool; the body. */
+static char *scrape_checked(void) {
+    char *body, said[4096];
+    int st = test_http_fetch(ngx.port, "GET /metrics HTTP/1.0\r\nHost: t\r\n\r\n", scrape,
+                             sizeof(scrape), &body, 5000);
+    cr_assert_eq(st, 200, "GET /metrics: %d", st);
+    int rc = promcheck(body, strlen(body), said, sizeof(said));
+    cr_assert_eq(rc, 0, "promtool: %d: %s\n%.2000s", rc, said, body);
+    return body;
+}
+
+/* Lines of `body` that start with `prefix`, and whether two are the same
+ * series (the same name and labels): Prometheus drops such a scrape's
+ * samples ("duplicate sample"), which promtool does not check. */
+static int duplicate_series(const char *body, const char *prefix, char *dup, size_t n) {
+    const char *lines[64];
+    size_t lens[64];
+    int k = 0;
+    for (const char *l = body; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+        if (strncmp(l, prefix, strlen(prefix)) != 0) continue;
+        const char *sp = strchr(l, '}');
+        if (sp == NULL || k == 64) continue;
+        lens[k] = (size_t)(sp - l);
+        lines[k++] = l;
+    }
+    for (int i = 0; i < k; i++)
+        for (int j = i + 1; j < k; j++)
+            if (lens[i] == lens[j] && memcmp(lines[i], lines[j], lens[i]) == 0) {
+                snprintf(dup, n, "%.*s", (int)lens[i], lines[i]);
+                return 1;
+            }
+    return 0;
+}
+
+/* A hilock_redis name= of 200 "é" (400 bytes): the label is cut to fit its
+ * slot, and must not be cut inside a character (promtool rejects invalid
+ * UTF-8); nor may a byte that is not UTF-8 pass. */
+Test(attack14_nginx, long_utf8_name_label_stays_valid) {
+    static const char *const tails[] = {"", "x"}; /* both parities of the cut */
+    for (int t = 0; t < 2; t++) {
+        char http[1024], *p = http;
+        p += sprintf(p, "hilock_redis %s name=%s", e.r.url, tails[t]);
+        for (int i = 0; i < 200; i++) p += sprintf(p, "\xc3\xa9");
+        sprintf(p, ";");
+        cr_assert_eq(test_nginx_start(&ngx, 1, http, "location = /metrics { hilock_stats; }"), 0);
+        scrape_checked();
+        cr_assert_eq(test_nginx_quit(&ngx, 10000), 0);
+        test_nginx_free(&ngx);
+    }
+    char http[256];
+    snprintf(http, sizeof(http), "hilock_redis %s name=bad\xff\xfe;", e.r.url);
+    cr_assert_eq(test_nginx_start(&ngx, 1, http, "location = /metrics { hilock_stats; }"), 0);
+    scrape_checked();
+}
+
+/* Two hilock_redis of one URL (http's, and a server's with its own
+ * timeout) are two clients per worker: with one label they would be two
+ * samples of one series (a scrape Prometheus rejects; promtool does not
+ * see it), so nginx -t refuses that; with a name= each, two series. */
+Test(attack14_nginx, two_clients_of_one_url_are_two_series) {
+    char http[256], server[512], dup[512], out[4096];
+    snprintf(http, sizeof(http), "hilock_redis %s timeout=1s;", e.r.url);
+    snprintf(server, sizeof(server),
+             "hilock_redis %s timeout=2s; location = /metrics { hilock_stats; }", e.r.url);
+    cr_assert_neq(test_nginx_check(1, http, server, out, sizeof(out)), 0,
+                  "nginx -t accepts two clients with one label");
+    cr_assert(strstr(out, "share the label") != NULL, "nginx -t said:\n%s", out);
+    snprintf(http, sizeof(http), "hilock_redis %s timeout=1s name=one;", e.r.url);
+    snprintf(server, sizeof(server),
+             "hilock_redis %s timeout=2s name=two; location = /metrics { hilock_stats; }", e.r.url);
+    cr_assert_eq(test_nginx_start(&ngx, 2, http, server), 0);
+    const char *body = NULL;
+    int k = 0;
+    /* each worker publishes when it starts: wait for all four samples */
+    for (long long until = test_now_ms() + 5000; test_now_ms() < until; test_msleep(100)) {
+        body = scrape_checked();
+        k = 0;
+        for (const char *l = strstr(body, "\nhilock_waiters{"); l; l = strstr(l + 1, "\nhilock_waiters{"))
+            k++;
+        if (k == 4) break;
+    }
+    cr_assert_eq(k, 4, "hilock_waiters samples: %d", k);
+    cr_assert_not(duplicate_series(body, "hilock_waiters{", dup, sizeof(dup)),
+                  "two samples of one series: %s", dup);
+    cr_assert_eq(test_nginx_quit(&ngx, 10000), 0);
+    cr_assert_eq(test_nginx_problems(&ngx, out, sizeof(out)), 0, "%s", out);
 }
