@@ -8,6 +8,8 @@
 #include "support/lockenv.h"
 #include "support/promcheck.h"
 #include "support/nginx.h"
+#include "support/sentinelenv.h"
+#include "support/clusterenv.h"
 
 static lockenv e;
 static void setup(void) { lockenv_start_debuggable(&e); }
@@ -715,4 +717,156 @@ Test(attack14_nginx, two_clients_of_one_url_are_two_series) {
                   "two samples of one series: %s", dup);
     cr_assert_eq(test_nginx_quit(&ngx, 10000), 0);
     cr_assert_eq(test_nginx_problems(&ngx, out, sizeof(out)), 0, "%s", out);
+}
+
+/* ---- The handoff histogram ------------------------------------------------- */
+
+/* A release message that led to no grant (the lock was taken again before
+ * the try, here: a message with the lock still held, and the wait that
+ * heard it timing out) must not be "the release message" of a later
+ * grant that no message led to: a free lock taken at once is no handoff. */
+Test(attack14, handoff_is_not_measured_from_a_stale_message) {
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client_url(&e, e.r.url, 5000);
+    got ga = acquire_now(&e, a, "ho", NULL);
+    keeper kb = {0};
+    hilock_acquire_opts op = opts_wait(400);
+    cr_assert_eq(hilock_acquire(b, "ho", &op, keep_cb, &kb, NULL), 0);
+    test_loop_for(e.base, 100);
+    char ch[300];
+    hilock_key("hilock:", "ho", ch, sizeof(ch) - 4);
+    strcat(ch, ":ch");
+    cr_assert_eq(test_redis_int(&e.r, "PUBLISH %s x", ch), 1); /* a release message, no release */
+    test_loop_until(e.base, &kb.calls, 2000);
+    cr_assert_eq(kb.calls, 1);
+    hilock_stats s = stats_of(b);
+    cr_assert_eq(s.timeouts, 1);
+    cr_assert_eq(s.wakeups, 1);
+    release_now(&e, ga.hold);
+    test_loop_for(e.base, 300); /* b keeps the name (linger 5 s) */
+    cr_assert_eq(stats_of(b).names, 1);
+    got gb = acquire_now(&e, b, "ho", NULL); /* free: granted at once */
+    cr_assert_eq(gb.status, 0);
+    s = stats_of(b);
+    cr_assert_eq(s.granted, 1);
+    cr_assert_eq(s.handoff.count, 0, "a handoff of %llu us measured from a message 700 ms old",
+                 (unsigned long long)s.handoff.sum_us);
+    release_now(&e, gb.hold);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* ---- Sentinel: which nodes are listed ------------------------------------ */
+
+static test_sentinel sen;
+static void sen_setup(void) {
+    e.base = NULL;
+    lockenv_loop(&e);
+    cr_assert_eq(test_sentinel_start(&sen), 0, "the sentinels did not start");
+}
+static void sen_teardown(void) {
+    test_sentinel_stop(&sen);
+    if (e.base) event_base_free(e.base);
+    e.base = NULL;
+}
+
+TestSuite(attack14_sentinel, .init = sen_setup, .fini = sen_teardown, .timeout = 40);
+
+/* The nodes of a Sentinel client: the master the sentinels name and the
+ * sentinels; the address-less "to be asked" seed never. Every listed
+ * node's address is a real one, and the totals add up. */
+Test(attack14_sentinel, nodes_are_the_master_and_the_sentinels) {
+    hilock_config cfg;
+    lockenv_config(&cfg, sen.url);
+    cfg.request_timeout_ms = 4000;
+    hilock_client *c = lockenv_client_cfg(&e, &cfg);
+    hilock_stats s = stats_of(c); /* before the master is known */
+    for (unsigned i = 0; i < s.nnodes; i++)
+        cr_assert(strncmp(s.node[i].addr, "?", 1) != 0, "node %u: %s", i, s.node[i].addr);
+    got g = acquire_now(&e, c, "sn", NULL);
+    cr_assert_eq(g.status, 0);
+    s = stats_of(c);
+    char master[64], list[1024] = "";
+    snprintf(master, sizeof(master), "127.0.0.1:%d", sen.node[0].port);
+    int found = 0;
+    uint64_t up = 0;
+    for (unsigned i = 0; i < s.nnodes; i++) {
+        found += strcmp(s.node[i].addr, master) == 0;
+        up += (uint64_t)s.node[i].cmd_up + (uint64_t)s.node[i].sub_up;
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof(list) - l, " %s(%d,%d)", s.node[i].addr, s.node[i].cmd_up,
+                 s.node[i].sub_up);
+    }
+    cr_assert_eq(found, 1, "the master %s is listed %d times:%s", master, found, list);
+    cr_assert_eq(s.nnodes, s.nodes_total);
+    cr_assert_eq(up, s.connections_up, "connections_up %llu, nodes say %llu:%s",
+                 (unsigned long long)s.connections_up, (unsigned long long)up, list);
+    /* The master and the three sentinels (the documented list, since the
+     * docs were corrected: they said the master alone). */
+    cr_assert_eq(s.nnodes, 1 + TEST_SENTINELS, "nodes:%s", list);
+    for (int i = 0; i < TEST_SENTINELS; i++) {
+        char at[64];
+        snprintf(at, sizeof(at), "127.0.0.1:%d", sen.sentinel[i].port);
+        cr_assert(strstr(list, at) != NULL, "sentinel %s not listed:%s", at, list);
+    }
+    release_now(&e, g.hold);
+    hilock_client_free(c);
+}
+
+/* ---- Cluster: the nodes listed -------------------------------------------- */
+
+static clusterenv ce;
+static void ce_setup(void) { clusterenv_start(&ce); }
+static void ce_teardown(void) { clusterenv_stop(&ce); }
+
+TestSuite(attack14_cluster, .init = ce_setup, .fini = ce_teardown, .timeout = 40);
+
+/* A client seeded at a replica, by the name "localhost": 30 names over the
+ * three masters, each taken and given back; the books balance, every node
+ * is listed once (no address twice, whatever the seed was called), and
+ * the totals are the nodes' sums. */
+Test(attack14_cluster, nodes_listed_once_books_balance) {
+    char url[64];
+    snprintf(url, sizeof(url), "redis://localhost:%d", ce.cl.node[3].port);
+    hilock_config cfg;
+    cluster_config(&cfg, url);
+    hilock_client *c = cluster_client_cfg(&ce, &cfg);
+    keeper k = {0};
+    for (int round = 0; round < 3; round++) {
+        k.calls = 0;
+        for (int i = 0; i < 10; i++) {
+            char name[16];
+            snprintf(name, sizeof(name), "cn%d", round * 10 + i);
+            cr_assert_eq(hilock_acquire(c, name, NULL, keep_cb, &k, NULL), 0);
+        }
+        for (int t = 0; t < 250 && k.calls < 10; t++) event_base_loop(ce.base, EVLOOP_ONCE);
+        cr_assert_eq(k.calls, 10);
+        release_all(&k);
+    }
+    for (int t = 0; t < 50; t++) {
+        struct timeval tv = {0, 10000};
+        event_base_loopexit(ce.base, &tv);
+        event_base_dispatch(ce.base);
+    }
+    hilock_stats s = stats_of(c);
+    check_idle(&s, "cluster");
+    cr_assert_eq(s.acquires, 30);
+    cr_assert_eq(s.granted, 30);
+    cr_assert_eq(s.nnodes, s.nodes_total);
+    char list[1024] = "";
+    uint64_t up = 0;
+    for (unsigned i = 0; i < s.nnodes; i++) {
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof(list) - l, " %s(%d,%d)", s.node[i].addr, s.node[i].cmd_up,
+                 s.node[i].sub_up);
+        up += (uint64_t)s.node[i].cmd_up + (uint64_t)s.node[i].sub_up;
+        for (unsigned j = 0; j < i; j++)
+            cr_assert_str_neq(s.node[i].addr, s.node[j].addr, "listed twice:%s", list);
+    }
+    cr_log_info("cluster client's nodes:%s", list);
+    cr_assert_eq(up, s.connections_up, "connections_up %llu, nodes %llu:%s",
+                 (unsigned long long)s.connections_up, (unsigned long long)up, list);
+    cr_assert_geq(s.nnodes, 3, "%s", list);
+    const hilock_stats *sp[] = {&s};
+    promtool_ok(sp, NULL, 1);
+    hilock_client_free(c);
 }
