@@ -870,3 +870,86 @@ Test(attack14_cluster, nodes_listed_once_books_balance) {
     promtool_ok(sp, NULL, 1);
     hilock_client_free(c);
 }
+
+/* ---- Freeing from inside callbacks ------------------------------------------ */
+
+typedef struct freer {
+    hilock_client *c;
+    int calls, freed, canceled;
+    hilock_stats before;
+} freer;
+
+static void free_in_cb(hilock_hold *h, int status, void *data) {
+    freer *f = data;
+    (void)h;
+    f->calls++;
+    if (status == HILOCK_ECANCELED) f->canceled++;
+    if (status == 0 && !f->freed) {
+        f->before = stats_of(f->c);
+        f->freed = 1;
+        hilock_client_free(f->c); /* the others get ECANCELED before it returns */
+    }
+}
+
+/* A grantee frees its client with other waits pending, a hold of a second
+ * name live, and a release in flight: every other callback runs once
+ * (ECANCELED) and nothing is touched after the free (ASan). */
+Test(attack14, free_from_a_grant_callback) {
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
+    got ga = acquire_now(&e, a, "fr", NULL);
+    got gb = acquire_now(&e, b, "fr-held", NULL);
+    got gr = acquire_now(&e, b, "fr-rel", NULL);
+    freer f = {b, 0, 0, 0, {0}};
+    for (int i = 0; i < 4; i++) cr_assert_eq(hilock_acquire(b, "fr", NULL, free_in_cb, &f, NULL), 0);
+    test_loop_for(e.base, 100);
+    rel r = {0, 0};
+    cr_assert_eq(hilock_release(gr.hold, rel_cb, &r), 0);
+    release_now(&e, ga.hold);
+    for (int t = 0; t < 100 && f.calls < 4; t++) test_loop_for(e.base, 20);
+    cr_assert_eq(f.calls, 4);
+    cr_assert_eq(f.freed, 1);
+    cr_assert_eq(f.canceled, 3);
+    /* Read in the grantee's callback: its own grant counted, three waiting. */
+    cr_assert_eq(f.before.granted, 3);
+    cr_assert_eq(f.before.waiters, 3);
+    cr_assert_eq(r.calls, 1, "the release of fr-rel was told before the free");
+    cr_assert_eq(f.before.holds, 2, "fr-held and fr: %llu", (unsigned long long)f.before.holds);
+    cr_assert_eq(f.before.acquires, 6);
+    (void)gb;
+    hilock_client_free(a);
+}
+
+static hilock_client *log_victim;
+static int log_freed;
+
+static void free_in_log(int level, const char *msg, void *data) {
+    (void)level; (void)msg; (void)data;
+    if (log_victim == NULL) return;
+    hilock_stats s = stats_of(log_victim);
+    cr_assert_eq(s.connections_up, 0, "connections_up %llu as the loss is told",
+                 (unsigned long long)s.connections_up);
+    hilock_client_free(log_victim);
+    log_victim = NULL;
+    log_freed++;
+}
+
+/* The log callback is a hilock callback: it may read the statistics and
+ * free the client (here on the warning of a lost connection). */
+Test(attack14, free_from_the_log_callback) {
+    hilock_config cfg;
+    lockenv_config(&cfg, e.r.url);
+    cfg.log_cb = free_in_log;
+    hilock_client *c = lockenv_client_cfg(&e, &cfg);
+    keeper k = {0};
+    got g = acquire_now(&e, c, "lg", NULL);
+    cr_assert_eq(g.status, 0);
+    cr_assert_eq(hilock_acquire(c, "lg2", NULL, keep_cb, &k, NULL), 0);
+    cr_assert_eq(hilock_acquire(c, "lg", NULL, keep_cb, &k, NULL), 0);
+    test_loop_for(e.base, 100);
+    log_victim = c;
+    test_redis_kill(&e.r);
+    for (int t = 0; t < 100 && !log_freed; t++) test_loop_for(e.base, 20);
+    cr_assert_eq(log_freed, 1);
+    cr_assert_eq(k.calls, 2, "every pending wait's callback ran");
+    test_loop_for(e.base, 200);
+}
