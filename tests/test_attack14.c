@@ -611,6 +611,7 @@ Test(attack14, subscribe_refused_is_not_spam) {
     check_idle(&s, "nosub");
     cr_assert_eq(s.timeouts, 1);
     release_now(&e, ga.hold);
+    check_drained(c, "nosub drained");
     hilock_client_free(c);
     hilock_client_free(a);
 }
@@ -952,4 +953,56 @@ Test(attack14, free_from_the_log_callback) {
     cr_assert_eq(log_freed, 1);
     cr_assert_eq(k.calls, 2, "every pending wait's callback ran");
     test_loop_for(e.base, 200);
+}
+
+/* A server that goes away and comes back on its port, under a waiter:
+ * each connection's loss is one warning and its return one info; the
+ * node's counters and the gauges say the same; the waiter is served. */
+Test(attack14, server_back_counts_match_the_log) {
+    counter k = {0, 0, ""};
+    hilock_config cfg;
+    lockenv_config(&cfg, e.r.url);
+    cfg.log_cb = count_log;
+    cfg.log_data = &k;
+    hilock_client *c = lockenv_client_cfg(&e, &cfg);
+    keeper kw = {0};
+    hilock_acquire_opts op = opts_wait(8000);
+    cr_assert_eq(hilock_acquire(c, "back", &op, keep_cb, &kw, NULL), 0);
+    test_loop_until(e.base, &kw.calls, 3000);
+    release_all(&kw);
+    kw.calls = 0;
+    /* someone else holds it (no persistence: the restart frees it) */
+    char key[256];
+    hilock_key("hilock:", "back", key, sizeof(key));
+    test_loop_for(e.base, 100);
+    cr_assert_eq(test_redis_int(&e.r, "HSET %s token other fence 1", key), 2);
+    cr_assert_eq(hilock_acquire(c, "back", &op, keep_cb, &kw, NULL), 0);
+    test_loop_for(e.base, 200);
+    hilock_stats s = stats_of(c);
+    cr_assert_eq(s.connections_up, 2);
+    cr_assert_eq(s.subscriptions, 1);
+    int port = e.r.port;
+    test_redis_kill(&e.r);
+    test_loop_for(e.base, 500);
+    s = stats_of(c);
+    cr_assert_eq(s.connections_up, 0);
+    cr_assert_eq(s.connections, 2, "both being made again");
+    cr_assert_eq(s.node[0].disconnects, 2);
+    cr_assert_eq(s.waiters, 1);
+    test_redis_stop(&e.r);
+    cr_assert_eq(test_redis_start(&e.r, port, NULL), 0);
+    test_loop_until(e.base, &kw.calls, 5000);
+    cr_assert_eq(kw.calls, 1);
+    cr_assert_eq(kw.granted, 1);
+    test_loop_for(e.base, 200);
+    s = stats_of(c);
+    cr_assert_eq(s.connections_up, 2);
+    cr_assert_eq(s.node[0].reconnects, 2);
+    cr_assert_eq(s.node[0].connects, 4);
+    cr_assert_eq(s.node[0].disconnects, 2);
+    cr_assert_eq(k.warnings, 2, "%d warnings of %d messages, last: %s", k.warnings, k.n, k.last);
+    cr_assert_eq(k.n, 4, "%d messages, last: %s", k.n, k.last);
+    release_all(&kw);
+    check_drained(c, "back drained");
+    hilock_client_free(c);
 }
