@@ -165,6 +165,11 @@ Test(attack14, stale_shared_grant_retried_keeps_the_books) {
     cr_assert_eq(st.granted, 2);
     hilock_stats s = stats_of(b);
     check_outcomes(&s, "stale");
+    /* The second grant went stale and was tried again: the shared hold
+     * was lost (the first callback's, too), and a second try went out. */
+    cr_assert_eq(s.holds_lost, 1, "holds_lost %llu", (unsigned long long)s.holds_lost);
+    cr_assert_geq(s.tries, 2);
+    cr_assert_eq(s.granted, 2);
     for (int i = 0; i < st.granted; i++) hilock_release(st.held[i], NULL, NULL);
     test_loop_for(e.base, 100);
     s = stats_of(b);
@@ -302,6 +307,17 @@ Test(attack14, close_with_waits_and_holds_balances) {
     hilock_client_free(a);
 }
 
+typedef struct brkrec {
+    int calls, status;
+} brkrec;
+
+static void brk_cb(int status, uint64_t fence, void *data) {
+    brkrec *b = data;
+    (void)fence;
+    b->calls++;
+    b->status = status;
+}
+
 /* A server that is down: every waiter, try or timed, fails; each has one
  * outcome, counted as failed with its code. */
 Test(attack14, econn_for_every_waiter) {
@@ -322,6 +338,20 @@ Test(attack14, econn_for_every_waiter) {
     cr_assert_eq(s.failed, 8, "failed %llu busy %llu timeouts %llu", (unsigned long long)s.failed,
                  (unsigned long long)s.busy, (unsigned long long)s.timeouts);
     cr_assert_eq(s.errors[-HILOCK_ECONN], 8);
+    /* A break's callback is counted by its code too. */
+    brkrec b = {0, 0};
+    cr_assert_eq(hilock_break(c, "d0", brk_cb, &b), 0);
+    test_loop_until(e.base, &b.calls, 3000);
+    cr_assert_eq(b.calls, 1);
+    cr_assert_lt(b.status, 0);
+    hilock_stats s2 = stats_of(c);
+    cr_assert_eq(s2.errors[-b.status], s.errors[-b.status] + 1, "break's %s", hilock_strerror(b.status));
+    cr_assert_eq(s2.acquires, s.acquires, "a break is no acquire");
+    test_loop_for(e.base, 1200); /* the tries still queued fail after request_timeout_ms */
+    check_drained(c, "down, drained");
+    s2 = stats_of(c);
+    cr_log_info("down: connections %llu, failures %llu", (unsigned long long)s2.connections,
+                (unsigned long long)s2.node[0].connect_failures);
     cr_assert_eq(s.nnodes, 1);
     cr_assert_eq(s.nodes_total, 1);
     cr_assert_eq(s.connections_up, 0);
