@@ -287,23 +287,41 @@ Test(attack14, close_with_waits_and_holds_balances) {
     keeper kb = {0};
     got g1 = acquire_now(&e, b, "cl-mine", NULL);
     cr_assert_eq(g1.status, 0);
+    keeper ka = {0};
+    cr_assert_eq(hilock_fair_acquire(a, "cl-fair", NULL, keep_cb, &ka, NULL), 0);
+    cr_assert_eq(hilock_write_acquire(a, "cl-rw", NULL, keep_cb, &ka, NULL), 0);
+    for (int t = 0; t < 100 && ka.calls < 2; t++) test_loop_for(e.base, 20);
+    cr_assert_eq(ka.granted, 2);
+    got g2 = acquire_now(&e, b, "cl-mine2", NULL); /* released by hand, reply not in yet */
     for (int i = 0; i < 5; i++)
         cr_assert_eq(hilock_acquire(b, "cl", NULL, keep_cb, &kb, NULL), 0);
+    cr_assert_eq(hilock_fair_acquire(b, "cl-fair", NULL, keep_cb, &kb, NULL), 0);
+    cr_assert_eq(hilock_read_acquire(b, "cl-rw", NULL, keep_cb, &kb, NULL), 0);
+    test_loop_for(e.base, 100);
     cr_assert_eq(hilock_acquire(b, "cl-free", NULL, keep_cb, &kb, NULL), 0); /* grant in flight */
+    rel r2 = {0, 0};
+    cr_assert_eq(hilock_release(g2.hold, rel_cb, &r2), 0);
     closing k = {b, 0, {0}};
     hilock_client_close(b, closed_cb, &k);
     test_loop_until(e.base, &k.done, 5000);
     cr_assert_eq(k.done, 1);
-    cr_assert_eq(kb.calls, 6);
+    cr_assert_eq(kb.calls, 8);
+    cr_assert_eq(r2.calls, 1);
     check_outcomes(&k.s, "in the close callback");
     cr_assert_eq(k.s.waiters, 0);
-    cr_assert_eq(k.s.acquires, 7);
+    cr_assert_eq(k.s.acquires, 10);
+    cr_assert_eq(k.s.cancels, 8, "cancels %llu", (unsigned long long)k.s.cancels);
+    cr_assert_eq(k.s.granted, 2);
     /* The close released the two holds in Redis (its own releases). */
     cr_assert_eq(k.s.holds, 0, "holds %llu in the close callback", (unsigned long long)k.s.holds);
     cr_assert_eq(k.s.hold.count, k.s.releases);
     cr_assert_geq(k.s.releases, 1);
     cr_expect_eq(lock_exists(&e.r, "cl-mine"), 0);
     release_now(&e, ga.hold);
+    release_all(&ka);
+    test_loop_for(e.base, 100);
+    hilock_stats sa = stats_of(a);
+    check_idle(&sa, "a");
     hilock_client_free(a);
 }
 
