@@ -890,6 +890,8 @@ static ngx_int_t ngx_http_hilock_zone_init(ngx_shm_zone_t *zone, void *data) {
 static ngx_int_t ngx_http_hilock_stats_zone(ngx_conf_t *cf) {
     ngx_http_hilock_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_hilock_module);
     ngx_core_conf_t *ccf = (ngx_core_conf_t *)ngx_get_conf(cf->cycle->conf_ctx, ngx_core_module);
+    ngx_http_hilock_redis_t *redis = mcf->urls.elts;
+    ngx_uint_t i, j;
     size_t size;
     if (!mcf->stats) return NGX_OK;
     if (mcf->urls.nelts == 0) {
@@ -898,6 +900,20 @@ static ngx_int_t ngx_http_hilock_stats_zone(ngx_conf_t *cf) {
                       &mcf->stats_where);
         return NGX_ERROR;
     }
+    /* Each client's samples are one series per worker: two clients with
+     * one label would be two samples of a series, and a scrape that
+     * Prometheus rejects ("duplicate sample"). */
+    for (i = 0; i < mcf->urls.nelts; i++)
+        for (j = i + 1; j < mcf->urls.nelts; j++)
+            if (redis[i].label.len == redis[j].label.len &&
+                ngx_strncmp(redis[i].label.data, redis[j].label.data, redis[i].label.len) == 0) {
+                ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                              "\"hilock_stats\" in %V: two \"hilock_redis\" (one URL with other "
+                              "parameters, or one name=) share the label redis=\"%V\": give "
+                              "each its own name=",
+                              &mcf->stats_where, &redis[i].label);
+                return NGX_ERROR;
+            }
     mcf->sh_workers = ccf->worker_processes != NGX_CONF_UNSET ? (ngx_uint_t)ccf->worker_processes
                                                               : (ngx_uint_t)ngx_max(ngx_ncpu, 1);
     size = offsetof(ngx_http_hilock_shctx_t, slot) +
@@ -972,17 +988,47 @@ static void ngx_http_hilock_stats_tick(ngx_event_t *ev) {
     if (!ngx_http_hilock_exiting) ngx_add_timer(ev, NGX_HTTP_HILOCK_STATS_EVERY);
 }
 
-/* A label value as the exposition format wants it (\\, \", \n escaped),
- * into p (at most last); the end. */
+/* The length of the valid UTF-8 sequence at s (n bytes left), or 0. */
+static size_t ngx_http_hilock_utf8_seq(const u_char *s, size_t n) {
+    size_t len, i;
+    uint32_t cp;
+    if (s[0] < 0x80) return 1;
+    if ((s[0] & 0xe0) == 0xc0) { len = 2; cp = s[0] & 0x1f; }
+    else if ((s[0] & 0xf0) == 0xe0) { len = 3; cp = s[0] & 0x0f; }
+    else if ((s[0] & 0xf8) == 0xf0) { len = 4; cp = s[0] & 0x07; }
+    else return 0;
+    if (n < len) return 0;
+    for (i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return len;
+}
+
+/* A label value as the exposition format wants it (\\, \", \n escaped;
+ * UTF-8, a byte that is not written as U+FFFD), into p (at most last),
+ * cut only between characters; the end. */
 static u_char *ngx_http_hilock_label_value(u_char *p, u_char *last, ngx_str_t *v) {
-    ngx_uint_t i;
-    for (i = 0; i < v->len && p + 2 < last; i++) {
+    ngx_uint_t i = 0;
+    while (i < v->len) {
         u_char c = v->data[i];
-        if (c == '\\' || c == '"' || c == '\n') {
+        size_t k = ngx_http_hilock_utf8_seq(v->data + i, v->len - i);
+        int esc = c == '\\' || c == '"' || c == '\n';
+        size_t need = k == 0 ? 3 : esc ? 2 : k;
+        if (p + need > last) break;
+        if (k == 0) {
+            p = ngx_cpymem(p, "\xef\xbf\xbd", 3);
+            i++;
+        } else if (esc) {
             *p++ = '\\';
             *p++ = c == '\n' ? 'n' : c;
+            i++;
         } else {
-            *p++ = c;
+            p = ngx_cpymem(p, v->data + i, k);
+            i += k;
         }
     }
     return p;

@@ -43,6 +43,10 @@ static int conn_open(const hl_conn *k) {
 
 static void nodes_gather(hilock_client *c, hilock_stats *s) {
     for (hl_node *n = hl_topo_first(&c->topo); n; n = hl_topo_next(&c->topo, n)) {
+        /* A node with no address is no server: Redlock's `all`, which
+         * stands for every master (its states mirror theirs), or a
+         * Sentinel's master not named yet. */
+        if (n->addr.host == NULL && n->addr.path == NULL) continue;
         hilock_node_stats one, *o = s->nnodes < HILOCK_STATS_NODES ? &s->node[s->nnodes++] : &one;
         memset(o, 0, sizeof(*o));
         hl_addr_text(&n->addr, o->addr, sizeof(o->addr));
@@ -110,13 +114,37 @@ static void put(text *t, const char *fmt, ...) {
     if (n > 0) t->pos += (size_t)n;
 }
 
-/* A label value, escaped as the format asks (\\, \", \n). */
+/* The length of the valid UTF-8 sequence at s (1 to 4), or 0. */
+static size_t utf8_seq(const unsigned char *s) {
+    size_t len;
+    uint32_t cp;
+    if (s[0] < 0x80) return 1;
+    if ((s[0] & 0xe0) == 0xc0) len = 2, cp = s[0] & 0x1f;
+    else if ((s[0] & 0xf0) == 0xe0) len = 3, cp = s[0] & 0x0f;
+    else if ((s[0] & 0xf8) == 0xf0) len = 4, cp = s[0] & 0x07;
+    else return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0; /* the NUL too */
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return len;
+}
+
+/* A label value, escaped as the format asks (\\, \", \n). Label values
+ * are UTF-8: a byte that is not (a socket path's, or a multi-byte character
+ * cut by hilock_node_stats.addr's size) is written as U+FFFD. */
 static void put_value(text *t, const char *v) {
-    for (; *v; v++) {
+    while (*v) {
+        size_t k = utf8_seq((const unsigned char *)v);
+        if (k == 0) { put(t, "\xef\xbf\xbd"); v++; continue; }
         if (*v == '\\') put(t, "\\\\");
         else if (*v == '"') put(t, "\\\"");
         else if (*v == '\n') put(t, "\\n");
-        else put(t, "%c", *v);
+        else put(t, "%.*s", (int)k, v);
+        v += k;
     }
 }
 
@@ -257,13 +285,16 @@ static const node_family node_families[] = {
 
 static void put_node_label(char *own, size_t len, const hilock_node_stats *o, const char *extra) {
     text t = {own, len, 0};
+    char addr[sizeof(o->addr) + 1]; /* NUL-terminated whatever the snapshot says */
+    memcpy(addr, o->addr, sizeof(o->addr));
+    addr[sizeof(o->addr)] = '\0';
     put(&t, "node=\"");
-    put_value(&t, o->addr);
+    put_value(&t, addr);
     put(&t, "\"%s", extra ? extra : "");
 }
 
 static void put_nodes(text *t, const hilock_stats *const *s, const char *const *labels, size_t n) {
-    char own[256];
+    char own[512]; /* an address of 80 bytes, each written as U+FFFD: 240, and the rest */
     for (size_t f = 0; f < sizeof(node_families) / sizeof(node_families[0]); f++) {
         const node_family *nf = &node_families[f];
         head(t, nf->name, nf->type, nf->help);

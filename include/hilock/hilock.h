@@ -588,8 +588,10 @@ typedef struct hilock_histogram {
     uint64_t bucket[HILOCK_STATS_BUCKETS + 1];
 } hilock_histogram;
 
-/* One Redis server the client talks to (a cluster's masters, the master
- * the sentinels name, each Redlock master, or the one server). */
+/* One Redis server the client talks to: a cluster's masters and the seed
+ * it was given (as the URL names it, even when that is a replica or
+ * another name of a master), the master the sentinels name and each
+ * sentinel, each Redlock master, or the one server. */
 typedef struct hilock_node_stats {
     char addr[80];             /* "host:port", or the unix socket's path */
     int cmd_up;                /* its command connection is ready now (1) */

@@ -51,7 +51,12 @@ static void name_idle(hl_name *n) {
 static void linger_fired(hl_timer *t) {
     hl_name *n = HL_CONTAINER(t, hl_name, linger);
     if (n->nwaiters > 0) return;
-    if (n->sub == HL_SUB_ACTIVE && hl_node_sub_ready(n->sub_node)) {
+    /* A subscribe still unanswered a whole linger on a ready connection
+     * was refused (an ACL without the channel: the error names no
+     * channel) or is about to be acked: either way the server answers an
+     * unsubscribe after it, with the "unsubscribe" that ends the name.
+     * Waiting for an ack that never comes kept the name forever. */
+    if ((n->sub == HL_SUB_ACTIVE || n->sub == HL_SUB_PENDING) && hl_node_sub_ready(n->sub_node)) {
         n->sub = HL_SUB_LEAVING;
         subscribe(n, 0);
     } else if (n->sub == HL_SUB_PENDING) {

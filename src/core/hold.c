@@ -439,6 +439,12 @@ void hl_holds_release_all(hilock_client *c) {
     for (hl_link *l = c->holds.next; l != &c->holds; l = l->next) {
         hilock_hold *h = HL_CONTAINER(l, hilock_hold, link);
         if (h->releasing) continue;
+        /* A final release sent: counted as hilock_release() counts one,
+         * and no longer a live hold (it stays allocated until the client
+         * is freed, where nothing counts any more). */
+        c->counts.releases++;
+        hl_histogram_add(&c->counts.hold, hl_now_us() - h->granted_us);
+        c->counts.holds--;
         hl_hold_begin_release(h);
         hl_release_token(h->name, h->token, 0);
     }
