@@ -2,7 +2,8 @@
 # nginx installed here (Debian's nginx + nginx-dev, which scripts/deps.sh
 # installs if missing), in $(BUILD)/nginx/:
 #   load_module /abs/path/$(BUILD)/nginx/ngx_http_hilock_module.so;
-# It links hilock statically ($(STATIC), -fPIC objects) plus -lhiredis
+# It links hilock statically ($(STATIC), -fPIC objects) plus -lhiredis (and
+# hiredis_ssl + OpenSSL in a TLS build)
 # -luuid, against the same hiredis as the library (HIREDIS=...). `make test`
 # builds it for the nginx suite (tests/test_nginx.c).
 .DEFAULT_GOAL := all
@@ -13,5 +14,5 @@ TEST_TARGETS += nginx-module
 .PHONY: nginx-module
 nginx-module: deps
 	$(MAKE) $(STATIC)
-	HILOCK_EXTRA_INC="$(HIREDIS:%=%/include)" HILOCK_EXTRA_LIBS="$(HR_LIBS)" \
+	HILOCK_EXTRA_INC="$(HIREDIS:%=%/include)" HILOCK_EXTRA_LIBS="$(HR_LIBS) $(TLS_LIBS)" \
 	    sh scripts/nginx-module.sh $(BUILD)
