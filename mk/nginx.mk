@@ -2,9 +2,8 @@
 # nginx installed here (Debian's nginx + nginx-dev, which scripts/deps.sh
 # installs if missing), in $(BUILD)/nginx/:
 #   load_module /abs/path/$(BUILD)/nginx/ngx_http_hilock_module.so;
-# It links hilock statically ($(STATIC), -fPIC objects) plus -lhiredis (and
-# hiredis_ssl + OpenSSL in a TLS build)
-# -luuid, against the same hiredis as the library (HIREDIS=...). `make test`
+# It links hilock statically ($(STATIC), -fPIC objects) plus -lhiredis
+# -luuid (and hiredis_ssl + OpenSSL in a TLS build), against the same hiredis as the library (HIREDIS=...). `make test`
 # builds it for the nginx suite (tests/test_nginx.c).
 .DEFAULT_GOAL := all
 

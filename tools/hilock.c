@@ -104,7 +104,8 @@ static const char usage_text[] =
 "             (read-only replica), HILOCK_EOOM (out of memory),\n"
 "             HILOCK_ELOADING (still loading), HILOCK_ESCRIPT (lock script\n"
 "             failed), HILOCK_EREPLY (other error reply), HILOCK_EEVICTION\n"
-"             (eviction policy refused; hilock itself only warns, on stderr)\n"
+"             (eviction policy refused; hilock itself only warns, on stderr),\n"
+"             HILOCK_ETLS (TLS failed, or not built in)\n"
 "  70         internal failure: HILOCK_ENOMEM (out of memory), HILOCK_ELOOP\n"
 "             (event-loop adapter)\n"
 "  71         system failure (fork, setenv, event loop or signal setup)\n"
@@ -296,6 +297,7 @@ static int exit_for_error(int err) {
     case HILOCK_ECONN: case HILOCK_EDEADLINE: case HILOCK_EPROTO:
     case HILOCK_EAUTH: case HILOCK_EREPLY: case HILOCK_EREADONLY:
     case HILOCK_EOOM: case HILOCK_ELOADING: case HILOCK_ESCRIPT: case HILOCK_EEVICTION:
+    case HILOCK_ETLS:
         return EX_UNAVAILABLE;
     default:
         return EX_SOFTWARE; /* ENOMEM, ELOOP: our side failed */

@@ -1,0 +1,65 @@
+/* See tlsenv.h. */
+#include <stdio.h>
+#include <string.h>
+#include "support/tlsenv.h"
+
+/* The whole set in one shell run: a CA, a server and a client certificate
+ * it signs, and a second CA that signs nothing of ours. */
+static const char make_script[] =
+    "set -e\n"
+    "cd \"$1\"\n"
+    "key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out \"$1\"; }\n"
+    "ca() { key \"$1.key\"; openssl req -x509 -new -key \"$1.key\" -days 2 -subj \"/CN=$2\" -out \"$1.crt\"; }\n"
+    "leaf() {\n"
+    "  key \"$1.key\"\n"
+    "  openssl req -new -key \"$1.key\" -subj \"/CN=$2\" -out \"$1.csr\"\n"
+    "  printf '%s\\n' \"$3\" > \"$1.ext\"\n"
+    "  openssl x509 -req -in \"$1.csr\" -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \\\n"
+    "    -extfile \"$1.ext\" -out \"$1.crt\"\n"
+    "}\n"
+    "ca ca 'hilock test CA'\n"
+    "ca other-ca 'hilock unrelated CA'\n"
+    "leaf server localhost 'subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+    "extendedKeyUsage=serverAuth,clientAuth'\n"
+    "leaf client 'hilock test client' 'extendedKeyUsage=clientAuth'\n";
+
+int test_tls_make(test_tls *t) {
+    char log[256], out[4096];
+    memset(t, 0, sizeof(*t));
+    if (test_make_dir(t->dir, sizeof(t->dir)) != 0) return -1;
+    snprintf(log, sizeof(log), "%s/openssl.log", t->dir);
+    char *argv[] = {"sh", "-c", (char *)make_script, "sh", t->dir, NULL};
+    pid_t pid = test_spawn(argv, NULL, log, NULL);
+    int st = pid > 0 ? test_wait(pid, 30000) : -1;
+    if (st != 0) {
+        fprintf(stderr, "tlsenv: openssl failed (%d):\n%s\n", st, test_slurp(log, out, sizeof(out)));
+        test_tls_free(t);
+        return -1;
+    }
+    snprintf(t->ca, sizeof(t->ca), "%s/ca.crt", t->dir);
+    snprintf(t->other_ca, sizeof(t->other_ca), "%s/other-ca.crt", t->dir);
+    snprintf(t->server_cert, sizeof(t->server_cert), "%s/server.crt", t->dir);
+    snprintf(t->server_key, sizeof(t->server_key), "%s/server.key", t->dir);
+    snprintf(t->client_cert, sizeof(t->client_cert), "%s/client.crt", t->dir);
+    snprintf(t->client_key, sizeof(t->client_key), "%s/client.key", t->dir);
+    return 0;
+}
+
+void test_tls_free(test_tls *t) {
+    if (t->dir[0]) test_remove_dir(t->dir);
+    t->dir[0] = '\0';
+}
+
+int test_tls_redis_start(test_tls_redis *s, const test_tls *t, const char *auth_clients) {
+    char port[16];
+    memset(s, 0, sizeof(*s));
+    s->tls_port = test_free_port();
+    if (s->tls_port <= 0) return -1;
+    snprintf(port, sizeof(port), "%d", s->tls_port);
+    snprintf(s->url, sizeof(s->url), "rediss://127.0.0.1:%d", s->tls_port);
+    return test_redis_start(&s->r, 0, "--tls-port", port, "--tls-cert-file", t->server_cert,
+                            "--tls-key-file", t->server_key, "--tls-ca-cert-file", t->ca,
+                            "--tls-auth-clients", auth_clients, NULL);
+}
+
+void test_tls_redis_stop(test_tls_redis *s) { test_redis_stop(&s->r); }

@@ -1,0 +1,215 @@
+/* TLS: rediss:// and its sister forms. Built against hiredis >= 1.0 with
+ * SSL (HILOCK_HAVE_TLS, e.g. make HIREDIS=/tmp/hiredis1 after
+ * scripts/hiredis1.sh), the suite runs against redis-server's TLS port with
+ * certificates openssl makes here; built without (Debian's hiredis 0.14),
+ * it checks that every TLS URL is refused with HILOCK_ETLS. */
+#include <criterion/criterion.h>
+#include <string.h>
+#include "support/lockenv.h"
+#include "support/tlsenv.h"
+
+static const char *const tls_urls[] = {
+    "rediss://127.0.0.1:6379", "rediss://127.0.0.1:7000,127.0.0.1:7001",
+    "rediss-sentinel://127.0.0.1:26379#mymaster", "redlocks://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
+};
+
+/* The ETLS message says what to install, whichever build this is: it is all
+ * a caller has when hilock_client_new() refuses. */
+Test(tls, strerror_says_what_to_build) {
+    const char *m = hilock_strerror(HILOCK_ETLS);
+    cr_expect_not_null(strstr(m, "TLS"), "%s", m);
+    cr_expect_not_null(strstr(m, "hiredis >= 1.0 with SSL"), "%s", m);
+    cr_expect_not_null(strstr(m, "scripts/hiredis1.sh"), "%s", m);
+}
+
+/* The plain forms are untouched by TLS's, and a near-miss is no URL. */
+Test(tls, url_forms) {
+    static const char *const bad[] = {"redisss://127.0.0.1", "rediss-://h", "redlocks:/h",
+                                      "rediss-sentinel://127.0.0.1:26379"};
+    hilock_config cfg;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        hilock_config_init(&cfg);
+        cfg.url = bad[i];
+        cr_expect_eq(hilock_config_check(&cfg), HILOCK_EURL, "%s", bad[i]);
+    }
+    hilock_config_init(&cfg);
+    cfg.url = "redis://127.0.0.1:6379";
+    cfg.tls_ca_file = "/nonexistent/ca.crt"; /* ignored without TLS in the URL */
+    cr_expect_eq(hilock_config_check(&cfg), 0);
+}
+
+#ifndef HILOCK_HAVE_TLS
+
+Test(tls, not_built_in_refuses_every_tls_url) {
+    lockenv e;
+    memset(&e, 0, sizeof(e));
+    lockenv_loop(&e);
+    cr_expect_eq(hilock_tls_available(), 0);
+    for (size_t i = 0; i < sizeof(tls_urls) / sizeof(tls_urls[0]); i++) {
+        hilock_config cfg;
+        hilock_client *c = (hilock_client *)&cfg; /* must be reset to NULL */
+        lockenv_config(&cfg, tls_urls[i]);
+        cr_expect_eq(hilock_config_check(&cfg), HILOCK_ETLS, "%s", tls_urls[i]);
+        cr_expect_eq(hilock_client_new(&c, &cfg, &e.loop), HILOCK_ETLS, "%s", tls_urls[i]);
+        cr_expect_null(c);
+    }
+    event_base_free(e.base);
+}
+
+#else /* HILOCK_HAVE_TLS */
+
+static test_tls certs;
+static test_tls_redis srv;
+static lockenv e;
+
+static void setup_certs(void) {
+    cr_assert_eq(test_tls_make(&certs), 0, "openssl could not make the certificates");
+    memset(&e, 0, sizeof(e));
+    lockenv_loop(&e);
+}
+
+static void start(const char *auth_clients) {
+    cr_assert_eq(test_tls_redis_start(&srv, &certs, auth_clients), 0, "redis-server with TLS did not start");
+    e.r = srv.r; /* the plain port: for inspection only */
+}
+
+static void teardown_all(void) {
+    test_tls_redis_stop(&srv);
+    memset(&e.r, 0, sizeof(e.r));
+    if (e.base) event_base_free(e.base);
+    e.base = NULL;
+    test_tls_free(&certs);
+}
+
+static void log_stderr(int level, const char *msg, void *data) {
+    (void)data;
+    if (getenv("TLS_DEBUG")) fprintf(stderr, "log %d: %s\n", level, msg);
+}
+
+/* A TLS config with the test CA and short timings. */
+static hilock_config tls_cfg(void) {
+    hilock_config cfg;
+    lockenv_config(&cfg, srv.url);
+    cfg.log_cb = log_stderr;
+    cfg.tls_ca_file = certs.ca;
+    cfg.reconnect_max_ms = 200;
+    return cfg;
+}
+
+/* One try-once acquire, then release: 0 or the first error. */
+static int lock_once(const hilock_config *cfg, char *errstr, size_t n) {
+    hilock_client *c = lockenv_client_cfg(&e, cfg);
+    hilock_acquire_opts o = opts_wait(0);
+    got g = acquire_now(&e, c, "tls", &o);
+    int rc = g.status == 0 ? release_now(&e, g.hold) : g.status;
+    snprintf(errstr, n, "%s", hilock_client_errstr(c));
+    hilock_client_free(c);
+    return rc;
+}
+
+Test(tls, available_and_checked_at_config, .init = setup_certs, .fini = teardown_all) {
+    hilock_config cfg;
+    cr_expect_eq(hilock_tls_available(), 1);
+    for (size_t i = 0; i < sizeof(tls_urls) / sizeof(tls_urls[0]); i++) {
+        lockenv_config(&cfg, tls_urls[i]);
+        cfg.tls_ca_file = certs.ca;
+        cr_expect_eq(hilock_config_check(&cfg), 0, "%s", tls_urls[i]);
+    }
+    lockenv_config(&cfg, "rediss://127.0.0.1:6379");
+    cfg.tls_ca_file = "/nonexistent/ca.crt";
+    cr_expect_eq(hilock_config_check(&cfg), HILOCK_ETLS, "a CA file that is not there");
+    cfg.tls_ca_file = certs.ca;
+    cfg.tls_cert_file = certs.client_cert;
+    cr_expect_eq(hilock_config_check(&cfg), HILOCK_EINVAL, "a certificate without its key");
+    cfg.tls_key_file = certs.server_key;
+    cr_expect_eq(hilock_config_check(&cfg), HILOCK_ETLS, "a key that is not the certificate's");
+    cfg.tls_key_file = certs.client_key;
+    cr_expect_eq(hilock_config_check(&cfg), 0);
+}
+
+/* Server-only TLS: a lock, and a waiter woken by the release (its
+ * subscriber connection is TLS too). */
+Test(tls, server_only_lock_and_wake, .init = setup_certs, .fini = teardown_all, .timeout = 30) {
+    start("no");
+    hilock_config cfg = tls_cfg();
+    cfg.linger_ms = 2000;
+    hilock_client *a = lockenv_client_cfg(&e, &cfg), *b = lockenv_client_cfg(&e, &cfg);
+    got ga = acquire_now(&e, a, "tls", NULL);
+    cr_assert_eq(ga.status, 0, "%s: %s", hilock_strerror(ga.status), hilock_client_errstr(a));
+    got gb = {0, 0, NULL, 0};
+    hilock_acquire_opts o = opts_wait(10000);
+    cr_assert_eq(hilock_acquire(b, "tls", &o, got_cb, &gb, NULL), 0);
+    /* b listens (over its TLS subscriber connection) before a lets go. */
+    long long until = test_now_ms() + 5000;
+    while (numsub(&srv.r, "tls") < 1 && test_now_ms() < until) test_loop_for(e.base, 20);
+    cr_assert_geq(numsub(&srv.r, "tls"), 1, "the waiter never subscribed: %s", hilock_client_errstr(b));
+    cr_expect_eq(gb.calls, 0);
+    long long released_at = test_now_ms();
+    cr_assert_eq(release_now(&e, ga.hold), 0);
+    test_loop_until(e.base, &gb.calls, 5000);
+    cr_assert_eq(gb.calls, 1);
+    cr_expect_eq(gb.status, 0, "%s: %s", hilock_strerror(gb.status), hilock_client_errstr(b));
+    cr_expect_lt(gb.at_ms - released_at, 500, "woken %lld ms after the release: not by the message",
+                 gb.at_ms - released_at);
+    if (gb.status == 0) cr_expect_eq(release_now(&e, gb.hold), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+Test(tls, mutual_with_client_certificate, .init = setup_certs, .fini = teardown_all, .timeout = 30) {
+    char why[256];
+    start("yes");
+    hilock_config cfg = tls_cfg();
+    cfg.tls_cert_file = certs.client_cert;
+    cfg.tls_key_file = certs.client_key;
+    int rc = lock_once(&cfg, why, sizeof(why));
+    cr_expect_eq(rc, 0, "%s: %s", hilock_strerror(rc), why);
+}
+
+/* Each refusal ends the try at once with HILOCK_ETLS and says why; nothing
+ * waits for a timeout. */
+static void expect_refused(const hilock_config *cfg, const char *because) {
+    char why[256];
+    long long t0 = test_now_ms();
+    int rc = lock_once(cfg, why, sizeof(why));
+    cr_expect_eq(rc, HILOCK_ETLS, "%s (%s): %s", hilock_strerror(rc), because, why);
+    cr_expect_not_null(strstr(why, "TLS"), "errstr: %s", why);
+    cr_expect_lt(test_now_ms() - t0, 900, "%s took %lld ms", because, test_now_ms() - t0);
+}
+
+Test(tls, mutual_without_client_certificate, .init = setup_certs, .fini = teardown_all, .timeout = 30) {
+    start("yes");
+    hilock_config cfg = tls_cfg();
+    expect_refused(&cfg, "no client certificate");
+}
+
+Test(tls, wrong_ca, .init = setup_certs, .fini = teardown_all, .timeout = 30) {
+    start("no");
+    hilock_config cfg = tls_cfg();
+    cfg.tls_ca_file = certs.other_ca;
+    expect_refused(&cfg, "an unrelated CA");
+}
+
+Test(tls, wrong_server_name, .init = setup_certs, .fini = teardown_all, .timeout = 30) {
+    start("no");
+    hilock_config cfg = tls_cfg();
+    cfg.tls_server_name = "db.example.com";
+    expect_refused(&cfg, "a name the certificate lacks");
+    /* The names it has pass. */
+    char why[256];
+    cfg.tls_server_name = "localhost";
+    cr_expect_eq(lock_once(&cfg, why, sizeof(why)), 0, "localhost: %s", why);
+}
+
+Test(tls, insecure_skips_verification, .init = setup_certs, .fini = teardown_all, .timeout = 30) {
+    char why[256];
+    start("no");
+    hilock_config cfg = tls_cfg();
+    cfg.tls_ca_file = certs.other_ca;
+    cfg.tls_server_name = "db.example.com";
+    cfg.tls_insecure = 1;
+    int rc = lock_once(&cfg, why, sizeof(why));
+    cr_expect_eq(rc, 0, "%s: %s", hilock_strerror(rc), why);
+}
+
+#endif
