@@ -151,8 +151,11 @@ int hl_tls_step(hl_conn *k, int *want) {
 }
 
 int hl_tls_attach(hl_conn *k, redisContext *c) {
+    char why[256];
     if (redisInitiateSSL(c, k->ssl) != REDIS_OK) {
-        hl_set_error(k->net->loop, "TLS: %s", c->errstr);
+        /* The handshake may have run to its end already (on loopback). */
+        if (hl_tls_failed(k, why, sizeof(why))) hl_set_error(k->net->loop, "%s", why);
+        else hl_set_error(k->net->loop, "TLS: %s", c->errstr);
         return -1; /* still ours: hl_tls_drop frees it */
     }
     k->ssl_owned = 0;
@@ -225,17 +228,6 @@ int hl_tls_new(hl_conn *k, int fd) { (void)k; (void)fd; return -1; }
 int hl_tls_step(hl_conn *k, int *want) { (void)k; (void)want; return -1; }
 int hl_tls_attach(hl_conn *k, redisContext *c) { (void)k; (void)c; return -1; }
 void hl_tls_drop(hl_conn *k) { k->ssl = NULL; k->ssl_owned = 0; }
-/* Whether the server presented its certificate on this connection. */
-static int tls_peer_shown(const SSL *ssl) {
-#if OPENSSL_VERSION_NUMBER >= 0x30000000L
-    return SSL_get0_peer_certificate(ssl) != NULL;
-#else
-    X509 *x = SSL_get_peer_certificate(ssl);
-    if (x) X509_free(x);
-    return x != NULL;
-#endif
-}
-
 int hl_tls_failed(hl_conn *k, char *why, size_t n) { (void)k; (void)why; (void)n; return 0; }
 
 #endif
