@@ -5,7 +5,11 @@
  * it checks that every TLS URL is refused with HILOCK_ETLS. */
 #include <criterion/criterion.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "support/lockenv.h"
+#include "support/exclusion.h"
 #include "support/tlsenv.h"
 
 static const char *const tls_urls[] = {
@@ -212,6 +216,88 @@ Test(tls, insecure_skips_verification, .init = setup_certs, .fini = teardown_all
     cfg.tls_insecure = 1;
     int rc = lock_once(&cfg, why, sizeof(why));
     cr_expect_eq(rc, 0, "%s: %s", hilock_strerror(rc), why);
+}
+
+/* Connections killed under a held lock and a waiter: both reconnect
+ * through TLS, the release reaches Redis, the waiter gets the lock. */
+Test(tls, reconnect_after_kill, .init = setup_certs, .fini = teardown_all, .timeout = 30) {
+    start("no");
+    hilock_config cfg = tls_cfg();
+    cfg.linger_ms = 5000;
+    hilock_client *a = lockenv_client_cfg(&e, &cfg), *b = lockenv_client_cfg(&e, &cfg);
+    got ga = acquire_now(&e, a, "tls", NULL);
+    cr_assert_eq(ga.status, 0, "%s: %s", hilock_strerror(ga.status), hilock_client_errstr(a));
+    got gb = {0, 0, NULL, 0};
+    hilock_acquire_opts o = opts_wait(15000);
+    cr_assert_eq(hilock_acquire(b, "tls", &o, got_cb, &gb, NULL), 0);
+    long long until = test_now_ms() + 5000;
+    while (numsub(&srv.r, "tls") < 1 && test_now_ms() < until) test_loop_for(e.base, 20);
+    cr_assert_geq(numsub(&srv.r, "tls"), 1, "the waiter never subscribed");
+    /* Through the plain port: every TLS connection goes. */
+    cr_assert_geq(test_redis_int(&srv.r, "CLIENT KILL TYPE pubsub"), 1);
+    cr_assert_geq(test_redis_int(&srv.r, "CLIENT KILL TYPE normal"), 2);
+    until = test_now_ms() + 5000;
+    while (numsub(&srv.r, "tls") < 1 && test_now_ms() < until) test_loop_for(e.base, 20);
+    cr_assert_geq(numsub(&srv.r, "tls"), 1, "the waiter did not subscribe again: %s",
+                  hilock_client_errstr(b));
+    long long released_at = test_now_ms();
+    cr_assert_eq(release_now(&e, ga.hold), 0, "%s", hilock_client_errstr(a));
+    test_loop_until(e.base, &gb.calls, 5000);
+    cr_assert_eq(gb.calls, 1);
+    cr_expect_eq(gb.status, 0, "%s: %s", hilock_strerror(gb.status), hilock_client_errstr(b));
+    cr_expect_lt(gb.at_ms - released_at, 500, "woken %lld ms after the release", gb.at_ms - released_at);
+    if (gb.status == 0) cr_expect_eq(release_now(&e, gb.hold), 0);
+    hilock_stats st;
+    hilock_stats_init(&st);
+    cr_assert_eq(hilock_client_stats(b, &st), 0);
+    cr_expect_geq(st.node[0].reconnects, 2, "the command and subscriber connections came back");
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+#define PROCS 2
+#define PROC_WAITERS 300
+#define LOCAL_WAITERS 600
+
+static int exclusion_waiters(lockenv *env, resource *res, int n) {
+    worker w = {res, n, 0, 0, 0};
+    hilock_config cfg = tls_cfg();
+    hilock_client *c = NULL;
+    if (hilock_client_new(&c, &cfg, &env->loop) != 0) return 0;
+    for (int i = 0; i < n; i++) hilock_acquire(c, "exclusion", NULL, exclusion_acquired, &w, NULL);
+    test_loop_until(env->base, &w.done, 60000);
+    hilock_client_free(c);
+    return w.callbacks == n && w.done;
+}
+
+/* support/exclusion.h over TLS: waiters here and in other processes. */
+Test(tls, exclusion, .init = setup_certs, .fini = teardown_all, .timeout = 120) {
+    start("no");
+    resource *res = mmap(NULL, sizeof(*res), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(res, MAP_FAILED);
+    memset((void *)res, 0, sizeof(*res));
+    pid_t kids[PROCS];
+    for (int p = 0; p < PROCS; p++) {
+        kids[p] = fork();
+        cr_assert_geq(kids[p], 0);
+        if (kids[p] == 0) {
+            lockenv ce = lockenv_child(&e); /* a fresh loop */
+            int ok = exclusion_waiters(&ce, res, PROC_WAITERS);
+            event_base_free(ce.base);
+            _exit(ok ? 0 : 1);
+        }
+    }
+    cr_expect(exclusion_waiters(&e, res, LOCAL_WAITERS), "local waiters");
+    for (int p = 0; p < PROCS; p++) {
+        int st = 0;
+        cr_assert_eq(waitpid(kids[p], &st, 0), kids[p]);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker process %d failed", p);
+    }
+    cr_expect_eq(res->errors, 0);
+    cr_expect_eq(res->overlaps, 0, "two holders at once");
+    cr_expect_eq(res->fence_regressions, 0, "fencing tokens must strictly increase");
+    cr_expect_eq(res->counter, LOCAL_WAITERS + PROCS * PROC_WAITERS, "lost increments");
+    munmap(res, sizeof(*res));
 }
 
 #endif
