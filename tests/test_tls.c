@@ -42,7 +42,36 @@ Test(tls, url_forms) {
     cr_expect_eq(hilock_config_check(&cfg), 0);
 }
 
+/* The CLI with argv[1..] (NULL-terminated) and env ("K=V", may be NULL):
+ * its exit status, its stderr into err. */
+static int run_cli(char *const *args, char *const *env, char *err, size_t n) {
+    char cli[512], out[600], errf[600], dir[128];
+    char *argv[24];
+    int a = 0;
+    cr_assert_not_null(test_build_path("HILOCK_CLI", "hilock", cli, sizeof(cli)));
+    cr_assert_eq(test_make_dir(dir, sizeof(dir)), 0);
+    snprintf(out, sizeof(out), "%s/out", dir);
+    snprintf(errf, sizeof(errf), "%s/err", dir);
+    argv[a++] = cli;
+    for (; *args && a < 23; args++) argv[a++] = *args;
+    argv[a] = NULL;
+    pid_t pid = test_spawn(argv, env, out, errf);
+    cr_assert_gt(pid, 0);
+    int st = test_wait(pid, 20000);
+    test_slurp(errf, err, n);
+    test_remove_dir(dir);
+    return st;
+}
+
 #ifndef HILOCK_HAVE_TLS
+
+/* The CLI says what to build with, and exits 69 (Redis could not be used). */
+Test(tls, cli_not_built_in, .timeout = 30) {
+    char err[1024];
+    char *args[] = {"-u", "rediss://127.0.0.1:6379", "-w", "0", "x", "--", "true", NULL};
+    cr_expect_eq(run_cli(args, NULL, err, sizeof(err)), 69, "stderr: %s", err);
+    cr_expect_not_null(strstr(err, "hiredis >= 1.0 with SSL"), "stderr: %s", err);
+}
 
 Test(tls, not_built_in_refuses_every_tls_url) {
     lockenv e;
@@ -253,6 +282,40 @@ Test(tls, reconnect_after_kill, .init = setup_certs, .fini = teardown_all, .time
     cr_expect_geq(st.node[0].reconnects, 2, "the command and subscriber connections came back");
     hilock_client_free(a);
     hilock_client_free(b);
+}
+
+/* The CLI over TLS: options, the same from the environment, and a refusal
+ * (69, with the reason). */
+Test(tls, cli_options_and_environment, .init = setup_certs, .fini = teardown_all, .timeout = 60) {
+    char err[1024], env_ca[256], env_cert[256], env_key[256];
+    start("yes");
+    char *opts[] = {"-u", srv.url, "-w", "5000", "--cacert", certs.ca, "--cert", certs.client_cert,
+                    "--key", certs.client_key, "x", "--", "true", NULL};
+    cr_expect_eq(run_cli(opts, NULL, err, sizeof(err)), 0, "options: %s", err);
+    snprintf(env_ca, sizeof(env_ca), "HILOCK_CACERT=%s", certs.ca);
+    snprintf(env_cert, sizeof(env_cert), "HILOCK_CERT=%s", certs.client_cert);
+    snprintf(env_key, sizeof(env_key), "HILOCK_KEY=%s", certs.client_key);
+    char *env[] = {env_ca, env_cert, env_key, NULL};
+    char *plain[] = {"-u", srv.url, "-w", "5000", "x", "--", "true", NULL};
+    cr_expect_eq(run_cli(plain, env, err, sizeof(err)), 0, "environment: %s", err);
+    /* No client certificate: refused, 69, and why. */
+    char *nocert[] = {"-u", srv.url, "-w", "0", "--cacert", certs.ca, "x", "--", "true", NULL};
+    cr_expect_eq(run_cli(nocert, NULL, err, sizeof(err)), 69, "no certificate: %s", err);
+    /* The alert's text when it arrives before the reset, else our guess. */
+    cr_expect(strstr(err, "refused our certificate") || strstr(err, "alert certificate required"),
+              "stderr: %s", err);
+    /* --insecure with the wrong CA still works; without it, 69. */
+    char *wrong[] = {"-u", srv.url, "-w", "0", "--cacert", certs.other_ca, "--cert", certs.client_cert,
+                     "--key", certs.client_key, "x", "--", "true", NULL};
+    cr_expect_eq(run_cli(wrong, NULL, err, sizeof(err)), 69, "wrong CA: %s", err);
+    cr_expect_not_null(strstr(err, "is refused"), "stderr: %s", err);
+    char *insecure[] = {"-u", srv.url, "-w", "0", "--cacert", certs.other_ca, "--insecure", "--cert",
+                        certs.client_cert, "--key", certs.client_key, "x", "--", "true", NULL};
+    cr_expect_eq(run_cli(insecure, NULL, err, sizeof(err)), 0, "--insecure: %s", err);
+    /* A CA file that is not there: 69 at once, said so. */
+    char *nofile[] = {"-u", srv.url, "--cacert", "/nonexistent.crt", "x", "--", "true", NULL};
+    cr_expect_eq(run_cli(nofile, NULL, err, sizeof(err)), 69, "no CA file: %s", err);
+    cr_expect_not_null(strstr(err, "cannot load"), "stderr: %s", err);
 }
 
 #define PROCS 2
