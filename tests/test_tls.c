@@ -318,6 +318,72 @@ Test(tls, cli_options_and_environment, .init = setup_certs, .fini = teardown_all
     cr_expect_not_null(strstr(err, "cannot load"), "stderr: %s", err);
 }
 
+/* rediss:// to a port that speaks plain Redis: an error, in time. */
+Test(tls, plain_port_is_refused, .init = setup_certs, .fini = teardown_all, .timeout = 30) {
+    char why[256];
+    start("no");
+    hilock_config cfg = tls_cfg();
+    char url[64];
+    snprintf(url, sizeof(url), "rediss://127.0.0.1:%d", srv.r.port);
+    cfg.url = url;
+    long long t0 = test_now_ms();
+    int rc = lock_once(&cfg, why, sizeof(why));
+    cr_expect_neq(rc, 0, "a TLS client got a lock from a plain port");
+    cr_expect(rc == HILOCK_ETLS || rc == HILOCK_EDEADLINE || rc == HILOCK_ECONN, "%s: %s",
+              hilock_strerror(rc), why);
+    cr_expect_lt(test_now_ms() - t0, 2500, "took %lld ms", test_now_ms() - t0);
+    cr_log_info("plain port: %s: %s", hilock_strerror(rc), why);
+}
+
+/* redlocks://: Redlock over three TLS masters. */
+Test(tls, redlock_over_tls, .init = setup_certs, .fini = teardown_all, .timeout = 60) {
+    test_tls_redis more[2];
+    char url[160], why[256];
+    start("no");
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(test_tls_redis_start(&more[i], &certs, "no"), 0);
+    snprintf(url, sizeof(url), "redlocks://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", srv.tls_port,
+             more[0].tls_port, more[1].tls_port);
+    hilock_config cfg = tls_cfg();
+    cfg.url = url;
+    hilock_client *c = lockenv_client_cfg(&e, &cfg);
+    got g = acquire_now(&e, c, "tls", NULL);
+    snprintf(why, sizeof(why), "%s", hilock_client_errstr(c));
+    cr_expect_eq(g.status, 0, "%s: %s", hilock_strerror(g.status), why);
+    if (g.status == 0) {
+        /* The key is on every master (a quorum at least; all are up). */
+        cr_expect_eq(lock_exists(&srv.r, "tls") + lock_exists(&more[0].r, "tls") +
+                     lock_exists(&more[1].r, "tls"), 3);
+        cr_expect_eq(release_now(&e, g.hold), 0);
+    }
+    hilock_client_free(c);
+    for (int i = 0; i < 2; i++) test_tls_redis_stop(&more[i]);
+}
+
+/* The server restarts on its ports: the client comes back through TLS. */
+Test(tls, server_restart, .init = setup_certs, .fini = teardown_all, .timeout = 60) {
+    start("no");
+    hilock_config cfg = tls_cfg();
+    hilock_client *c = lockenv_client_cfg(&e, &cfg);
+    got g = acquire_now(&e, c, "before", NULL);
+    cr_assert_eq(g.status, 0, "%s: %s", hilock_strerror(g.status), hilock_client_errstr(c));
+    cr_expect_eq(release_now(&e, g.hold), 0);
+    cr_assert_eq(test_tls_redis_restart(&srv, &certs, "no"), 0, "the server did not start again");
+    e.r = srv.r;
+    hilock_acquire_opts o = opts_wait(10000);
+    g = acquire_now(&e, c, "after", &o);
+    cr_expect_eq(g.status, 0, "%s: %s", hilock_strerror(g.status), hilock_client_errstr(c));
+    if (g.status == 0) {
+        cr_expect_eq(lock_exists(&srv.r, "after"), 1, "not held in the restarted server");
+        cr_expect_eq(release_now(&e, g.hold), 0);
+    }
+    hilock_stats st;
+    hilock_stats_init(&st);
+    cr_assert_eq(hilock_client_stats(c, &st), 0);
+    cr_expect_geq(st.node[0].reconnects, 1, "no reconnect counted");
+    hilock_client_free(c);
+}
+
 #define PROCS 2
 #define PROC_WAITERS 300
 #define LOCAL_WAITERS 600

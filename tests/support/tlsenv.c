@@ -50,16 +50,27 @@ void test_tls_free(test_tls *t) {
     t->dir[0] = '\0';
 }
 
-int test_tls_redis_start(test_tls_redis *s, const test_tls *t, const char *auth_clients) {
-    char port[16];
+static int start_on(test_tls_redis *s, int port, int tls_port, const test_tls *t,
+                    const char *auth_clients) {
+    char tport[16];
     memset(s, 0, sizeof(*s));
-    s->tls_port = test_free_port();
+    s->tls_port = tls_port;
     if (s->tls_port <= 0) return -1;
-    snprintf(port, sizeof(port), "%d", s->tls_port);
+    snprintf(tport, sizeof(tport), "%d", s->tls_port);
     snprintf(s->url, sizeof(s->url), "rediss://127.0.0.1:%d", s->tls_port);
-    return test_redis_start(&s->r, 0, "--tls-port", port, "--tls-cert-file", t->server_cert,
+    return test_redis_start(&s->r, port, "--tls-port", tport, "--tls-cert-file", t->server_cert,
                             "--tls-key-file", t->server_key, "--tls-ca-cert-file", t->ca,
                             "--tls-auth-clients", auth_clients, NULL);
+}
+
+int test_tls_redis_start(test_tls_redis *s, const test_tls *t, const char *auth_clients) {
+    return start_on(s, 0, test_free_port(), t, auth_clients);
+}
+
+int test_tls_redis_restart(test_tls_redis *s, const test_tls *t, const char *auth_clients) {
+    int port = s->r.port, tls_port = s->tls_port;
+    test_tls_redis_stop(s);
+    return start_on(s, port, tls_port, t, auth_clients);
 }
 
 void test_tls_redis_stop(test_tls_redis *s) { test_redis_stop(&s->r); }

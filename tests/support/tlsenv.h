@@ -31,5 +31,7 @@ typedef struct test_tls_redis {
  * or "optional". Returns 0 or -1. */
 int test_tls_redis_start(test_tls_redis *s, const test_tls *t, const char *auth_clients);
 void test_tls_redis_stop(test_tls_redis *s);
+/* Stop it and start it again on the same two ports. Returns 0 or -1. */
+int test_tls_redis_restart(test_tls_redis *s, const test_tls *t, const char *auth_clients);
 
 #endif
