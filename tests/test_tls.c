@@ -360,6 +360,27 @@ Test(tls, redlock_over_tls, .init = setup_certs, .fini = teardown_all, .timeout 
     for (int i = 0; i < 2; i++) test_tls_redis_stop(&more[i]);
 }
 
+/* rediss-sentinel://: the sentinel and the master it names, both over TLS. */
+Test(tls, sentinel_over_tls, .init = setup_certs, .fini = teardown_all, .timeout = 60) {
+    test_tls_redis sent;
+    char url[160];
+    start("no");
+    cr_assert_eq(test_tls_sentinel_start(&sent, &certs, "tlsmaster", srv.tls_port), 0);
+    snprintf(url, sizeof(url), "rediss-sentinel://127.0.0.1:%d#tlsmaster", sent.tls_port);
+    hilock_config cfg = tls_cfg();
+    cfg.url = url;
+    hilock_client *c = lockenv_client_cfg(&e, &cfg);
+    hilock_acquire_opts o = opts_wait(5000);
+    got g = acquire_now(&e, c, "tls", &o);
+    cr_expect_eq(g.status, 0, "%s: %s", hilock_strerror(g.status), hilock_client_errstr(c));
+    if (g.status == 0) {
+        cr_expect_eq(lock_exists(&srv.r, "tls"), 1, "not held in the master");
+        cr_expect_eq(release_now(&e, g.hold), 0);
+    }
+    hilock_client_free(c);
+    test_tls_redis_stop(&sent);
+}
+
 /* The server restarts on its ports: the client comes back through TLS. */
 Test(tls, server_restart, .init = setup_certs, .fini = teardown_all, .timeout = 60) {
     start("no");

@@ -1,5 +1,6 @@
 /* See tlsenv.h. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "support/tlsenv.h"
 
@@ -74,3 +75,43 @@ int test_tls_redis_restart(test_tls_redis *s, const test_tls *t, const char *aut
 }
 
 void test_tls_redis_stop(test_tls_redis *s) { test_redis_stop(&s->r); }
+
+int test_tls_sentinel_start(test_tls_redis *s, const test_tls *t, const char *name,
+                            int master_tls_port) {
+    char conf[192], out[192];
+    memset(s, 0, sizeof(*s));
+    s->r.port = test_free_port();
+    s->tls_port = test_free_port();
+    if (s->r.port <= 0 || s->tls_port <= 0 || test_make_dir(s->r.dir, sizeof(s->r.dir)) != 0) {
+        s->r.dir[0] = '\0';
+        return -1;
+    }
+    snprintf(s->r.url, sizeof(s->r.url), "redis://127.0.0.1:%d", s->r.port);
+    snprintf(s->url, sizeof(s->url), "rediss://127.0.0.1:%d", s->tls_port);
+    snprintf(conf, sizeof(conf), "%s/sentinel.conf", s->r.dir);
+    snprintf(out, sizeof(out), "%s/stdout.log", s->r.dir);
+    FILE *f = fopen(conf, "w");
+    if (f == NULL) { test_redis_stop(&s->r); return -1; }
+    fprintf(f,
+            "port %d\nbind 127.0.0.1\ndaemonize no\ndir %s\nlogfile %s/sentinel.log\n"
+            "tls-port %d\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\n"
+            "tls-auth-clients no\ntls-replication yes\n"
+            "sentinel monitor %s 127.0.0.1 %d 1\n",
+            s->r.port, s->r.dir, s->r.dir, s->tls_port, t->server_cert, t->server_key, t->ca, name,
+            master_tls_port);
+    fclose(f);
+    const char *bin = getenv("HILOCK_REDIS_SERVER");
+    if (bin == NULL || bin[0] == '\0') bin = "redis-server";
+    const char *argv[] = {bin, conf, "--sentinel", NULL};
+    s->r.pid = test_spawn_server(argv, out, s->r.dir);
+    if (s->r.pid < 0) { s->r.pid = 0; test_redis_stop(&s->r); return -1; }
+    long long deadline = test_now_ms() + 5000;
+    int st;
+    while ((st = test_redis_probe(&s->r)) == 0 && test_now_ms() < deadline) test_msleep(10);
+    if (st == 1) return 0;
+    char buf[2048], path[192];
+    snprintf(path, sizeof(path), "%s/sentinel.log", s->r.dir);
+    fprintf(stderr, "tlsenv: sentinel did not start:\n%s\n", test_slurp(path, buf, sizeof(buf)));
+    test_redis_stop(&s->r);
+    return -1;
+}

@@ -34,4 +34,11 @@ void test_tls_redis_stop(test_tls_redis *s);
 /* Stop it and start it again on the same two ports. Returns 0 or -1. */
 int test_tls_redis_restart(test_tls_redis *s, const test_tls *t, const char *auth_clients);
 
+/* A sentinel with a TLS port beside its plain one, that monitors the
+ * master `name` at 127.0.0.1:master_tls_port over TLS (tls-replication
+ * yes), quorum 1, so that it names the master's TLS port. Returns 0 or -1;
+ * stop it with test_tls_redis_stop(). */
+int test_tls_sentinel_start(test_tls_redis *s, const test_tls *t, const char *name,
+                            int master_tls_port);
+
 #endif
