@@ -351,9 +351,10 @@ Test(tls, redlock_over_tls, .init = setup_certs, .fini = teardown_all, .timeout 
     snprintf(why, sizeof(why), "%s", hilock_client_errstr(c));
     cr_expect_eq(g.status, 0, "%s: %s", hilock_strerror(g.status), why);
     if (g.status == 0) {
-        /* The key is on every master (a quorum at least; all are up). */
-        cr_expect_eq(lock_exists(&srv.r, "tls") + lock_exists(&more[0].r, "tls") +
-                     lock_exists(&more[1].r, "tls"), 3);
+        /* The key is on a quorum of the masters at least (the grant does
+         * not wait for the third's answer). */
+        cr_expect_geq(lock_exists(&srv.r, "tls") + lock_exists(&more[0].r, "tls") +
+                      lock_exists(&more[1].r, "tls"), 2);
         cr_expect_eq(release_now(&e, g.hold), 0);
     }
     hilock_client_free(c);
