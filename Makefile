@@ -4,6 +4,7 @@
 #   make SANITIZE=1      ASan + UBSan build in build/san
 #   make HIREDIS=/prefix build against a hiredis installed under /prefix
 #                        (e.g. 1.x from scripts/hiredis1.sh), in build/h1
+#   make TLS=0           no TLS even when hiredis has it (rediss:// fails)
 
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -29,13 +30,24 @@ HR_CFLAGS := -I$(HIREDIS)/include
 HR_LIBS   := -L$(HIREDIS)/lib -Wl,-rpath,$(abspath $(HIREDIS))/lib
 endif
 
+# TLS (rediss://) when the hiredis built against has hiredis_ssl (1.0 on,
+# built with USE_SSL=1); Debian 12's 0.14.1 has none. Checked by compiling
+# the include, so a distro's hiredis 1.x with SSL counts as well as HIREDIS=.
+ifeq ($(TLS),)
+TLS := $(shell printf '\043include <hiredis/hiredis_ssl.h>\n' | $(CC) $(HR_CFLAGS) -E -x c - >/dev/null 2>&1 && echo 1 || echo 0)
+endif
+ifeq ($(TLS),1)
+TLS_CFLAGS := -DHILOCK_HAVE_TLS
+TLS_LIBS   := -lhiredis_ssl -lssl -lcrypto
+endif
+
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
 CFLAGS  ?= -O2 -g
-ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) $(DBGFLAGS) $(HR_CFLAGS) -Iinclude -I. -I$(BUILD)/gen
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) $(DBGFLAGS) $(HR_CFLAGS) $(TLS_CFLAGS) -Iinclude -I. -I$(BUILD)/gen
 # The library's own files: every function has a prototype in a header.
 LIB_CFLAGS := $(ALL_CFLAGS) -Isrc -Wmissing-prototypes -fPIC -fvisibility=hidden
 # The library needs hiredis and libuuid; programs add their event loop.
-LDLIBS_SO  := $(HR_LIBS) -lhiredis -luuid -lpthread
+LDLIBS_SO  := $(HR_LIBS) $(TLS_LIBS) -lhiredis -luuid -lpthread
 LDLIBS_LIB := $(LDLIBS_SO) -levent
 LDFLAGS ?=
 ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS)
@@ -91,7 +103,7 @@ $(BUILD)/libhilock.so: $(SHARED)
 	ln -sf libhilock.so.$(VERSION) $@
 
 $(BUILD)/hilock.pc: hilock.pc.in Makefile
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@TLS_LIBS@ |$(TLS_LIBS)$(if $(TLS_LIBS), )|' $< > $@
 
 # Programs link the static library so they run from the build tree.
 # inspect.c alone reaches into src/ (-Isrc): for the library's URL parser.
@@ -110,8 +122,9 @@ $(BUILD)/examples/%: examples/%.c $(STATIC) $(HDRS)
 $(TESTS): $(TEST_SRC) $(wildcard tests/*.h tests/support/*.h) $(LIB_OBJ) $(HDRS) | $(CLI)
 	$(CC) $(ALL_CFLAGS) -Isrc -Itests $(ALL_LDFLAGS) -o $@ $(TEST_SRC) $(LIB_OBJ) $(LDLIBS_LIB) $(TEST_LIBS) -lcriterion
 
+# A HIREDIS= build may have TLS: its tests need openssl, hiredis1.sh libssl-dev.
 deps:
-	sh scripts/deps.sh
+	sh scripts/deps.sh $(if $(HIREDIS),--tls)
 
 test: deps
 	$(MAKE) all $(TEST_TARGETS)

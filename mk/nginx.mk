@@ -3,7 +3,7 @@
 # installs if missing), in $(BUILD)/nginx/:
 #   load_module /abs/path/$(BUILD)/nginx/ngx_http_hilock_module.so;
 # It links hilock statically ($(STATIC), -fPIC objects) plus -lhiredis
-# -luuid, against the same hiredis as the library (HIREDIS=...). `make test`
+# -luuid (and hiredis_ssl + OpenSSL in a TLS build), against the same hiredis as the library (HIREDIS=...). `make test`
 # builds it for the nginx suite (tests/test_nginx.c).
 .DEFAULT_GOAL := all
 
@@ -13,5 +13,5 @@ TEST_TARGETS += nginx-module
 .PHONY: nginx-module
 nginx-module: deps
 	$(MAKE) $(STATIC)
-	HILOCK_EXTRA_INC="$(HIREDIS:%=%/include)" HILOCK_EXTRA_LIBS="$(HR_LIBS)" \
+	HILOCK_EXTRA_INC="$(HIREDIS:%=%/include)" HILOCK_EXTRA_LIBS="$(HR_LIBS) $(TLS_LIBS)" \
 	    sh scripts/nginx-module.sh $(BUILD)

@@ -4,6 +4,10 @@
 #
 #   sh scripts/deps.sh          check, install what is missing
 #   sh scripts/deps.sh --check  check only: exit 1 and list what is missing
+#   sh scripts/deps.sh --tls    also what the TLS build needs (make HIREDIS=):
+#                               OpenSSL's headers to build hiredis 1.x with
+#                               SSL (scripts/hiredis1.sh) and the openssl
+#                               tool that makes the tests' certificates
 #
 # Needs: cc, make, pkg-config, redis-server, redis-cli, and the headers and
 # libraries of hiredis, libevent, libuuid and Criterion. The libev and libuv
@@ -15,9 +19,11 @@
 set -u
 
 check_only=0
+tls=0
 for arg in "$@"; do
     case $arg in
     --check) check_only=1 ;;
+    --tls) tls=1 ;;
     *) echo "deps: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -66,6 +72,10 @@ check() {
     have bash || add bash
     # The statistics' Prometheus text is checked by promtool in the tests.
     have promtool || add prometheus
+    if [ "$tls" = 1 ]; then
+        has_lib openssl/ssl.h ssl || add libssl-dev
+        have openssl || add openssl
+    fi
     # Without a compiler no header can be checked: ask for all of them.
     if ! have "$CC_BIN"; then
         for p in libhiredis-dev libevent-dev uuid-dev libcriterion-dev libev-dev libuv1-dev; do

@@ -7,9 +7,14 @@
 #
 # The sources come from the npm package redis-fast-driver@2.2.6, whose
 # deps/hiredis/ holds hiredis 1.2.0. They are unpacked into a temporary dir
-# and never copied into this repository. Built without TLS (USE_SSL unset).
+# and never copied into this repository. Built WITH TLS (USE_SSL=1, giving
+# libhiredis_ssl and hiredis/hiredis_ssl.h), so that a hilock built against
+# the prefix supports rediss:// URLs; this needs OpenSSL's headers
+# (libssl-dev). A prefix holding an older build without libhiredis_ssl is
+# rebuilt.
 #
-# Exit status: 0 built (or already there), 1 the build failed, 2 no npm.
+# Exit status: 0 built (or already there), 1 the build failed, 2 no npm,
+# 3 no OpenSSL headers (libssl-dev).
 set -eu
 
 PKG=redis-fast-driver@2.2.6
@@ -30,9 +35,18 @@ installed_version() {
 }
 
 if v=$(installed_version) && [ "${v%%.*}" = 1 ] &&
-   ls "$prefix"/lib/libhiredis.so* >/dev/null 2>&1; then
-    echo "hiredis1: hiredis $v already in $prefix"
+   ls "$prefix"/lib/libhiredis.so* >/dev/null 2>&1 &&
+   ls "$prefix"/lib/libhiredis_ssl.so* >/dev/null 2>&1 &&
+   [ -f "$prefix/include/hiredis/hiredis_ssl.h" ]; then
+    echo "hiredis1: hiredis $v with SSL already in $prefix"
     exit 0
+fi
+
+# hiredis's ssl.c includes <openssl/ssl.h>; say what to install up front
+# rather than failing half-way through the build.
+if ! printf '#include <openssl/ssl.h>\n' | ${CC:-cc} -E -x c - >/dev/null 2>&1; then
+    echo "hiredis1: OpenSSL headers are missing: install libssl-dev (apt-get install libssl-dev)." >&2
+    exit 3
 fi
 
 if ! command -v npm >/dev/null 2>&1; then
@@ -71,13 +85,13 @@ if [ "$got" != "$WANT" ]; then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 1)
-# USE_SSL unset: no TLS library needed. Clear what could leak in from the
+# USE_SSL=1: libhiredis_ssl beside libhiredis. Clear what could leak in from the
 # caller: hilock's CFLAGS (-Werror, sanitizers), a parent make's MAKEFLAGS,
 # and LIBRARY_PATH, which hiredis's Makefile reads as its install subdir
 # (LIBRARY_PATH?=lib) while the environment uses it for the linker.
 hmake() {
-    env -u USE_SSL -u CFLAGS -u LDFLAGS -u MAKEFLAGS -u MFLAGS -u LIBRARY_PATH \
-        make -C "$dir" PREFIX="$prefix" LIBRARY_PATH=lib INCLUDE_PATH=include/hiredis \
+    env -u CFLAGS -u LDFLAGS -u MAKEFLAGS -u MFLAGS -u LIBRARY_PATH \
+        make -C "$dir" USE_SSL=1 PREFIX="$prefix" LIBRARY_PATH=lib INCLUDE_PATH=include/hiredis \
         PKGCONF_PATH=pkgconfig "$@"
 }
 echo "hiredis1: building hiredis $got into $prefix"
@@ -88,4 +102,6 @@ if ! { hmake -j"$jobs" >"$tmp/build.log" 2>&1 && hmake install >>"$tmp/build.log
 fi
 
 v=$(installed_version) || { echo "hiredis1: nothing installed in $prefix" >&2; exit 1; }
-echo "hiredis1: installed hiredis $v in $prefix (include/hiredis, lib)"
+[ -f "$prefix/include/hiredis/hiredis_ssl.h" ] ||
+    { echo "hiredis1: hiredis_ssl.h was not installed in $prefix" >&2; exit 1; }
+echo "hiredis1: installed hiredis $v with SSL in $prefix (include/hiredis, lib)"

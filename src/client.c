@@ -32,6 +32,8 @@ const char *hilock_strerror(int err) {
     case HILOCK_EREPLICAS:  return "fewer replicas than wait_replicas confirmed the write in time";
     case HILOCK_EEVICTION:  return "Redis may evict locks (maxmemory-policy is not noeviction)";
     case HILOCK_EPERMITS:   return "semaphore permits differ from another client's";
+    case HILOCK_ETLS:       return "TLS failed, or is not built in (rediss:// needs hilock built "
+                                   "against hiredis >= 1.0 with SSL: scripts/hiredis1.sh)";
     default:                return "unknown error";
     }
 }
@@ -129,12 +131,15 @@ static int config_take(hilock_config *out, const hilock_config *cfg) {
 
 int hilock_config_check(const hilock_config *cfg) {
     hilock_config given;
-    hl_url url;
     int rc = config_take(&given, cfg);
     if (rc != 0) return rc;
-    memset(&url, 0, sizeof(url));
-    rc = hl_url_parse(given.url, &url);
-    hl_url_free(&url);
+    /* A net of its own, without a loop: the URL, then TLS's files. */
+    hl_net net;
+    memset(&net, 0, sizeof(net));
+    rc = hl_url_parse(given.url, &net.url);
+    if (rc == 0) rc = hl_tls_setup(&net, &given);
+    hl_tls_free(&net);
+    hl_url_free(&net.url);
     return rc;
 }
 
@@ -193,6 +198,8 @@ static int client_init(hilock_client *c, const hilock_config *cfg, const hilock_
     c->cfg = *cfg;
     c->cfg.url = NULL; /* not kept: the caller's strings may go away */
     c->cfg.prefix = NULL;
+    c->cfg.tls_ca_file = c->cfg.tls_ca_dir = NULL;
+    c->cfg.tls_cert_file = c->cfg.tls_key_file = c->cfg.tls_server_name = NULL;
     c->prefix = strdup(cfg->prefix);
     c->prefix_len = strlen(cfg->prefix);
     hl_list_init(&c->holds);
@@ -211,6 +218,7 @@ static int client_init(hilock_client *c, const hilock_config *cfg, const hilock_
     int rc = hl_url_parse(cfg->url, &c->topo.net.url);
     if (rc != 0) return rc;
     if (c->prefix == NULL) return HILOCK_ENOMEM;
+    if ((rc = hl_tls_setup(&c->topo.net, cfg)) != 0) return rc;
     return hl_loop_init(&c->loop, ev);
 }
 
@@ -240,6 +248,7 @@ int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hiloc
     if (rc != 0) {
         hl_loop_close(&c->loop);
         hl_topo_free(&c->topo);
+        hl_tls_free(&c->topo.net);
         free(c->prefix);
         free(c);
         return rc;
@@ -270,6 +279,7 @@ static void client_destroy(hl_loop *l) {
     hl_names_free_all(c);
     hl_loop_close(&c->loop);
     hl_topo_free(&c->topo);
+    hl_tls_free(&c->topo.net);
     free(c->prefix);
     free(c);
 }

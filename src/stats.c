@@ -226,7 +226,7 @@ static void put_family(text *t, const family *f, size_t nf, const hilock_stats *
 static const char *const code_names[HILOCK_STATS_CODES] = {
     NULL, "EINVAL", "ENOMEM", "EURL", "ETIMEDOUT", "ECANCELED", "ECONN", "EREPLY", "EPROTO",
     "ELOST", "EBUSY", "ECLOSED", "EAUTH", "ELOOP", "EDEADLINE", "EREADONLY", "EOOM",
-    "ELOADING", "ESCRIPT", "EEVICTION", "EFORK", "EREPLICAS", "EPERMITS"};
+    "ELOADING", "ESCRIPT", "EEVICTION", "EFORK", "EREPLICAS", "EPERMITS", "ETLS"};
 
 static void put_errors(text *t, const hilock_stats *const *s, const char *const *labels, size_t n) {
     head(t, "hilock_errors_total", "counter",

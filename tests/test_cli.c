@@ -1022,7 +1022,7 @@ Test(cli, exit_statuses_agree_in_help_man_and_readme, .timeout = 60) {
     static const char *const tags[] = { "COMMAND's", "64", "69", "70", "71", "74", "75", "78", "128+N" };
     static const char want69[] = "HILOCK_EAUTH HILOCK_ECONN HILOCK_EDEADLINE HILOCK_EEVICTION "
                                  "HILOCK_ELOADING HILOCK_EOOM HILOCK_EPROTO HILOCK_EREADONLY "
-                                 "HILOCK_EREPLY HILOCK_ESCRIPT ";
+                                 "HILOCK_EREPLY HILOCK_ESCRIPT HILOCK_ETLS ";
     static xtable t[3] = { { .what = "--help" }, { .what = "hilock.1" }, { .what = "README.md" } };
     const char *man = src_path("man/hilock.1"), *readme = src_path("README.md");
     char *help, *page, *md, names[512], help_names[512];

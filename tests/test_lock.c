@@ -457,7 +457,7 @@ Test(input, bad_config) {
     cr_expect_eq(hilock_client_new(NULL, NULL, &e.loop), HILOCK_EINVAL);
     cr_expect_str_eq(hilock_strerror(HILOCK_EURL), "malformed Redis URL");
     cr_expect_str_eq(hilock_strerror(12345), "unknown error");
-    for (int err = 0; err >= HILOCK_EPERMITS; err--)
+    for (int err = 0; err >= HILOCK_ETLS; err--)
         cr_expect_str_neq(hilock_strerror(err), "unknown error", "code %d", err);
 }
 

@@ -211,3 +211,32 @@ Test(url, redlock) {
     expect_bad("redlock://h1,");
     expect_bad("redlock://h#m");
 }
+
+/* The TLS forms: the same URLs with tls set; the plain ones without. */
+Test(url, tls_forms) {
+    static const struct { const char *s; int kind, tls; } ok[] = {
+        {"redis://h:1", HL_URL_REDIS, 0},
+        {"rediss://u:p@h:6380/2", HL_URL_REDIS, 1},
+        {"rediss://a:1,b:2", HL_URL_REDIS, 1},
+        {"rediss-sentinel://h#m", HL_URL_SENTINEL, 1},
+        {"redis-sentinel://h#m", HL_URL_SENTINEL, 0},
+        {"redlocks://a,b,c", HL_URL_REDLOCK, 1},
+        {"redlock://a,b,c", HL_URL_REDLOCK, 0},
+        {"unix:///tmp/r.sock", HL_URL_REDIS, 0},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        hl_url u;
+        cr_assert_eq(hl_url_parse(ok[i].s, &u), 0, "%s", ok[i].s);
+        cr_expect_eq(u.kind, ok[i].kind, "%s", ok[i].s);
+        cr_expect_eq(u.tls, ok[i].tls, "%s", ok[i].s);
+        hl_url_free(&u);
+    }
+    /* The default port is the same: Redis serves TLS wherever it is told. */
+    hl_url u;
+    cr_assert_eq(hl_url_parse("rediss://h", &u), 0);
+    cr_expect_eq(u.port, 6379);
+    hl_url_free(&u);
+    expect_bad("rediss-sentinel://h");  /* no master name */
+    expect_bad("redisss://h");
+    expect_bad("unixs:///tmp/r.sock");
+}

@@ -40,8 +40,8 @@
 
 static const char usage_text[] =
 "Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE]\n"
-"              [-n N | -s | -x | -f] [-v] NAME -- COMMAND [ARG...]\n"
-"       hilock [-u URL] [-p PREFIX] [-v] unlock NAME\n"
+"              [-n N | -s | -x | -f] [TLS OPTIONS] [-v] NAME -- COMMAND [ARG...]\n"
+"       hilock [-u URL] [-p PREFIX] [TLS OPTIONS] [-v] unlock NAME\n"
 "       hilock inspect [-u URL] [-p PREFIX] [--json] NAME... | --scan PATTERN\n"
 "       hilock -h | --help | -V | --version\n"
 "Run COMMAND while holding the distributed lock NAME in Redis.\n"
@@ -63,6 +63,19 @@ static const char usage_text[] =
 "  -f             fair: hold the fair lock NAME, granted to its waiters in the\n"
 "                 order they asked, over all machines (first come, first served)\n"
 "  -v             report progress on stderr\n"
+"\n"
+"TLS options, for rediss://, rediss-sentinel:// and redlocks:// URLs (each\n"
+"defaults to the environment variable named after it):\n"
+"  --cacert FILE  CA certificates (PEM) the server's must chain to\n"
+"                 ($HILOCK_CACERT; neither this nor --capath: the system's)\n"
+"  --capath DIR   a directory of hashed CA certificates ($HILOCK_CAPATH)\n"
+"  --cert FILE    client certificate (PEM) for mutual TLS ($HILOCK_CERT)\n"
+"  --key FILE     its private key (PEM), needed with --cert ($HILOCK_KEY)\n"
+"  --sni NAME     the name the server's certificate must carry, sent as SNI\n"
+"                 ($HILOCK_SNI; default: the URL's host)\n"
+"  --insecure     do not verify the server's certificate: for self-signed\n"
+"                 test setups only ($HILOCK_INSECURE=1)\n"
+"\n"
 "  -h, --help     show this help\n"
 "  -V, --version  show the version\n"
 "\n"
@@ -104,7 +117,8 @@ static const char usage_text[] =
 "             (read-only replica), HILOCK_EOOM (out of memory),\n"
 "             HILOCK_ELOADING (still loading), HILOCK_ESCRIPT (lock script\n"
 "             failed), HILOCK_EREPLY (other error reply), HILOCK_EEVICTION\n"
-"             (eviction policy refused; hilock itself only warns, on stderr)\n"
+"             (eviction policy refused; hilock itself only warns, on stderr),\n"
+"             HILOCK_ETLS (TLS failed, or not built in)\n"
 "  70         internal failure: HILOCK_ENOMEM (out of memory), HILOCK_ELOOP\n"
 "             (event-loop adapter)\n"
 "  71         system failure (fork, setenv, event loop or signal setup)\n"
@@ -280,7 +294,10 @@ static pid_t spawn(char **cmd) {
 static void report(const cli *c, const char *what, int err) {
     const char *detail = hilock_client_errstr(c->client);
 
-    if (err == HILOCK_ELOST || *detail == '\0')
+    /* ETLS's own text is about builds; the detail says what the handshake met. */
+    if (err == HILOCK_ETLS && *detail != '\0')
+        fprintf(stderr, "hilock: %s %s: %s\n", what, c->name, detail);
+    else if (err == HILOCK_ELOST || *detail == '\0')
         fprintf(stderr, "hilock: %s %s: %s\n", what, c->name, hilock_strerror(err));
     else
         fprintf(stderr, "hilock: %s %s: %s (%s)\n", what, c->name, hilock_strerror(err), detail);
@@ -296,6 +313,7 @@ static int exit_for_error(int err) {
     case HILOCK_ECONN: case HILOCK_EDEADLINE: case HILOCK_EPROTO:
     case HILOCK_EAUTH: case HILOCK_EREPLY: case HILOCK_EREADONLY:
     case HILOCK_EOOM: case HILOCK_ELOADING: case HILOCK_ESCRIPT: case HILOCK_EEVICTION:
+    case HILOCK_ETLS:
         return EX_UNAVAILABLE;
     default:
         return EX_SOFTWARE; /* ENOMEM, ELOOP: our side failed */
@@ -538,6 +556,9 @@ static int start_lock(cli *c, long long wait_ms, long long lease_ms) {
 typedef struct args {
     const char *url;
     const char *prefix;
+    /* TLS: --cacert, --capath, --cert, --key, --sni, --insecure */
+    const char *cacert, *capath, *cert, *key, *sni;
+    int insecure;
     long long wait_ms;
     long long lease_ms;
     char lock_only;         /* a lock-only option given (-w, -l, -E, -n, -s, -x, -f), or 0 */
@@ -576,12 +597,37 @@ static int parse_operands(cli *c, args *a, int n, char **v) {
     return -1;
 }
 
+/* The long-only options (TLS's). */
+enum { OPT_CACERT = 256, OPT_CAPATH, OPT_CERT, OPT_KEY, OPT_SNI, OPT_INSECURE };
+
+/* The TLS settings' defaults: the environment (an empty variable is unset). */
+static const char *env_or_null(const char *name) {
+    const char *v = getenv(name);
+    return v != NULL && *v ? v : NULL;
+}
+
+static void tls_from_env(args *a) {
+    const char *insecure = env_or_null("HILOCK_INSECURE");
+    a->cacert = env_or_null("HILOCK_CACERT");
+    a->capath = env_or_null("HILOCK_CAPATH");
+    a->cert = env_or_null("HILOCK_CERT");
+    a->key = env_or_null("HILOCK_KEY");
+    a->sni = env_or_null("HILOCK_SNI");
+    a->insecure = insecure != NULL && strcmp(insecure, "0") != 0;
+}
+
 /* Fill c and a from the command line. Returns -1 to go on, or the status
  * to exit with at once (-h, -V, a usage error). */
 static int parse_args(cli *c, args *a, int argc, char **argv) {
     static const struct option longopts[] = {
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
+        { "cacert", required_argument, NULL, OPT_CACERT },
+        { "capath", required_argument, NULL, OPT_CAPATH },
+        { "cert", required_argument, NULL, OPT_CERT },
+        { "key", required_argument, NULL, OPT_KEY },
+        { "sni", required_argument, NULL, OPT_SNI },
+        { "insecure", no_argument, NULL, OPT_INSECURE },
         { NULL, 0, NULL, 0 },
     };
     long long code;
@@ -629,13 +675,22 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
             c->mode = (char)opt;
             a->lock_only = (char)opt;
             break;
+        case OPT_CACERT: a->cacert = optarg; break;
+        case OPT_CAPATH: a->capath = optarg; break;
+        case OPT_CERT: a->cert = optarg; break;
+        case OPT_KEY: a->key = optarg; break;
+        case OPT_SNI: a->sni = optarg; break;
+        case OPT_INSECURE: a->insecure = 1; break;
         case ':':
+            if (optopt >= OPT_CACERT) return usage_error("option %s needs a value", argv[optind - 1]);
             return usage_error("option -%c needs a value", optopt);
         default:
             if (optopt) return usage_error("unknown option -%c", optopt);
             return usage_error("unknown option %s", argv[optind - 1]);
         }
     }
+    if ((a->cert == NULL) != (a->key == NULL))
+        return usage_error("--cert and --key go together (or $HILOCK_CERT and $HILOCK_KEY)");
     return parse_operands(c, a, argc - optind, argv + optind);
 }
 
@@ -657,11 +712,24 @@ static int open_client(cli *c, const args *a) {
     cfg.default_lease_ms = (uint32_t)a->lease_ms;
     cfg.log_cb = on_log;
     cfg.log_data = c;
+    cfg.tls_ca_file = a->cacert;
+    cfg.tls_ca_dir = a->capath;
+    cfg.tls_cert_file = a->cert;
+    cfg.tls_key_file = a->key;
+    cfg.tls_server_name = a->sni;
+    cfg.tls_insecure = a->insecure;
     rc = hilock_client_new(&c->client, &cfg, &loop);
     if (rc != 0) {
         c->client = NULL;
         if (rc == HILOCK_EURL) return usage_error("bad Redis URL '%s'", a->url);
         if (rc == HILOCK_EINVAL) return usage_error("bad -p PREFIX '%s'", a->prefix);
+        if (rc == HILOCK_ETLS) {
+            /* Not built in, or a file that cannot be loaded: say which. */
+            if (!hilock_tls_available()) fprintf(stderr, "hilock: %s\n", hilock_strerror(rc));
+            else fprintf(stderr, "hilock: TLS: cannot load --cacert, --capath, --cert or --key "
+                         "(a file missing, not PEM, or a key not the certificate's)\n");
+            return EX_UNAVAILABLE;
+        }
         fprintf(stderr, "hilock: %s\n", hilock_strerror(rc));
         return EX_SOFTWARE;
     }
@@ -687,6 +755,7 @@ int main(int argc, char **argv) {
     a.prefix = DEFAULT_PREFIX;
     a.wait_ms = HILOCK_WAIT_FOREVER;
     a.lease_ms = DEFAULT_LEASE;
+    tls_from_env(&a);
     /* inspect is the subcommand unless -- follows it (a lock named
      * "inspect", as `hilock unlock -- COMMAND`). */
     if (argc >= 2 && strcmp(argv[1], "inspect") == 0 && !(argc >= 3 && strcmp(argv[2], "--") == 0))

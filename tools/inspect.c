@@ -1066,6 +1066,13 @@ int inspect_main(int argc, char **argv, const char *url, const char *prefix) {
     x->prefix = prefix;
     rc = parse(x, argc, argv, &url, &scan);
     if (rc < 0 && hl_url_parse(url, &x->url) != 0) rc = usage_error("bad Redis URL '%s'", url);
+    if (rc < 0 && x->url.tls) {
+        /* Its connections are hiredis's blocking ones, without TLS yet: say
+         * so rather than send plain text to a TLS port. */
+        fprintf(stderr, "hilock inspect: TLS URLs are not supported by inspect yet\n");
+        hl_url_free(&x->url);
+        rc = EX_UNAVAILABLE;
+    }
     if (rc >= 0) { free(x); return rc; }
     if (open_target(x) != 0) {
         x->status = EX_UNAVAILABLE;

@@ -93,6 +93,12 @@ extern "C" {
 #define HILOCK_EPERMITS  -22  /* a semaphore's permits_total differs from the one its
                                  current holders acquired with (see
                                  hilock_semaphore_acquire) */
+#define HILOCK_ETLS      -23  /* TLS failed: a CA, certificate or key that cannot be
+                                 loaded, a handshake refused (server certificate
+                                 not trusted or not for the server's name, client
+                                 certificate missing or refused), or TLS not
+                                 built in (rediss:// needs hilock built against
+                                 hiredis >= 1.0 with SSL; see the README's TLS) */
 
 /* A constant, human-readable message for an error code; never NULL. */
 HILOCK_API const char *hilock_strerror(int err);
@@ -100,6 +106,11 @@ HILOCK_API const char *hilock_strerror(int err);
 /* The version of the library linked at run time, "MAJOR.MINOR.PATCH"
  * (compare with HILOCK_VERSION, the header's). */
 HILOCK_API const char *hilock_version(void);
+
+/* 1 if this library was built with TLS (against hiredis >= 1.0 with SSL),
+ * so that rediss://, rediss-sentinel:// and redlocks:// URLs work; 0 if
+ * they fail with HILOCK_ETLS. */
+HILOCK_API int hilock_tls_available(void);
 
 /* ---- Event-loop adapter interface -------------------------------------- */
 
@@ -182,7 +193,10 @@ typedef struct hilock_config {
      * followed through failovers; the credentials and db are the master's.
      * "redlock://[user:pass@]host[:port],host[:port],...[/db]": Redlock
      * over independent masters (up to 16; a quorum of N/2+1 answers every
-     * request). See the README's sections of those names. */
+     * request). See the README's sections of those names.
+     * TLS: "rediss://" (one server or a cluster), "rediss-sentinel://"
+     * (the sentinels and the master) and "redlocks://" (every master) are
+     * the forms above over TLS, configured by the tls_* fields below. */
     const char *url;
     /* Prefix of every key and channel. Must not contain '{' or '}'. NULL
      * means "hilock:". */
@@ -229,6 +243,25 @@ typedef struct hilock_config {
      * that lacks the lock lets a second client take it. Default 0 (no WAIT). */
     uint32_t wait_replicas;
     uint32_t wait_timeout_ms;
+    /* TLS, for the rediss:// forms of the URL (ignored otherwise). The
+     * server's certificate must chain to a CA of tls_ca_file (PEM, may hold
+     * several) or tls_ca_dir (hashed, as c_rehash makes); with neither, the
+     * system's default CAs. NULL: not used. Read at hilock_client_new():
+     * the strings need not outlive the call. */
+    const char *tls_ca_file;
+    const char *tls_ca_dir;
+    /* A client certificate and its key (PEM), both or neither: for servers
+     * that ask for one (tls-auth-clients yes). */
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    /* The name the server's certificate must carry (a DNS name or an IP
+     * address, checked against its subjectAltName), also sent as SNI when
+     * it is a DNS name. NULL: the host each connection goes to. */
+    const char *tls_server_name;
+    /* 1: do not verify the server's certificate at all (neither its CA nor
+     * its name). For self-signed test setups only: anyone in the path can
+     * then pose as the server. Default 0. */
+    int tls_insecure;
 } hilock_config;
 
 /* hilock_config.pubsub */
@@ -241,15 +274,20 @@ typedef struct hilock_config {
 HILOCK_API void hilock_config_init_size(hilock_config *cfg, size_t size);
 
 /* Check a config as hilock_client_new() would, without connecting or
- * needing a loop: 0, HILOCK_EURL for a malformed URL, HILOCK_EINVAL for any
- * other bad field (prefix, lease, pubsub, wait_replicas). For programs that
+ * needing a loop: 0, HILOCK_EURL for a malformed URL, HILOCK_ETLS for a TLS
+ * URL when TLS is not built in or its CA, certificate or key cannot be
+ * loaded, HILOCK_EINVAL for any other bad field (prefix, lease, pubsub,
+ * wait_replicas, a certificate without its key). For programs that
  * read their settings long before they make a client, e.g. an nginx module
  * at `nginx -t`. */
 HILOCK_API int hilock_config_check(const hilock_config *cfg);
 
 /* Create a client. Validates the config (bad URL -> HILOCK_EURL, bad prefix
- * -> HILOCK_EINVAL) and starts connecting in the background; connection
- * errors show up in the callbacks of requests, not here. On success stores
+ * -> HILOCK_EINVAL, TLS not built in or its files not loadable ->
+ * HILOCK_ETLS, whose hilock_strerror() says what to check, as there is no
+ * client for hilock_client_errstr()) and starts connecting in the
+ * background; connection errors, a failed TLS handshake among them, show up
+ * in the callbacks of requests, not here. On success stores
  * the client in *out and returns 0. */
 HILOCK_API int hilock_client_new(hilock_client **out, const hilock_config *cfg,
                                  const hilock_loop *loop);

@@ -292,17 +292,36 @@ static void send_handshake(hl_conn *k) {
     }
 }
 
+/* A TLS connection that broke before it was ready, because of TLS (a
+ * certificate refused either way, a port that does not speak TLS): that
+ * will not fix itself at the next attempt, so what waits fails now, with
+ * the reason, as after a refused AUTH. The reconnects go on with their
+ * backoff (a certificate may be fixed on the server). */
+static int tls_refused(hl_conn *k) {
+    char why[256];
+    if (k->ssl == NULL || k->state == HL_CONN_READY || !hl_tls_failed(k, why, sizeof(why)))
+        return 0;
+    hl_set_error(k->net->loop, "%s", why);
+    k->last_err = HILOCK_ETLS;
+    conn_fail_queue(k, HILOCK_ETLS);
+    return 1;
+}
+
 static void on_connect(const redisAsyncContext *ac, int status) {
     hl_conn *k = conn_of(ac);
     hl_loop *l = k->net->loop;
     k->nloaded = 0; /* maybe another server process: load again */
     if (status != REDIS_OK) {
-        /* hiredis frees the context after this returns. */
-        hl_set_error(l, "connect: %s", ac->errstr);
+        /* hiredis frees the context after this returns. hiredis 1.x may
+         * see the TCP connect done only after TLS ran (and failed). */
+        if (!tls_refused(k)) {
+            hl_set_error(l, "connect: %s", ac->errstr);
+            k->last_err = HILOCK_ECONN;
+        }
         k->ac = NULL;
+        hl_tls_drop(k);
         conn_count_down(k, k->state);
         k->state = HL_CONN_DOWN;
-        k->last_err = HILOCK_ECONN;
         hl_timer_stop(l, &k->connect_to);
         if (k->ev.lost && !l->freeing && !l->forked) k->ev.lost(k->ev.arg);
         hl_conn_retry_later(k);
@@ -318,6 +337,7 @@ static void on_connect(const redisAsyncContext *ac, int status) {
 void hl_conn_down(hl_conn *k) {
     int was = k->state;
     k->ac = NULL;
+    hl_tls_drop(k); /* hiredis freed it with the context, or it was never attached */
     k->state = HL_CONN_DOWN;
     hl_timer_stop(k->net->loop, &k->connect_to);
     if (k->net->loop->freeing || k->net->loop->forked) return;
@@ -328,7 +348,9 @@ void hl_conn_down(hl_conn *k) {
 
 static void on_disconnect(const redisAsyncContext *ac, int status) {
     hl_conn *k = conn_of(ac);
-    if (status != REDIS_OK) {
+    if (status != REDIS_OK && tls_refused(k)) {
+        /* said why */
+    } else if (status != REDIS_OK) {
         if (ac->err == REDIS_ERR_PROTOCOL) k->last_err = HILOCK_EPROTO;
         else if (k->last_err == 0) k->last_err = HILOCK_ECONN;
         hl_set_error(k->net->loop, "connection lost: %s", ac->errstr);
@@ -419,6 +441,17 @@ void hl_conn_connect(hl_conn *k) {
     if (l->ev.attach(l->ev.data, ac) != 0) {
         redisAsyncFree(ac);
         hl_conn_open_failed(k, HILOCK_ELOOP, "event loop adapter refused the connection");
+        return;
+    }
+    /* TLS before the TCP connect completes: hiredis's first write after it
+     * runs the handshake (SSL_connect wants to write until then). */
+    if (net->tls != NULL && k->addr->host != NULL &&
+        (hl_tls_new(k, ac->c.fd) != 0 || hl_tls_attach(k, &ac->c) != 0)) {
+        char why[256];
+        snprintf(why, sizeof(why), "%s", l->errstr);
+        hl_tls_drop(k);
+        redisAsyncFree(ac);
+        hl_conn_open_failed(k, HILOCK_ETLS, why);
         return;
     }
     redisAsyncSetConnectCallback(ac, on_connect);

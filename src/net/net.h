@@ -36,9 +36,11 @@ enum { HL_URL_REDIS, HL_URL_SENTINEL, HL_URL_REDLOCK };
  * redis-sentinel://[user:pass@]host[:port][,...][/db]#MASTER: the hosts
  * are sentinels (port 26379 by default), the credentials and db the
  * master's. redlock://[user:pass@]host[:port][,...][/db]: independent
- * masters. */
+ * masters. rediss://, rediss-sentinel:// and redlocks:// are the same
+ * over TLS (every TCP connection of the client). */
 typedef struct hl_url {
     int kind;     /* HL_URL_* */
+    int tls;      /* rediss://, rediss-sentinel://, redlocks:// */
     char *master; /* redis-sentinel: the master's name */
     char *host;   /* the first address (the only one but for a cluster) */
     int port;
@@ -85,6 +87,7 @@ typedef struct hl_net {
     int check_role;              /* a command connection is ready only when
                                     ROLE says master (Sentinel) */
     uint64_t rng;                /* backoff jitter (xorshift) */
+    struct hl_tls *tls;          /* the URL is a TLS form: its settings (tls.c) */
     char policy_warned[64];      /* the eviction policy last warned about */
     hl_link reqs;                /* every live request */
     size_t nreqs;
@@ -130,6 +133,10 @@ typedef struct hl_conn {
     hilock_loop_io *io;      /* rc's socket, watched by the event loop */
     unsigned gen;            /* bumped when rc goes */
     int wpending;            /* rc has output not written yet */
+    struct ssl_st *ssl;      /* TLS: the connection's SSL (hiredis owns it once
+                                attached; ours while sub.c shakes hands) */
+    int ssl_owned;           /* ssl is not attached to rc/ac yet: free it */
+    int tls_want;            /* sub.c's TLS handshake waits for HILOCK_IO_* */
     int is_sub;
     int bare;           /* a sentinel's: no handshake (AUTH, SELECT, INFO are the
                            master's), classic SUBSCRIBE */
@@ -171,6 +178,29 @@ int hl_conn_error(const hl_conn *k);
 void hl_conn_subscribe(hl_conn *k, const char *ch, size_t len, int on);
 /* The connection's socket, or -1. */
 int hl_conn_fd(const hl_conn *k);
+
+/* ---- TLS (tls.c; without HILOCK_HAVE_TLS every TLS URL fails) ---------- */
+
+/* Load the config's CA, certificate and key for net->url's TLS form (a
+ * no-op for other URLs): 0, or HILOCK_ETLS / HILOCK_EINVAL with the reason
+ * in net->loop's errstr (when `net->loop` is set). */
+int hl_tls_setup(hl_net *net, const hilock_config *cfg);
+void hl_tls_free(hl_net *net);
+/* A new SSL for k's socket `fd` (k->ssl, owned): 0, or -1 with the reason
+ * in errstr. */
+int hl_tls_new(hl_conn *k, int fd);
+/* Drive k->ssl's handshake: 1 done, 0 waiting for *want (HILOCK_IO_*), -1
+ * failed with the reason in errstr. */
+int hl_tls_step(hl_conn *k, int *want);
+/* Hand k->ssl to hiredis's context c (which then reads and writes through
+ * it and frees it): 0, or -1 with the reason in errstr. */
+int hl_tls_attach(hl_conn *k, redisContext *c);
+/* Free k->ssl if it is still ours; forget it either way. */
+void hl_tls_drop(hl_conn *k);
+/* A TLS connection that broke before it was ready: whether TLS is why (a
+ * certificate refused, an alert from the server), with the reason in
+ * `why`. Clears OpenSSL's error queue. */
+int hl_tls_failed(hl_conn *k, char *why, size_t n);
 
 /* ---- Requests ---------------------------------------------------------- */
 

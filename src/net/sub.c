@@ -21,6 +21,10 @@ static void sub_io(void *arg, int events);
 
 static void sub_watch(hl_conn *k) {
     int ev = HILOCK_IO_READ;
+    if (k->tls_want) { /* the TLS handshake waits for one of them */
+        k->net->loop->ev.io_watch(k->io, k->tls_want);
+        return;
+    }
     if (k->state == HL_CONN_CONNECTING || k->wpending) ev |= HILOCK_IO_WRITE;
     k->net->loop->ev.io_watch(k->io, ev);
 }
@@ -28,6 +32,8 @@ static void sub_watch(hl_conn *k) {
 void hl_sub_close(hl_conn *k) {
     if (k->rc == NULL) return;
     k->net->loop->ev.io_free(k->io); /* before the socket closes */
+    hl_tls_drop(k); /* ours mid-handshake; else redisFree frees it */
+    k->tls_want = 0;
     redisFree(k->rc);
     k->rc = NULL;
     k->io = NULL;
@@ -56,16 +62,16 @@ static void sub_append(hl_conn *k, const char *fmt, ...) {
     sub_watch(k);
 }
 
-static void sub_connected(hl_conn *k) {
+/* A failure whose reason is in errstr already (TLS's). */
+static void sub_fail(hl_conn *k, int err) {
+    k->last_err = err;
+    hl_sub_close(k);
+    hl_conn_down(k);
+}
+
+/* Connected (and through TLS, if any): AUTH, or ready at once. */
+static void sub_greet(hl_conn *k) {
     const hl_url *u = &k->net->url;
-    int err = 0;
-    socklen_t len = sizeof(err);
-    if (getsockopt(k->rc->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-    if (err != 0) {
-        sub_drop(k, HILOCK_ECONN, strerror(err));
-        return;
-    }
-    k->state = HL_CONN_HANDSHAKE;
     k->handshake_left = 0;
     if (u->pass == NULL || k->bare) {
         sub_watch(k);
@@ -75,6 +81,49 @@ static void sub_connected(hl_conn *k) {
     if (u->user) sub_append(k, "AUTH %s %s", u->user, u->pass);
     else sub_append(k, "AUTH %s", u->pass);
     k->handshake_left = 1;
+}
+
+/* One step of the TLS handshake, which sub.c drives itself: hiredis's
+ * redisContext would drive it only from its reads and writes, and with
+ * nothing to write (no AUTH) a refused certificate would show only at the
+ * first SUBSCRIBE. hiredis has the SSL already (attaching it later would
+ * restart the handshake), so that its reads and writes go through TLS once
+ * this is done; then on to sub_greet. */
+static void sub_tls_step(hl_conn *k) {
+    int want = 0;
+    int r = hl_tls_step(k, &want);
+    if (r == 0) {
+        k->tls_want = want;
+        sub_watch(k);
+        return;
+    }
+    k->tls_want = 0;
+    if (r < 0) {
+        sub_fail(k, HILOCK_ETLS);
+        return;
+    }
+    sub_watch(k);
+    sub_greet(k);
+}
+
+static void sub_connected(hl_conn *k) {
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(k->rc->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    if (err != 0) {
+        sub_drop(k, HILOCK_ECONN, strerror(err));
+        return;
+    }
+    k->state = HL_CONN_HANDSHAKE;
+    if (k->net->tls != NULL && k->addr->host != NULL) {
+        if (hl_tls_new(k, k->rc->fd) != 0 || hl_tls_attach(k, k->rc) != 0) {
+            sub_fail(k, HILOCK_ETLS);
+            return;
+        }
+        sub_tls_step(k);
+        return;
+    }
+    sub_greet(k);
 }
 
 /* One reply: the handshake's, or a push for the owner. */
@@ -105,6 +154,12 @@ static void sub_read(hl_conn *k) {
     redisContext *rc = k->rc;
     unsigned gen = k->gen;
     if (redisBufferRead(rc) != REDIS_OK) {
+        char why[256];
+        if (k->state != HL_CONN_READY && hl_tls_failed(k, why, sizeof(why))) {
+            hl_set_error(k->net->loop, "%s", why); /* e.g. a client certificate refused */
+            sub_fail(k, HILOCK_ETLS);
+            return;
+        }
         sub_drop(k, HILOCK_ECONN, rc->errstr);
         return;
     }
@@ -124,9 +179,13 @@ static void sub_read(hl_conn *k) {
 static void sub_io(void *arg, int events) {
     hl_conn *k = arg;
     unsigned gen = k->gen;
-    if (k->state == HL_CONN_CONNECTING) {
+    if (k->tls_want) {
+        sub_tls_step(k);
+        if (k->gen != gen || k->tls_want || !k->wpending) return;
+        events |= HILOCK_IO_WRITE;
+    } else if (k->state == HL_CONN_CONNECTING) {
         sub_connected(k);
-        if (k->gen != gen || !k->wpending) return;
+        if (k->gen != gen || k->tls_want || !k->wpending) return;
         events |= HILOCK_IO_WRITE;
     }
     if ((events & HILOCK_IO_WRITE) && k->wpending) {

@@ -1,6 +1,7 @@
 /* Redis URLs: redis://[[user]:pass@]host[:port][,host[:port]...][/db],
  * unix:///path[?db=N], redis-sentinel://...#MASTER and redlock://... (the
- * forms of net.h). */
+ * forms of net.h), and their TLS forms rediss://, rediss-sentinel:// and
+ * redlocks://. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -115,14 +116,18 @@ int hl_url_parse(const char *s, hl_url *u) {
         }
         return 0;
     }
-    static const struct { const char *scheme; int kind; } schemes[] = {
-        {"redis://", HL_URL_REDIS}, {"redis-sentinel://", HL_URL_SENTINEL},
-        {"redlock://", HL_URL_REDLOCK},
+    /* The TLS form of each scheme: an 's' after "redis" (as redis-cli's
+     * rediss://), and after "redlock" where there is no "redis". */
+    static const struct { const char *scheme; int kind, tls; } schemes[] = {
+        {"redis://", HL_URL_REDIS, 0}, {"redis-sentinel://", HL_URL_SENTINEL, 0},
+        {"redlock://", HL_URL_REDLOCK, 0}, {"rediss://", HL_URL_REDIS, 1},
+        {"rediss-sentinel://", HL_URL_SENTINEL, 1}, {"redlocks://", HL_URL_REDLOCK, 1},
     };
     const char *p = NULL, *end;
     for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]) && p == NULL; i++)
         if (strncmp(s, schemes[i].scheme, strlen(schemes[i].scheme)) == 0) {
             u->kind = schemes[i].kind;
+            u->tls = schemes[i].tls;
             p = s + strlen(schemes[i].scheme);
         }
     if (p == NULL) return fail(u);
