@@ -447,7 +447,7 @@ void hl_conn_connect(hl_conn *k) {
      * runs the handshake (SSL_connect wants to write until then). */
     if (net->tls != NULL && k->addr->host != NULL &&
         (hl_tls_new(k, ac->c.fd) != 0 || hl_tls_attach(k, &ac->c) != 0)) {
-        char why[256];
+        char why[sizeof(l->errstr)];
         snprintf(why, sizeof(why), "%s", l->errstr);
         hl_tls_drop(k);
         redisAsyncFree(ac);
