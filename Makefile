@@ -40,6 +40,9 @@ ifeq ($(TLS),1)
 TLS_CFLAGS := -DHILOCK_HAVE_TLS
 TLS_LIBS   := -lhiredis_ssl -lssl -lcrypto
 endif
+# hilock.pc's version and TLS libraries, for the build tree's copy and the
+# installed one (mk/ecosystem.mk) alike.
+PC_SED = -e 's|@VERSION@|$(VERSION)|g' -e 's|@TLS_LIBS@ |$(TLS_LIBS)$(if $(TLS_LIBS), )|'
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
 CFLAGS  ?= -O2 -g
@@ -103,7 +106,7 @@ $(BUILD)/libhilock.so: $(SHARED)
 	ln -sf libhilock.so.$(VERSION) $@
 
 $(BUILD)/hilock.pc: hilock.pc.in Makefile
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@TLS_LIBS@ |$(TLS_LIBS)$(if $(TLS_LIBS), )|' $< > $@
+	sed -e 's|@PREFIX@|$(PREFIX)|g' $(PC_SED) $< > $@
 
 # Programs link the static library so they run from the build tree.
 # inspect.c alone reaches into src/ (-Isrc): for the library's URL parser.

@@ -58,7 +58,7 @@ eco-force:
 
 # The installed hilock.pc names the install paths; the build tree's copy
 # ($(BUILD)/hilock.pc) is left as it is.
-ECO_PC_SED := -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g'
+ECO_PC_SED = -e 's|@PREFIX@|$(PREFIX)|g' $(PC_SED)
 ifneq ($(LIBDIR),$(PREFIX)/lib)
 ECO_PC_SED += -e 's|^libdir=.*|libdir=$(LIBDIR)|'
 endif
