@@ -15,13 +15,6 @@ static lockenv e;
 static void setup(void) { lockenv_start_debuggable(&e); }
 static void teardown(void) { lockenv_stop(&e); }
 
-static hilock_stats stats_of(const hilock_client *c) {
-    hilock_stats s;
-    hilock_stats_init(&s);
-    cr_assert_eq(hilock_client_stats(c, &s), 0);
-    return s;
-}
-
 /* Every accepted acquire has exactly one outcome once its callback ran;
  * each grant has one wait observation; the errors of acquires are in
  * errors[] (which may hold more: releases, extends, lost). */

@@ -157,50 +157,10 @@ Test(sharded, subscription_follows_its_migrated_slot) {
  * master. */
 Test(sharded, reshard_by_redis_cli_under_contention) {
     test_redis *src = test_cluster_master_of(&e.cl, 0), *dst = cluster_other_master(&e.cl, src);
-    char names[4][32], src_id[64], dst_id[64], from[32], out[256];
-    cr_assert(src && dst);
-    cluster_node_id(src, src_id, sizeof(src_id));
-    cluster_node_id(dst, dst_id, sizeof(dst_id));
-    for (int i = 0, n = 0; n < 4; i++) { /* names whose slots move */
-        snprintf(names[n], sizeof(names[n]), "rs-%d", i);
-        if (cluster_slot_of(names[n]) < 48) n++;
-    }
+    char names[4][32];
     hilock_client *a = client(HILOCK_PUBSUB_AUTO), *b = client(HILOCK_PUBSUB_AUTO);
-    static turn turns[400];
     shared s;
-    memset(&s, 0, sizeof(s));
-    s.base = e.base;
-    s.hold_ms = 5;
-    s.ca = a;
-    snprintf(from, sizeof(from), "127.0.0.1:%d", src->port);
-    snprintf(out, sizeof(out), "%s/reshard.out", e.cl.node[0].dir);
-    char *argv[] = {"redis-cli", "--cluster", "reshard", from, "--cluster-from", src_id,
-                    "--cluster-to", dst_id, "--cluster-slots", "48", "--cluster-yes", NULL};
-    pid_t pid = -1;
-    for (int i = 0; i < 400; i++) {
-        turns[i].s = &s;
-        turns[i].idx = i % 4;
-        cr_assert_eq(hilock_acquire(i % 2 ? a : b, names[i % 4], NULL, turn_granted, &turns[i], NULL), 0);
-        if (i == 40) {
-            test_loop_for(e.base, 20);
-            pid = test_spawn(argv, NULL, out, NULL);
-        }
-    }
-    long long t0 = test_now_ms();
-    int rc = -1;
-    while ((s.done < 400 || rc == -1) && test_now_ms() - t0 < 60000) {
-        test_loop_for(e.base, 20);
-        if (rc == -1) rc = test_wait(pid, 0);
-    }
-    char log[4096];
-    cr_expect_eq(rc, 0, "redis-cli --cluster reshard: %d\n%s", rc, test_slurp(out, log, sizeof(log)));
-    cr_log_info("reshard under contention: %d granted, %d errors (%s %s), %d overlaps in %lld ms",
-                s.granted, s.errors, hilock_strerror(s.first_error), s.first_errstr, s.overlaps,
-                test_now_ms() - t0);
-    cr_expect_eq(s.done, 400, "%d of 400 ended", s.done);
-    cr_expect_eq(s.errors, 0);
-    cr_expect_eq(s.overlaps, 0);
-    cr_expect_eq(s.regressions, 0, "fences out of order");
+    cluster_reshard_contended(&e, src, dst, a, b, "rs", names, &s);
     for (int i = 0; i < 4; i++) {
         cr_expect_eq(test_cluster_master_of(&e.cl, cluster_slot_of(names[i])), dst, "%s did not move", names[i]);
         got g = take(a, names[i], NULL), w = {0, 0, NULL, 0};

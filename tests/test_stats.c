@@ -18,13 +18,6 @@ static lockenv e;
 static void setup(void) { lockenv_start_debuggable(&e); }
 static void teardown(void) { lockenv_stop(&e); }
 
-static hilock_stats stats_of(const hilock_client *c) {
-    hilock_stats s;
-    hilock_stats_init(&s);
-    cr_assert_eq(hilock_client_stats(c, &s), 0);
-    return s;
-}
-
 /* The Prometheus text of `n` snapshots, checked by promtool; the caller
  * frees it. */
 static char *exposition(const hilock_stats *const *s, const char *const *labels, size_t n) {

@@ -183,4 +183,57 @@ static inline void turn_granted(hilock_hold *h, int status, void *data) {
     event_base_once(s->base, -1, EV_TIMEOUT, turn_release, t, &tv);
 }
 
+/* `redis-cli --cluster reshard` moves the first 48 slots of `src` to `dst`
+ * while clients a and b take turns on 4 names ("STEM-i") in those slots,
+ * 400 acquires holding 5 ms each, into *s; the names into names[]. Returns
+ * redis-cli's exit status (-1: it did not end within 60 s), and checks the
+ * run's books: every wait ended, one holder at a time, fences in order. */
+static inline int cluster_reshard_contended(clusterenv *e, test_redis *src, test_redis *dst,
+                                            hilock_client *a, hilock_client *b, const char *stem,
+                                            char names[4][32], shared *s) {
+    static turn turns[400];
+    char src_id[64], dst_id[64], from[32], out[256], log[4096];
+    cr_assert(src && dst);
+    cluster_node_id(src, src_id, sizeof(src_id));
+    cluster_node_id(dst, dst_id, sizeof(dst_id));
+    for (int i = 0, n = 0; n < 4; i++) { /* names whose slots move */
+        snprintf(names[n], 32, "%s-%d", stem, i);
+        if (cluster_slot_of(names[n]) < 48) n++;
+    }
+    memset(s, 0, sizeof(*s));
+    s->base = e->base;
+    s->hold_ms = 5;
+    s->ca = a;
+    snprintf(from, sizeof(from), "127.0.0.1:%d", src->port);
+    snprintf(out, sizeof(out), "%s/reshard.out", e->cl.node[0].dir);
+    char *argv[] = {"redis-cli", "--cluster", "reshard", from, "--cluster-from", src_id,
+                    "--cluster-to", dst_id, "--cluster-slots", "48", "--cluster-yes", NULL};
+    pid_t pid = -1;
+    for (int i = 0; i < 400; i++) {
+        turns[i].s = s;
+        turns[i].idx = i % 4;
+        cr_assert_eq(hilock_acquire(i % 2 ? a : b, names[i % 4], NULL, turn_granted, &turns[i], NULL), 0);
+        if (i == 40) {
+            test_loop_for(e->base, 20);
+            pid = test_spawn(argv, NULL, out, NULL);
+        }
+    }
+    long long t0 = test_now_ms();
+    int rc = -1;
+    while ((s->done < 400 || rc == -1) && test_now_ms() - t0 < 60000) {
+        test_loop_for(e->base, 20);
+        if (rc == -1) rc = test_wait(pid, 0);
+    }
+    cr_expect_eq(rc, 0, "redis-cli --cluster reshard: %d\n%s", rc, test_slurp(out, log, sizeof(log)));
+    cr_log_info("reshard under contention: %d granted, %d errors (%s %s), %d overlaps in %lld ms",
+                s->granted, s->errors, hilock_strerror(s->first_error), s->first_errstr, s->overlaps,
+                test_now_ms() - t0);
+    cr_expect_eq(s->done, 400, "%d of 400 ended", s->done);
+    cr_expect_eq(s->errors, 0, "%d errors, the first %s: %s", s->errors, hilock_strerror(s->first_error),
+                 s->first_errstr);
+    cr_expect_eq(s->overlaps, 0, "two holders at once");
+    cr_expect_eq(s->regressions, 0, "fences out of order");
+    return rc;
+}
+
 #endif

@@ -74,6 +74,14 @@ static inline hilock_client *lockenv_client(lockenv *e) {
     return lockenv_client_url(e, e->r.url, 0);
 }
 
+/* The client's statistics now (hilock_client_stats). */
+static inline hilock_stats stats_of(const hilock_client *c) {
+    hilock_stats s;
+    hilock_stats_init(&s);
+    cr_assert_eq(hilock_client_stats(c, &s), 0);
+    return s;
+}
+
 /* A field of INFO commandstats, e.g. stat_calls(r, "evalsha"); 0 if absent. */
 static inline long long stat_calls(const test_redis *r, const char *cmd) {
     redisContext *k = test_redis_connect(r);
