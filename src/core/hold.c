@@ -301,6 +301,14 @@ void hl_hold_begin_release(hilock_hold *h) {
     if (hl_linked(&h->olink)) hl_list_remove(&h->olink);
 }
 
+/* The user's final release, or close's: counted (a release, and how
+ * long the hold lasted), then begun. */
+static void final_release_begin(hilock_hold *h) {
+    h->c->counts.releases++;
+    hl_histogram_add(&h->c->counts.hold, hl_now_us() - h->granted_us);
+    hl_hold_begin_release(h);
+}
+
 int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
     if (h == NULL) return HILOCK_EINVAL;
     if (h->c->loop.forked) return HILOCK_EFORK;
@@ -322,9 +330,7 @@ int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
     if (r == NULL) { free(op); return HILOCK_ENOMEM; }
     op->last = 1;
     h->count = 0;
-    h->c->counts.releases++;
-    hl_histogram_add(&h->c->counts.hold, hl_now_us() - h->granted_us);
-    hl_hold_begin_release(h);
+    final_release_begin(h);
     hl_name_submit(h->name, r);
     return 0;
 }
@@ -439,13 +445,10 @@ void hl_holds_release_all(hilock_client *c) {
     for (hl_link *l = c->holds.next; l != &c->holds; l = l->next) {
         hilock_hold *h = HL_CONTAINER(l, hilock_hold, link);
         if (h->releasing) continue;
-        /* A final release sent: counted as hilock_release() counts one,
-         * and no longer a live hold (it stays allocated until the client
-         * is freed, where nothing counts any more). */
-        c->counts.releases++;
-        hl_histogram_add(&c->counts.hold, hl_now_us() - h->granted_us);
+        /* No longer a live hold: it stays allocated until the client is
+         * freed, where nothing counts any more. */
         c->counts.holds--;
-        hl_hold_begin_release(h);
+        final_release_begin(h);
         hl_release_token(h->name, h->token, 0);
     }
 }
