@@ -8,7 +8,7 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "support/lockenv.h"
+#include "support/clusterenv.h"
 #include "support/exclusion.h"
 #include "support/tlsenv.h"
 
@@ -335,6 +335,20 @@ Test(tls, plain_port_is_refused, .init = setup_certs, .fini = teardown_all, .tim
     cr_log_info("plain port: %s: %s", hilock_strerror(rc), why);
 }
 
+/* rediss:// to a port where nobody listens: on loopback the refusal shows
+ * at once, in TLS's first write. It is a server that is down (ECONN, tried
+ * again), not a refusal of TLS (ETLS). */
+Test(tls, nobody_listening_is_econn, .init = setup_certs, .fini = teardown_all, .timeout = 30) {
+    char url[64], why[256];
+    start("no");
+    hilock_config cfg = tls_cfg();
+    snprintf(url, sizeof(url), "rediss://127.0.0.1:%d", test_refused_port());
+    cfg.url = url;
+    int rc = lock_once(&cfg, why, sizeof(why));
+    cr_expect_eq(rc, HILOCK_ECONN, "%s: %s", hilock_strerror(rc), why);
+    cr_expect_not_null(strstr(why, "refused"), "errstr: %s", why);
+}
+
 /* redlocks://: Redlock over three TLS masters. */
 Test(tls, redlock_over_tls, .init = setup_certs, .fini = teardown_all, .timeout = 60) {
     test_tls_redis more[2];
@@ -449,6 +463,201 @@ Test(tls, exclusion, .init = setup_certs, .fini = teardown_all, .timeout = 120) 
     cr_expect_eq(res->fence_regressions, 0, "fencing tokens must strictly increase");
     cr_expect_eq(res->counter, LOCAL_WAITERS + PROCS * PROC_WAITERS, "lost increments");
     munmap(res, sizeof(*res));
+}
+
+/* ---- A Redis Cluster over TLS (tls-cluster yes) -------------------------- */
+
+static clusterenv tce; /* its loop is e's */
+
+static void tls_cluster_setup(void) {
+    setup_certs();
+    cr_assert_eq(test_cluster_start_with(&tce.cl, test_tls_node_args, &certs), 0,
+                 "the TLS cluster did not start");
+    tce.base = e.base;
+    tce.loop = e.loop;
+}
+
+static void tls_cluster_teardown(void) {
+    test_cluster_stop(&tce.cl);
+    tce.base = NULL;
+    teardown_all();
+}
+
+/* A cluster client seeded at the TLS port of `seed`. */
+static hilock_client *tls_cluster_client(const test_redis *seed) {
+    char url[64];
+    hilock_config cfg;
+    snprintf(url, sizeof(url), "rediss://127.0.0.1:%d", test_tls_port_of(seed->port));
+    cluster_config(&cfg, url);
+    cfg.log_cb = log_stderr;
+    cfg.tls_ca_file = certs.ca;
+    return cluster_client_cfg(&tce, &cfg);
+}
+
+TestSuite(tls_cluster, .init = tls_cluster_setup, .fini = tls_cluster_teardown, .timeout = 120);
+
+/* Names on every master, from a client seeded at a replica: each lock on
+ * the master of its slot (CLUSTER SLOTS named TLS ports), and a waiter
+ * woken over its sharded TLS subscription within the handoff's time. */
+Test(tls_cluster, every_master_and_wakeups) {
+    hilock_client *a = tls_cluster_client(&tce.cl.node[0]), *b = tls_cluster_client(&tce.cl.node[3]);
+    test_redis *seen[3] = {NULL, NULL, NULL};
+    int nseen = 0;
+    for (int i = 0; i < 64 && nseen < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "tc-%d", i);
+        test_redis *m = test_cluster_master_of(&tce.cl, cluster_slot_of(name));
+        cr_assert_not_null(m);
+        int known = 0;
+        for (int j = 0; j < nseen; j++) known |= seen[j] == m;
+        if (known) continue;
+        seen[nseen++] = m;
+        got ga = cluster_take(&tce, a, name);
+        cr_assert_eq(ga.status, 0, "%s: %s (%s)", name, hilock_strerror(ga.status), hilock_client_errstr(a));
+        cr_expect_eq(lock_exists(m, name), 1, "%s is not on the master of its slot", name);
+        got gb = {0, 0, NULL, 0};
+        hilock_acquire_opts o = opts_wait(10000);
+        cr_assert_eq(hilock_acquire(b, name, &o, got_cb, &gb, NULL), 0);
+        long long until = test_now_ms() + 5000;
+        while (!cluster_subscribed_on(m, name, 0) && test_now_ms() < until) test_loop_for(e.base, 20);
+        cr_assert(cluster_subscribed_on(m, name, 0), "%s: no sharded subscription on its master: %s", name,
+                  hilock_client_errstr(b));
+        long long released_at = test_now_ms();
+        cr_assert_eq(cluster_give_back(&tce, ga.hold), 0);
+        test_loop_until(e.base, &gb.calls, 5000);
+        cr_assert_eq(gb.calls, 1);
+        cr_expect_eq(gb.status, 0, "%s: %s (%s)", name, hilock_strerror(gb.status), hilock_client_errstr(b));
+        cr_expect_lt(gb.at_ms - released_at, 500, "%s: woken %lld ms after the release", name,
+                     gb.at_ms - released_at);
+        if (gb.status == 0) cr_expect_eq(cluster_give_back(&tce, gb.hold), 0);
+    }
+    cr_expect_eq(nseen, 3, "names on %d masters of 3", nseen);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* A held lock's slot moves (ASK, then MOVED, both naming TLS ports; MIGRATE
+ * itself goes over TLS between the nodes) under its holder and waiter. */
+Test(tls_cluster, held_lock_migrates) {
+    hilock_client *a = tls_cluster_client(&tce.cl.node[0]), *b = tls_cluster_client(&tce.cl.node[0]);
+    cluster_migrate_held(&tce, a, b, "tls-migrant", test_tls_port_of(0));
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* CLUSTER FAILOVER under contention: the exclusion holds and the promoted
+ * replica serves the names over TLS. */
+Test(tls_cluster, failover_under_contention) {
+    hilock_client *a = tls_cluster_client(&tce.cl.node[0]), *b = tls_cluster_client(&tce.cl.node[0]);
+    cluster_failover_contended(&tce, a, b, 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* A master killed with kill -9 under contention: its replica takes over. */
+Test(tls_cluster, master_killed_under_contention) {
+    hilock_client *a = tls_cluster_client(&tce.cl.node[0]), *b = tls_cluster_client(&tce.cl.node[0]);
+    cluster_failover_contended(&tce, a, b, 1);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* ---- Sentinel failover over TLS ------------------------------------------- */
+
+static int replica_link_up(const test_redis *r) {
+    redisContext *k = test_redis_connect(r);
+    redisReply *rep = k ? redisCommand(k, "INFO replication") : NULL;
+    int up = rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, "master_link_status:up") != NULL;
+    if (rep) freeReplyObject(rep);
+    if (k) redisFree(k);
+    return up;
+}
+
+/* The number of replicas sentinel `sent` knows of `name`. */
+static long long sentinel_replicas(const test_redis *sent, const char *name) {
+    redisContext *k = test_redis_connect(sent);
+    redisReply *rep = k ? redisCommand(k, "SENTINEL REPLICAS %s", name) : NULL;
+    long long n = rep && rep->type == REDIS_REPLY_ARRAY ? (long long)rep->elements : -1;
+    if (rep) freeReplyObject(rep);
+    if (k) redisFree(k);
+    return n;
+}
+
+/* A master and its replica over TLS, and a sentinel that watches them over
+ * TLS: a lock held across SENTINEL FAILOVER, its release sent to the new
+ * master once the client has followed +switch-master (heard over its TLS
+ * subscription to the sentinel), and the waiter, subscribed again on the
+ * new master, woken by it. */
+Test(tls, sentinel_failover, .init = setup_certs, .fini = teardown_all, .timeout = 90) {
+    test_tls_redis replica, sent;
+    char url[160];
+    start("no");
+    cr_assert_eq(test_tls_replica_start(&replica, &certs, srv.tls_port), 0);
+    long long until = test_now_ms() + 10000;
+    while (!replica_link_up(&replica.r) && test_now_ms() < until) test_msleep(50);
+    cr_assert(replica_link_up(&replica.r), "the replica's TLS link did not come up");
+    cr_assert_eq(test_tls_sentinel_start(&sent, &certs, "tlsfail", srv.tls_port), 0);
+    until = test_now_ms() + 15000;
+    while (sentinel_replicas(&sent.r, "tlsfail") < 1 && test_now_ms() < until) test_msleep(100);
+    cr_assert_geq(sentinel_replicas(&sent.r, "tlsfail"), 1, "the sentinel never learned the replica");
+
+    snprintf(url, sizeof(url), "rediss-sentinel://127.0.0.1:%d#tlsfail", sent.tls_port);
+    hilock_config cfg = tls_cfg();
+    cfg.url = url;
+    cfg.linger_ms = 5000;
+    cfg.request_timeout_ms = 6000;
+    hilock_client *a = lockenv_client_cfg(&e, &cfg), *b = lockenv_client_cfg(&e, &cfg);
+    got ga = acquire_now(&e, a, "tls-fo", NULL);
+    cr_assert_eq(ga.status, 0, "%s: %s", hilock_strerror(ga.status), hilock_client_errstr(a));
+    got gb = {0, 0, NULL, 0};
+    hilock_acquire_opts o = opts_wait(30000);
+    cr_assert_eq(hilock_acquire(b, "tls-fo", &o, got_cb, &gb, NULL), 0);
+    until = test_now_ms() + 5000;
+    while (numsub(&srv.r, "tls-fo") < 1 && test_now_ms() < until) test_loop_for(e.base, 20);
+    cr_assert_geq(numsub(&srv.r, "tls-fo"), 1, "the waiter never subscribed");
+    /* The lock is on the replica before the switch (no write is lost). */
+    cr_assert_geq(test_redis_int(&srv.r, "WAIT 1 2000"), 1);
+    cr_assert_eq(lock_exists(&replica.r, "tls-fo"), 1);
+
+    redisContext *k = test_redis_connect(&sent.r);
+    redisReply *rep = k ? redisCommand(k, "SENTINEL FAILOVER tlsfail") : NULL;
+    cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "SENTINEL FAILOVER: %s",
+              rep && rep->str ? rep->str : "no reply");
+    freeReplyObject(rep);
+    redisFree(k);
+    /* a follows: a fresh name lands on the promoted replica. */
+    int moved = 0;
+    until = test_now_ms() + 20000;
+    while (!moved && test_now_ms() < until) {
+        hilock_acquire_opts once = opts_wait(0);
+        got gp = acquire_now(&e, a, "tls-fo-probe", &once);
+        if (gp.status == 0) {
+            moved = lock_exists(&replica.r, "tls-fo-probe") == 1;
+            cr_assert_eq(release_now(&e, gp.hold), 0);
+        }
+        if (!moved) test_loop_for(e.base, 100);
+    }
+    cr_assert(moved, "the client never followed the failover: %s", hilock_client_errstr(a));
+    cr_expect_eq(gb.calls, 0, "granted while held");
+    /* The waiter's subscription moves to the new master too. */
+    until = test_now_ms() + 10000;
+    while (numsub(&replica.r, "tls-fo") < 1 && test_now_ms() < until) test_loop_for(e.base, 20);
+    cr_assert_geq(numsub(&replica.r, "tls-fo"), 1, "the waiter did not subscribe on the new master: %s",
+                  hilock_client_errstr(b));
+    long long released_at = test_now_ms();
+    cr_assert_eq(release_now(&e, ga.hold), 0, "%s", hilock_client_errstr(a));
+    test_loop_until(e.base, &gb.calls, 5000);
+    cr_assert_eq(gb.calls, 1);
+    cr_expect_eq(gb.status, 0, "%s: %s", hilock_strerror(gb.status), hilock_client_errstr(b));
+    cr_expect_lt(gb.at_ms - released_at, 500, "woken %lld ms after the release", gb.at_ms - released_at);
+    if (gb.status == 0) {
+        cr_expect_eq(lock_exists(&replica.r, "tls-fo"), 1, "not held on the new master");
+        cr_expect_eq(release_now(&e, gb.hold), 0);
+    }
+    hilock_client_free(a);
+    hilock_client_free(b);
+    test_tls_redis_stop(&sent);
+    test_tls_redis_stop(&replica);
 }
 
 #endif

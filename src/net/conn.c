@@ -407,12 +407,23 @@ void hl_conn_retry_later(hl_conn *k) {
     hl_timer_start(net->loop, &k->retry, d);
 }
 
-/* A connection could not even be started: say why, and try again later. */
+/* A connection could not even be started (on loopback a refused connect
+ * can show at once, in TLS's first write): say why, and try again later.
+ * The owner hears `lost` as for an attempt that fails later (a cluster then
+ * asks another node for the map, Sentinel asks where the master went), but
+ * from the loop: hl_conn_connect's caller may be its own lost handler. */
 void hl_conn_open_failed(hl_conn *k, int err, const char *why) {
     hl_set_error(k->net->loop, "%s", why);
     k->failed_attempts++;
     k->last_err = err;
     hl_conn_retry_later(k);
+    if (k->ev.lost) hl_timer_start(k->net->loop, &k->failed_at_once, 0);
+}
+
+static void conn_failed_at_once(hl_timer *t) {
+    hl_conn *k = HL_CONTAINER(t, hl_conn, failed_at_once);
+    hl_loop *l = k->net->loop;
+    if (k->ev.lost && !l->freeing && !l->forked) k->ev.lost(k->ev.arg);
 }
 
 static redisAsyncContext *conn_open(const hl_addr *a) {
@@ -445,13 +456,15 @@ void hl_conn_connect(hl_conn *k) {
     }
     /* TLS before the TCP connect completes: hiredis's first write after it
      * runs the handshake (SSL_connect wants to write until then). */
-    if (net->tls != NULL && k->addr->host != NULL &&
-        (hl_tls_new(k, ac->c.fd) != 0 || hl_tls_attach(k, &ac->c) != 0)) {
+    int tls = net->tls != NULL && k->addr->host != NULL;
+    int rc = tls ? hl_tls_new(k, ac->c.fd) : 0;
+    if (rc == 0 && tls) rc = hl_tls_attach(k, &ac->c);
+    if (rc != 0) {
         char why[sizeof(l->errstr)];
         snprintf(why, sizeof(why), "%s", l->errstr);
         hl_tls_drop(k);
         redisAsyncFree(ac);
-        hl_conn_open_failed(k, HILOCK_ETLS, why);
+        hl_conn_open_failed(k, rc == HL_TLS_LOST ? HILOCK_ECONN : HILOCK_ETLS, why);
         return;
     }
     redisAsyncSetConnectCallback(ac, on_connect);
@@ -484,6 +497,7 @@ void hl_conn_init(hl_conn *k, hl_net *net, const hl_addr *addr, int is_sub,
     if (ev) k->ev = *ev;
     k->retry.cb = conn_retry;
     k->connect_to.cb = connect_timeout;
+    k->failed_at_once.cb = conn_failed_at_once;
     hl_list_init(&k->queue);
 }
 
@@ -491,4 +505,5 @@ void hl_conn_cancel_queue(hl_conn *k) {
     conn_fail_queue(k, HILOCK_ECANCELED);
     hl_timer_stop(k->net->loop, &k->retry);
     hl_timer_stop(k->net->loop, &k->connect_to);
+    hl_timer_stop(k->net->loop, &k->failed_at_once);
 }

@@ -156,6 +156,7 @@ typedef struct hl_conn {
     uint64_t down_at;   /* when a ready connection was last lost (ms) */
     hl_timer retry;     /* reconnect backoff */
     hl_timer connect_to;/* connect timeout */
+    hl_timer failed_at_once; /* tells the owner of an attempt that failed at once */
     hl_link queue;      /* requests waiting for the connection */
 } hl_conn;
 
@@ -190,10 +191,15 @@ void hl_tls_free(hl_net *net);
  * in errstr. */
 int hl_tls_new(hl_conn *k, int fd);
 /* Drive k->ssl's handshake: 1 done, 0 waiting for *want (HILOCK_IO_*), -1
- * failed with the reason in errstr. */
+ * TLS refused (HILOCK_ETLS), or HL_TLS_LOST, with the reason in errstr. */
 int hl_tls_step(hl_conn *k, int *want);
+/* The socket under a handshake failed or closed with no word from TLS (a
+ * refused connect, a server going down): a lost connection, as over TCP
+ * (HILOCK_ECONN, tried again), not a refusal. */
+#define HL_TLS_LOST (-2)
 /* Hand k->ssl to hiredis's context c (which then reads and writes through
- * it and frees it): 0, or -1 with the reason in errstr. */
+ * it and frees it; hiredis starts the handshake at once): 0, -1 TLS
+ * refused, or HL_TLS_LOST, with the reason in errstr. */
 int hl_tls_attach(hl_conn *k, redisContext *c);
 /* Free k->ssl if it is still ours; forget it either way. */
 void hl_tls_drop(hl_conn *k);

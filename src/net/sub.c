@@ -99,7 +99,7 @@ static void sub_tls_step(hl_conn *k) {
     }
     k->tls_want = 0;
     if (r < 0) {
-        sub_fail(k, HILOCK_ETLS);
+        sub_fail(k, r == HL_TLS_LOST ? HILOCK_ECONN : HILOCK_ETLS);
         return;
     }
     sub_watch(k);
@@ -116,8 +116,10 @@ static void sub_connected(hl_conn *k) {
     }
     k->state = HL_CONN_HANDSHAKE;
     if (k->net->tls != NULL && k->addr->host != NULL) {
-        if (hl_tls_new(k, k->rc->fd) != 0 || hl_tls_attach(k, k->rc) != 0) {
-            sub_fail(k, HILOCK_ETLS);
+        int rc = hl_tls_new(k, k->rc->fd);
+        if (rc == 0) rc = hl_tls_attach(k, k->rc);
+        if (rc != 0) {
+            sub_fail(k, rc == HL_TLS_LOST ? HILOCK_ECONN : HILOCK_ETLS);
             return;
         }
         sub_tls_step(k);

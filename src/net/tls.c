@@ -147,21 +147,28 @@ int hl_tls_step(hl_conn *k, int *want) {
     case SSL_ERROR_WANT_READ:  *want = HILOCK_IO_READ;  return 0;
     case SSL_ERROR_WANT_WRITE: *want = HILOCK_IO_WRITE; return 0;
     default:
-        if (!hl_tls_failed(k, why, sizeof(why)))
-            snprintf(why, sizeof(why), "TLS handshake with %s:%d failed: the connection closed",
-                     k->addr->host, k->addr->port);
-        hl_set_error(k->net->loop, "%s", why);
-        return -1;
+        if (hl_tls_failed(k, why, sizeof(why))) {
+            hl_set_error(k->net->loop, "%s", why);
+            return -1;
+        }
+        hl_set_error(k->net->loop, "TLS handshake with %s:%d: the connection closed", k->addr->host,
+                     k->addr->port);
+        return HL_TLS_LOST;
     }
 }
 
 int hl_tls_attach(hl_conn *k, redisContext *c) {
     char why[256];
     if (redisInitiateSSL(c, k->ssl) != REDIS_OK) {
-        /* The handshake may have run to its end already (on loopback). */
-        if (hl_tls_failed(k, why, sizeof(why))) hl_set_error(k->net->loop, "%s", why);
-        else hl_set_error(k->net->loop, "TLS: %s", c->errstr);
-        return -1; /* still ours: hl_tls_drop frees it */
+        /* The handshake may have run to its end already (on loopback), or
+         * the connect failed at once (a server that is down): still ours,
+         * hl_tls_drop frees it. */
+        if (hl_tls_failed(k, why, sizeof(why))) {
+            hl_set_error(k->net->loop, "%s", why);
+            return -1;
+        }
+        hl_set_error(k->net->loop, "connect: %s", c->errstr);
+        return HL_TLS_LOST;
     }
     k->ssl_owned = 0;
     return 0;

@@ -4,6 +4,7 @@
 #ifndef HILOCK_TEST_CLUSTERENV_H
 #define HILOCK_TEST_CLUSTERENV_H
 
+#include <signal.h>
 #include "support/lockenv.h"
 
 typedef struct clusterenv {
@@ -91,13 +92,17 @@ static inline test_redis *cluster_other_master(test_cluster *cl, const test_redi
     return NULL;
 }
 
-/* The replica of `m` (by ROLE on every other node), or NULL. */
+/* A live replica of `m`: a node whose own line of CLUSTER NODES ("myself")
+ * names m's id as its master (by id: a TLS cluster's replicas know their
+ * master by its TLS port, the harness by its plain one). NULL if none. */
 static inline test_redis *cluster_replica_of(test_cluster *cl, const test_redis *m) {
-    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
+    char id[64];
+    cluster_node_id(m, id, sizeof(id));
+    for (int i = 0; i < TEST_CLUSTER_NODES && id[0]; i++) {
         if (&cl->node[i] == m || cl->node[i].pid <= 0) continue;
-        redisReply *rep = cluster_cmd(&cl->node[i], "ROLE", NULL, NULL);
-        int mine = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 3 &&
-                   strcmp(rep->element[0]->str, "slave") == 0 && rep->element[2]->integer == m->port;
+        redisReply *rep = cluster_cmd(&cl->node[i], "CLUSTER NODES", NULL, NULL);
+        const char *me = rep && rep->type == REDIS_REPLY_STRING ? strstr(rep->str, "myself,slave ") : NULL;
+        int mine = me && strncmp(me + strlen("myself,slave "), id, strlen(id)) == 0;
         if (rep) freeReplyObject(rep);
         if (mine) return &cl->node[i];
     }
@@ -122,6 +127,24 @@ static inline int cluster_subscribed_on(const test_redis *r, const char *name, i
     long long n = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 ? rep->element[1]->integer : -1;
     if (rep) freeReplyObject(rep);
     return n > 0;
+}
+
+/* One acquire (default options) run to its callback. */
+static inline got cluster_take(clusterenv *e, hilock_client *c, const char *name) {
+    got g = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(c, name, NULL, got_cb, &g, NULL), 0);
+    test_loop_until(e->base, &g.calls, 10000);
+    cr_assert_eq(g.calls, 1, "no callback for %s", name);
+    return g;
+}
+
+/* A release run to its callback: its status. */
+static inline int cluster_give_back(clusterenv *e, hilock_hold *h) {
+    rel r = {0, 0};
+    cr_assert_eq(hilock_release(h, rel_cb, &r), 0);
+    test_loop_until(e->base, &r.calls, 10000);
+    cr_assert_eq(r.calls, 1);
+    return r.status;
 }
 
 /* ---- Contention with the exclusion invariant ------------------------------ */
@@ -234,6 +257,163 @@ static inline int cluster_reshard_contended(clusterenv *e, test_redis *src, test
     cr_expect_eq(s->overlaps, 0, "two holders at once");
     cr_expect_eq(s->regressions, 0, "fences out of order");
     return rc;
+}
+
+/* Holders and waiters on names of every master while one master is failed
+ * over: the exclusion holds, every waiter ends, and the lock is served by
+ * the promoted replica (MOVED from the old master, NOSCRIPT on the new).
+ * hard: 0 CLUSTER FAILOVER, 1 kill -9 of the master, 2 kill -9 of the
+ * first seed (a master). a and b: clients seeded at e->cl.url. */
+static inline void cluster_failover_contended(clusterenv *e, hilock_client *a, hilock_client *b,
+                                              int hard) {
+    /* Both know the slot map before the fault: with one seed, a client whose
+     * seed dies before it heard the map knows no other node. */
+    for (int i = 0; i < 8; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "ex-%d", i);
+        got ga = cluster_take(e, a, name);
+        if (ga.status == 0) cluster_give_back(e, ga.hold);
+        got gb = cluster_take(e, b, name);
+        if (gb.status == 0) cluster_give_back(e, gb.hold);
+    }
+    static turn turns[600];
+    shared s;
+    memset(&s, 0, sizeof(s));
+    s.base = e->base;
+    s.hold_ms = 3; /* 600 grants on 8 names: about 250 ms of contention per name */
+    s.ca = a;
+    /* A master that serves some of the names: not the first seed (where
+     * the clients' subscriptions live), or (hard == 2) the first seed. */
+    test_redis *m = NULL, *r = NULL;
+    for (int i = 0; i < 8 && m == NULL; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "ex-%d", i);
+        test_redis *x = test_cluster_master_of(&e->cl, cluster_slot_of(name));
+        if ((hard == 2) == (x == &e->cl.node[0])) m = x; /* 2: the first seed itself */
+    }
+    if (m) r = cluster_replica_of(&e->cl, m);
+    cr_assert(m && r, "no master/replica pair");
+    for (int i = 0; i < 600; i++) {
+        char name[32];
+        turns[i].s = &s;
+        turns[i].idx = i % 8;
+        snprintf(name, sizeof(name), "ex-%d", i % 8);
+        cr_assert_eq(hilock_acquire(i % 2 ? a : b, name, NULL, turn_granted, &turns[i], NULL), 0);
+        if (i == 300) { /* halfway: fail the master over */
+            test_loop_for(e->base, 5);
+            if (hard) {
+                kill(m->pid, SIGKILL);
+            } else {
+                redisContext *k = test_redis_connect(r);
+                freeReplyObject(redisCommand(k, "CLUSTER FAILOVER"));
+                redisFree(k);
+            }
+        }
+    }
+    long long t0 = test_now_ms();
+    while (s.done < 600 && test_now_ms() - t0 < 60000) test_loop_for(e->base, 20);
+    cr_log_info("failover (%s): %d granted, %d errors (first: %s, %s), %d overlaps in %lld ms",
+                hard == 2 ? "kill -9 of the first seed" : hard ? "kill -9" : "CLUSTER FAILOVER", s.granted,
+                s.errors, hilock_strerror(s.first_error), s.first_errstr, s.overlaps, test_now_ms() - t0);
+    cr_expect_eq(s.done, 600, "%d of 600 ended", s.done);
+    /* The requests wait for the new master (request_timeout_ms 6000). A
+     * kill -9 may lose a grant that had not reached the replica: its
+     * release then says so (HILOCK_ELOST), which is the truth. */
+    if (!hard)
+        cr_expect_eq(s.errors, 0, "%d errors, the first %s: %s", s.errors, hilock_strerror(s.first_error),
+                     s.first_errstr);
+    cr_expect_eq(s.overlaps, 0);
+    cr_expect_eq(s.regressions, 0, "fences out of order");
+    /* Afterwards every name works, on the promoted replica too. */
+    for (int i = 0; i < 8; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "ex-%d", i);
+        got g = cluster_take(e, a, name);
+        cr_expect_eq(g.status, 0, "%s after the failover: %s (%s)", name, hilock_strerror(g.status),
+                     hilock_client_errstr(a));
+        if (g.status == 0) cr_expect_eq(cluster_give_back(e, g.hold), 0);
+    }
+}
+
+/* A held lock's slot migrates step by step (IMPORTING, MIGRATING, MIGRATE,
+ * SETSLOT NODE) under its holder a, whose renewals follow ASK, and its
+ * waiter b, served the moment the slot is the new master's for good. a and
+ * b: clients of e->cl, without holds on `name`. port_offset: what the
+ * nodes' client port (MIGRATE's target) is past the plain one (a TLS
+ * cluster's). */
+static inline void cluster_migrate_held(clusterenv *e, hilock_client *a, hilock_client *b,
+                                        const char *name, int port_offset) {
+    char slot[8], lock[64], fence[80], src_id[64], dst_id[64], dst_port[16];
+    snprintf(slot, sizeof(slot), "%u", cluster_slot_of(name));
+    hilock_key("hilock:", name, lock, sizeof(lock));
+    snprintf(fence, sizeof(fence), "%s:fence", lock);
+    test_redis *src = test_cluster_master_of(&e->cl, cluster_slot_of(name)), *dst = cluster_other_master(&e->cl, src);
+    cr_assert(src && dst);
+    cluster_node_id(src, src_id, sizeof(src_id));
+    cluster_node_id(dst, dst_id, sizeof(dst_id));
+    snprintf(dst_port, sizeof(dst_port), "%d", dst->port + port_offset);
+
+    hilock_acquire_opts o;
+    hilock_acquire_opts_init(&o);
+    o.lease_ms = 1500; /* renewed every 500 ms: renewals cross the migration */
+    lostrec lost = {0, 0, 0};
+    o.lost_cb = lost_cb;
+    o.lost_data = &lost;
+    got ga = {0, 0, NULL, 0}, gb = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(a, name, &o, got_cb, &ga, NULL), 0);
+    cr_assert(test_loop_until(e->base, &ga.calls, 10000));
+    cr_assert_eq(ga.status, 0, "%s", hilock_strerror(ga.status));
+    cr_assert_eq(hilock_acquire(b, name, NULL, got_cb, &gb, NULL), 0);
+    test_loop_for(e->base, 200);
+    cr_assert_eq(gb.calls, 0, "granted while held");
+
+    /* Step by step: IMPORTING, MIGRATING, then the keys move. */
+    cr_assert(cluster_run_on(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id));
+    cr_assert(cluster_run_on(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id));
+    test_loop_for(e->base, 300);
+    redisContext *k = test_redis_connect(src);
+    redisReply *rep = redisCommand(k, "MIGRATE 127.0.0.1 %s %s 0 5000 KEYS %s %s", dst_port, "", lock, fence);
+    cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "MIGRATE: %s", rep && rep->str ? rep->str : "?");
+    freeReplyObject(rep);
+    redisFree(k);
+    k = test_redis_connect(dst); /* ASKING: the slot is still importing there */
+    freeReplyObject(redisCommand(k, "ASKING"));
+    rep = redisCommand(k, "EXISTS %s", lock);
+    cr_expect(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1, "the lock did not move");
+    freeReplyObject(rep);
+    redisFree(k);
+    /* Renewals now go through ASK (and NOSCRIPT -> EVAL on dst). */
+    test_loop_for(e->base, 1700);
+    cr_expect_eq(lost.calls, 0, "the holder lost the lock during the migration");
+    cr_expect_eq(gb.calls, 0, "granted while held");
+
+    /* The release finds the lock through ASK. The waiter's try meets the
+     * migration (TRYAGAIN: its fence key must not be written on the
+     * importing side while the slot moves) and goes through the moment the
+     * slot is dst's for good. */
+    cr_expect_eq(cluster_give_back(e, ga.hold), 0);
+    test_loop_for(e->base, 300);
+    cr_expect_eq(gb.calls, 0, "granted in the middle of the migration");
+    long long t0 = test_now_ms();
+    cluster_slot_to(&e->cl, slot, dst_id);
+    cr_assert(test_loop_until(e->base, &gb.calls, 5000), "the waiter was not served");
+    cr_expect_eq(gb.status, 0, "%s (%s)", hilock_strerror(gb.status), hilock_client_errstr(b));
+    cr_expect_lt(gb.at_ms - t0, 1000, "served %lld ms after the slot moved", gb.at_ms - t0);
+    test_loop_for(e->base, 300);
+    if (gb.status == 0) cr_expect_eq(cluster_give_back(e, gb.hold), 0);
+    got g3 = cluster_take(e, a, name);
+    cr_expect_eq(g3.status, 0, "%s (%s)", hilock_strerror(g3.status), hilock_client_errstr(a));
+    cr_expect_eq(lock_exists(dst, name), 1);
+    if (g3.status == 0) cr_expect_eq(cluster_give_back(e, g3.hold), 0);
+    cr_expect_eq(lock_exists(dst, name), 0, "a lock left behind");
+    /* The renewals followed ASK; a's next try met its stale map (MOVED). */
+    hilock_stats sa;
+    hilock_stats_init(&sa);
+    cr_assert_eq(hilock_client_stats(a, &sa), 0);
+    cr_expect_geq(sa.redirects_ask, 1);
+    cr_expect_geq(sa.redirects_moved, 1);
+    cr_expect_geq(sa.nnodes, 2, "the slot's two masters");
+    cr_expect_eq(sa.holds_lost, 0);
 }
 
 #endif

@@ -274,6 +274,8 @@ static int port_was_taken(const test_redis *r) {
            file_has(r->dir, "redis.log", "Failed listening");
 }
 
+static int redis_start_v(test_redis *r, int port, const char *const *extra, int nextra);
+
 int test_redis_start(test_redis *r, int port, ...) {
     const char *extra[MAX_EXTRA_ARGS];
     int nextra = 0;
@@ -284,7 +286,10 @@ int test_redis_start(test_redis *r, int port, ...) {
         extra[nextra++] = s;
     }
     va_end(ap);
+    return redis_start_v(r, port, extra, nextra);
+}
 
+static int redis_start_v(test_redis *r, int port, const char *const *extra, int nextra) {
     memset(r, 0, sizeof(*r));
     int tries = port > 0 ? 1 : START_TRIES;
     for (int t = 0; t < tries; t++) {
@@ -536,33 +541,50 @@ static int cluster_ok(const test_redis *r) {
     return ok;
 }
 
-static int cluster_node_start(test_redis *r) {
+/* A cluster node's options (the same at every start: a restart reads its
+ * nodes.conf with them), then the test's own (cl->args) for that port.
+ * Returns how many are in argv (at most MAX_EXTRA_ARGS), bus: its buffer. */
+static int cluster_node_args(const test_cluster *cl, int port, char bus[16], const char **argv) {
+    static const char *const base[] = {
+        "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+        "--cluster-node-timeout", "2000", "--enable-debug-command", "yes",
+        /* A replica may take over however long it has been idle (the
+         * default refuses after 10 node timeouts without news from its
+         * master). */
+        "--cluster-replica-validity-factor", "0", "--repl-ping-replica-period", "1",
+        /* Replicas sync at once (the default waits 5 s). */
+        "--repl-diskless-sync-delay", "0"};
+    int n = 0;
+    snprintf(bus, 16, "%d", port + 10000);
+    argv[n++] = "--cluster-port";
+    argv[n++] = bus;
+    for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++) argv[n++] = base[i];
+    if (cl->args != NULL) n += cl->args(port, argv + n, MAX_EXTRA_ARGS - n, cl->args_data);
+    return n;
+}
+
+static int cluster_node_start(const test_cluster *cl, test_redis *r) {
     for (int attempt = 0; attempt < 5; attempt++) {
         int port = test_free_port(); /* keeps port + 10000 free for the bus */
+        const char *argv[MAX_EXTRA_ARGS];
         char bus[16];
-        snprintf(bus, sizeof(bus), "%d", port + 10000);
-        if (test_redis_start(r, port, "--cluster-enabled", "yes", "--cluster-port", bus,
-                             "--cluster-config-file", "nodes.conf", "--cluster-node-timeout",
-                             "2000", "--enable-debug-command", "yes",
-                             /* A replica may take over however long it has been
-                              * idle (the default refuses after 10 node timeouts
-                              * without news from its master). */
-                             "--cluster-replica-validity-factor", "0",
-                             "--repl-ping-replica-period", "1",
-                             /* Replicas sync at once (the default waits 5 s). */
-                             "--repl-diskless-sync-delay", "0", NULL) == 0)
-            return 0;
+        int n = cluster_node_args(cl, port, bus, argv);
+        if (redis_start_v(r, port, argv, n) == 0) return 0;
     }
     return -1;
 }
 
-int test_cluster_start(test_cluster *cl) {
+int test_cluster_start(test_cluster *cl) { return test_cluster_start_with(cl, NULL, NULL); }
+
+int test_cluster_start_with(test_cluster *cl, test_node_args args, void *data) {
     char addr[TEST_CLUSTER_NODES][32];
     char *argv[8 + TEST_CLUSTER_NODES] = {"redis-cli", "--cluster", "create"};
     int a = 3;
     memset(cl, 0, sizeof(*cl));
+    cl->args = args;
+    cl->args_data = data;
     for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
-        if (cluster_node_start(&cl->node[i]) != 0) { test_cluster_stop(cl); return -1; }
+        if (cluster_node_start(cl, &cl->node[i]) != 0) { test_cluster_stop(cl); return -1; }
         snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", cl->node[i].port);
         argv[a++] = addr[i];
     }
@@ -621,16 +643,11 @@ void test_redis_kill(test_redis *r) {
 
 int test_cluster_node_restart(test_cluster *cl, int i) {
     test_redis *r = &cl->node[i];
+    const char *argv[MAX_EXTRA_ARGS];
     char bus[16];
     if (r->pid > 0 || r->dir[0] == '\0') return -1;
-    snprintf(bus, sizeof(bus), "%d", r->port + 10000);
-    /* The options of cluster_node_start, which must stay the same. */
-    const char *extra[] = {"--cluster-enabled", "yes", "--cluster-port", bus,
-                           "--cluster-config-file", "nodes.conf", "--cluster-node-timeout",
-                           "2000", "--enable-debug-command", "yes",
-                           "--cluster-replica-validity-factor", "0",
-                           "--repl-ping-replica-period", "1"};
-    r->pid = spawn(r, extra, (int)(sizeof(extra) / sizeof(extra[0])));
+    int n = cluster_node_args(cl, r->port, bus, argv);
+    r->pid = spawn(r, argv, n);
     if (r->pid < 0) { r->pid = 0; return -1; }
     long long deadline = test_now_ms() + START_WAIT_MS;
     int st = 0;

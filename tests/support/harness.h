@@ -46,15 +46,24 @@ int test_listen_silent(int *port);
 
 /* A Redis Cluster of 3 masters and 3 replicas on loopback. */
 #define TEST_CLUSTER_NODES 6
+/* Options a test adds to each server it starts (TLS's, say): writes at
+ * most max strings into argv for the server on `port`, returns how many.
+ * The strings must stay valid until the next call. */
+typedef int (*test_node_args)(int port, const char **argv, int max, void *data);
+
 typedef struct test_cluster {
     test_redis node[TEST_CLUSTER_NODES];
     char url[64];      /* "redis://127.0.0.1:PORT" of the first node */
+    test_node_args args; /* NULL, or what every node gets besides (restarts too) */
+    void *args_data;
 } test_cluster;
 
 /* Start the six servers (cluster mode, DEBUG enabled), join them with
  * `redis-cli --cluster create --cluster-replicas 1`, and wait until every
  * node says cluster_state:ok. Returns 0, or -1 (and stops what started). */
 int test_cluster_start(test_cluster *cl);
+/* The same, with args's options on every node (kept for restarts). */
+int test_cluster_start_with(test_cluster *cl, test_node_args args, void *data);
 void test_cluster_stop(test_cluster *cl);
 /* The node that is master of `slot` now (by CLUSTER SLOTS), or NULL. */
 test_redis *test_cluster_master_of(test_cluster *cl, unsigned slot);

@@ -51,27 +51,31 @@ void test_tls_free(test_tls *t) {
     t->dir[0] = '\0';
 }
 
+/* master_tls_port > 0: a replica of that TLS master. */
 static int start_on(test_tls_redis *s, int port, int tls_port, const test_tls *t,
-                    const char *auth_clients) {
-    char tport[16];
+                    const char *auth_clients, int master_tls_port) {
+    char tport[16], mport[16];
     memset(s, 0, sizeof(*s));
     s->tls_port = tls_port;
     if (s->tls_port <= 0) return -1;
     snprintf(tport, sizeof(tport), "%d", s->tls_port);
+    snprintf(mport, sizeof(mport), "%d", master_tls_port);
     snprintf(s->url, sizeof(s->url), "rediss://127.0.0.1:%d", s->tls_port);
     return test_redis_start(&s->r, port, "--tls-port", tport, "--tls-cert-file", t->server_cert,
                             "--tls-key-file", t->server_key, "--tls-ca-cert-file", t->ca,
-                            "--tls-auth-clients", auth_clients, NULL);
+                            "--tls-auth-clients", auth_clients, "--tls-replication", "yes",
+                            "--repl-diskless-sync-delay", "0",
+                            master_tls_port > 0 ? "--replicaof" : NULL, "127.0.0.1", mport, NULL);
 }
 
 int test_tls_redis_start(test_tls_redis *s, const test_tls *t, const char *auth_clients) {
-    return start_on(s, 0, test_free_port(), t, auth_clients);
+    return start_on(s, 0, test_free_port(), t, auth_clients, 0);
 }
 
 int test_tls_redis_restart(test_tls_redis *s, const test_tls *t, const char *auth_clients) {
     int port = s->r.port, tls_port = s->tls_port;
     test_tls_redis_stop(s);
-    return start_on(s, port, tls_port, t, auth_clients);
+    return start_on(s, port, tls_port, t, auth_clients, 0);
 }
 
 void test_tls_redis_stop(test_tls_redis *s) { test_redis_stop(&s->r); }
@@ -114,4 +118,21 @@ int test_tls_sentinel_start(test_tls_redis *s, const test_tls *t, const char *na
     fprintf(stderr, "tlsenv: sentinel did not start:\n%s\n", test_slurp(path, buf, sizeof(buf)));
     test_redis_stop(&s->r);
     return -1;
+}
+
+int test_tls_replica_start(test_tls_redis *s, const test_tls *t, int master_tls_port) {
+    return start_on(s, 0, test_free_port(), t, "no", master_tls_port);
+}
+
+int test_tls_node_args(int port, const char **argv, int max, void *data) {
+    static char tport[16]; /* valid until the next call, as the harness asks */
+    const test_tls *t = data;
+    const char *args[] = {"--tls-port", tport, "--tls-cluster", "yes", "--tls-replication", "yes",
+                          "--tls-cert-file", t->server_cert, "--tls-key-file", t->server_key,
+                          "--tls-ca-cert-file", t->ca, "--tls-auth-clients", "no"};
+    int n = (int)(sizeof(args) / sizeof(args[0]));
+    if (n > max) return 0;
+    snprintf(tport, sizeof(tport), "%d", test_tls_port_of(port));
+    memcpy(argv, args, sizeof(args));
+    return n;
 }

@@ -41,4 +41,17 @@ int test_tls_redis_restart(test_tls_redis *s, const test_tls *t, const char *aut
 int test_tls_sentinel_start(test_tls_redis *s, const test_tls *t, const char *name,
                             int master_tls_port);
 
+/* A replica of the TLS master on master_tls_port, replicating over TLS
+ * (tls-replication yes: it announces its TLS port, which is what the
+ * master's INFO and so Sentinel name). Returns 0 or -1. */
+int test_tls_replica_start(test_tls_redis *s, const test_tls *t, int master_tls_port);
+
+/* For test_cluster_start_with(cl, test_tls_node_args, t): every node gets
+ * a TLS port, test_tls_port_of(its plain port), and speaks TLS on the
+ * cluster bus and for replication (tls-cluster, tls-replication), so that
+ * CLUSTER SLOTS and MOVED name TLS ports to TLS clients (plain ones to
+ * plain clients: the harness and redis-cli keep the plain ports). */
+int test_tls_node_args(int port, const char **argv, int max, void *t);
+static inline int test_tls_port_of(int port) { return port + 1; }
+
 #endif
