@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "support/lockenv.h"
-#include "support/exclusion.h"
+#include "support/exclusion_procs.h"
 #include "support/clusterenv.h"
 #include "support/sentinelenv.h"
 
@@ -340,38 +340,16 @@ Test(acl, standalone_rule_exclusion_under_client_kill, .timeout = 60) {
     lockenv_start(&e);
     acl_user(&e.r, "hilock", standalone_rule, -1, NULL);
     user_url(url, sizeof(url), "hilock", &e.r, NULL);
-    resource *res = mmap(NULL, sizeof(*res), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    cr_assert_neq(res, MAP_FAILED);
-    memset((void *)res, 0, sizeof(*res));
+    resource *res = exclusion_resource();
     pid_t kids[EX_PROCS];
-    for (int p = 0; p < EX_PROCS; p++) {
-        kids[p] = fork();
-        cr_assert_geq(kids[p], 0);
-        if (kids[p] == 0) {
-            lockenv ce = lockenv_child(&e);
-            worker w = {res, EX_WAITERS, 0, 0, 0};
-            hilock_client *c = lockenv_client_url(&ce, url, 0);
-            for (int i = 0; i < EX_WAITERS; i++)
-                hilock_acquire(c, "acl-exclusion", NULL, exclusion_acquired, &w, NULL);
-            test_loop_until(ce.base, &w.done, 30000);
-            hilock_client_free(c);
-            event_base_free(ce.base);
-            _exit(w.callbacks == EX_WAITERS && w.done ? 0 : 1);
-        }
-    }
+    hilock_config cfg;
+    lockenv_config(&cfg, url);
+    exclusion_fork(&e, &cfg, res, "acl-exclusion", EX_WAITERS, 30000, kids, EX_PROCS);
     ex_run(&e, url, res, EX_WAITERS, 40);
-    for (int p = 0; p < EX_PROCS; p++) {
-        int st = 0;
-        cr_assert_eq(waitpid(kids[p], &st, 0), kids[p]);
-        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker process %d failed", p);
-    }
-    long total = (EX_PROCS + 1) * EX_WAITERS;
-    cr_expect_eq(res->errors, 0);
-    cr_expect_eq(res->overlaps, 0, "two holders at once");
-    cr_expect_eq(res->fence_regressions, 0, "fencing tokens must strictly increase");
-    cr_expect_eq(res->counter, total, "counter %ld, expected %ld", res->counter, total);
+    exclusion_reap(kids, EX_PROCS);
+    exclusion_check(res, (EX_PROCS + 1) * EX_WAITERS);
     cr_expect_eq(lock_exists(&e.r, "acl-exclusion"), 0, "no lock left behind");
-    munmap((void *)res, sizeof(*res));
+    exclusion_resource_free(res);
     lockenv_stop(&e);
 }
 

@@ -6,7 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "support/lockenv.h"
-#include "support/exclusion.h"
+#include "support/exclusion_procs.h"
 
 #define LOCAL_WAITERS 10000
 #define PROCS 4
@@ -25,43 +25,17 @@ static void run_worker(lockenv *e, resource *res, int waiters) {
 Test(exclusion, many_waiters_and_processes, .timeout = 180) {
     lockenv e;
     lockenv_start(&e);
-    resource *res = mmap(NULL, sizeof(*res), PROT_READ | PROT_WRITE,
-                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    cr_assert_neq(res, MAP_FAILED);
-    memset((void *)res, 0, sizeof(*res));
+    resource *res = exclusion_resource();
 
     pid_t kids[PROCS];
-    for (int p = 0; p < PROCS; p++) {
-        kids[p] = fork();
-        cr_assert_geq(kids[p], 0);
-        if (kids[p] == 0) {
-            /* A fresh loop: libevent state must not be shared across fork. */
-            lockenv ce = lockenv_child(&e);
-            struct event_base *b = ce.base;
-            worker w = {res, PROC_WAITERS, 0, 0, 0};
-            hilock_client *c = lockenv_client(&ce);
-            for (int i = 0; i < PROC_WAITERS; i++)
-                hilock_acquire(c, "exclusion", NULL, exclusion_acquired, &w, NULL);
-            test_loop_until(b, &w.done, 100000);
-            hilock_client_free(c);
-            event_base_free(b);
-            _exit(w.callbacks == PROC_WAITERS && w.done ? 0 : 1);
-        }
-    }
+    hilock_config cfg;
+    lockenv_config(&cfg, e.r.url);
+    exclusion_fork(&e, &cfg, res, "exclusion", PROC_WAITERS, 100000, kids, PROCS);
     run_worker(&e, res, LOCAL_WAITERS);
-    for (int p = 0; p < PROCS; p++) {
-        int st = 0;
-        cr_assert_eq(waitpid(kids[p], &st, 0), kids[p]);
-        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker process %d failed", p);
-    }
-    long total = LOCAL_WAITERS + PROCS * PROC_WAITERS;
-    cr_expect_eq(res->errors, 0);
-    cr_expect_eq(res->overlaps, 0, "two holders at once");
-    cr_expect_eq(res->fence_regressions, 0, "fencing tokens must strictly increase");
-    cr_expect_eq(res->counter, total, "counter %ld, expected %ld", res->counter, total);
-    cr_expect_gt(res->last_fence, 0);
+    exclusion_reap(kids, PROCS);
+    exclusion_check(res, LOCAL_WAITERS + PROCS * PROC_WAITERS);
     cr_expect_eq(lock_exists(&e.r, "exclusion"), 0, "no lock left behind");
-    munmap((void *)res, sizeof(*res));
+    exclusion_resource_free(res);
     lockenv_stop(&e);
 }
 

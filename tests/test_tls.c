@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "support/clusterenv.h"
-#include "support/exclusion.h"
+#include "support/exclusion_procs.h"
 #include "support/tlsenv.h"
 
 static const char *const tls_urls[] = {
@@ -424,45 +424,17 @@ Test(tls, server_restart, .init = setup_certs, .fini = teardown_all, .timeout = 
 #define PROC_WAITERS 300
 #define LOCAL_WAITERS 600
 
-static int exclusion_waiters(lockenv *env, resource *res, int n) {
-    worker w = {res, n, 0, 0, 0};
-    hilock_config cfg = tls_cfg();
-    hilock_client *c = NULL;
-    if (hilock_client_new(&c, &cfg, &env->loop) != 0) return 0;
-    for (int i = 0; i < n; i++) hilock_acquire(c, "exclusion", NULL, exclusion_acquired, &w, NULL);
-    test_loop_until(env->base, &w.done, 60000);
-    hilock_client_free(c);
-    return w.callbacks == n && w.done;
-}
-
 /* support/exclusion.h over TLS: waiters here and in other processes. */
 Test(tls, exclusion, .init = setup_certs, .fini = teardown_all, .timeout = 120) {
-    start("no");
-    resource *res = mmap(NULL, sizeof(*res), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    cr_assert_neq(res, MAP_FAILED);
-    memset((void *)res, 0, sizeof(*res));
     pid_t kids[PROCS];
-    for (int p = 0; p < PROCS; p++) {
-        kids[p] = fork();
-        cr_assert_geq(kids[p], 0);
-        if (kids[p] == 0) {
-            lockenv ce = lockenv_child(&e); /* a fresh loop */
-            int ok = exclusion_waiters(&ce, res, PROC_WAITERS);
-            event_base_free(ce.base);
-            _exit(ok ? 0 : 1);
-        }
-    }
-    cr_expect(exclusion_waiters(&e, res, LOCAL_WAITERS), "local waiters");
-    for (int p = 0; p < PROCS; p++) {
-        int st = 0;
-        cr_assert_eq(waitpid(kids[p], &st, 0), kids[p]);
-        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker process %d failed", p);
-    }
-    cr_expect_eq(res->errors, 0);
-    cr_expect_eq(res->overlaps, 0, "two holders at once");
-    cr_expect_eq(res->fence_regressions, 0, "fencing tokens must strictly increase");
-    cr_expect_eq(res->counter, LOCAL_WAITERS + PROCS * PROC_WAITERS, "lost increments");
-    munmap(res, sizeof(*res));
+    start("no");
+    hilock_config cfg = tls_cfg();
+    resource *res = exclusion_resource();
+    exclusion_fork(&e, &cfg, res, "exclusion", PROC_WAITERS, 60000, kids, PROCS);
+    cr_expect(exclusion_waiters(&e, &cfg, res, "exclusion", LOCAL_WAITERS, 60000), "local waiters");
+    exclusion_reap(kids, PROCS);
+    exclusion_check(res, LOCAL_WAITERS + PROCS * PROC_WAITERS);
+    exclusion_resource_free(res);
 }
 
 /* ---- A Redis Cluster over TLS (tls-cluster yes) -------------------------- */
