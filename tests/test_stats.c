@@ -379,7 +379,7 @@ Test(stats, late_renewal_is_a_warning) {
     logbook book = {0};
     hilock_client *c = logging_client(&book, 0);
     hilock_acquire_opts o = opts_wait_lease(2000, 300); /* renewed every 100 ms */
-    got g = acquire_now(&e, c, "late", &o);
+    got g = acquire_now(&e, c, "late\n\"x", &o); /* the name goes into the log quoted */
     cr_assert_eq(g.status, 0);
     struct event *ev = evtimer_new(e.base, stall, NULL);
     struct timeval tv = {0, 60 * 1000};
@@ -390,8 +390,22 @@ Test(stats, late_renewal_is_a_warning) {
     cr_expect_eq(hilock_hold_lost(g.hold), 0, "the hold was lost");
     cr_expect_geq(s.renewals, 2);
     cr_expect_geq(s.renewals_late, 1);
-    cr_expect(logged(&book, HILOCK_LOG_WARNING, "\"late\": its lease was renewed with"),
+    cr_expect(logged(&book, HILOCK_LOG_WARNING, "lock \"late\\x0a\\x22x\": its lease was renewed with"),
               "no late-renewal warning (%d messages%s%s)", book.n, book.n ? ": " : "", book.n ? book.msg[0] : "");
     release_now(&e, g.hold);
     hilock_client_free(c);
+}
+
+/* A lock name is any bytes: in a log line, only printable ASCII stays as
+ * it is (a newline cannot forge a second line), and a long one is cut. */
+Test(stats_text, log_quote) {
+    char out[16];
+    cr_expect_str_eq(hl_log_quote(out, sizeof(out), "a\n\"\\\x7f\xc3\xa9"), "a\\x0a\\x22...");
+    char big[64];
+    cr_expect_str_eq(hl_log_quote(big, sizeof(big), "a\n\"\\\x7f\xc3\xa9"),
+                     "a\\x0a\\x22\\x5c\\x7f\\xc3\\xa9");
+    cr_expect_str_eq(hl_log_quote(out, sizeof(out), "orders:42"), "orders:42");
+    cr_expect_str_eq(hl_log_quote(out, sizeof(out), "0123456789abcdef"), "0123456789ab...");
+    cr_expect_str_eq(hl_log_quote(out, 4, "abc"), "...");
+    cr_expect_str_eq(hl_log_quote(out, sizeof(out), ""), "");
 }

@@ -128,13 +128,15 @@ static void hold_expired(hilock_hold *h) {
 static void renewal_check(hilock_hold *h) {
     hilock_client *c = h->c;
     uint64_t now = hl_now_ms(), left = hl_hold_expiry(h) - now; /* now < expiry */
+    char name[128];
     if (left * 3 >= h->confirmed_lease) return;
     c->counts.renewals_late++;
     if (hl_log_due(&c->late_warned_at, now))
         hl_log(&c->loop, HILOCK_LOG_WARNING,
                "lock \"%s\": its lease was renewed with %llu of %u ms left (the event loop "
                "stalled or Redis is slow; a little later and it would have been lost)",
-               h->name->name, (unsigned long long)left, (unsigned)h->confirmed_lease);
+               hl_log_quote(name, sizeof(name), h->name->name), (unsigned long long)left,
+               (unsigned)h->confirmed_lease);
 }
 
 static void on_renewed(hl_req *r, redisReply *reply, int err) {

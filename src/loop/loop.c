@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include "loop/heap.h"
 
@@ -146,6 +147,29 @@ static void log_run(hl_defer *d, int cancel) {
     hl_logmsg *m = HL_CONTAINER(d, hl_logmsg, defer);
     if (!cancel && !m->loop->forked) m->loop->log_cb(m->level, m->msg, m->loop->log_data);
     free(m);
+}
+
+const char *hl_log_quote(char *out, size_t n, const char *s) {
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        int plain = ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
+        if (o + (plain ? 1 : 4) + 4 > n) { /* room for this, "..." and the NUL */
+            memcpy(out + o, "...", 4);
+            return out;
+        }
+        if (plain) {
+            out[o++] = (char)ch;
+            continue;
+        }
+        out[o++] = '\\';
+        out[o++] = 'x';
+        out[o++] = hex[ch >> 4];
+        out[o++] = hex[ch & 15];
+    }
+    out[o] = '\0';
+    return out;
 }
 
 void hl_log(hl_loop *l, int level, const char *fmt, ...) {

@@ -64,6 +64,10 @@ static inline int hl_log_due(uint64_t *last, uint64_t now) {
     *last = now;
     return 1;
 }
+/* `s` (a lock name: any bytes) made safe for a log line into out (n
+ * bytes): printable ASCII as is, '"' and '\\' and every other byte as
+ * \xHH, cut with "..." when it does not fit (n >= 4). Returns out. */
+const char *hl_log_quote(char *out, size_t n, const char *s);
 /* Queue a message for the log callback (nothing when there is none). */
 void hl_log(hl_loop *l, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
