@@ -9,14 +9,17 @@
  *   tls_handoff     contend.c's handoff of hilock's mutex (p50, p90)
  *   tls_ping        the baseline of the same runs: the PING round trips
  *                   that the handoff's processes time on their blocking
- *                   side connection, which is a TLS one on the TLS side
+ *                   side connection, which is a TLS one on the TLS side;
+ *                   and what a new connection costs (blocking hiredis:
+ *                   connect, and on the TLS side the handshake too)
  *   tls_throughput  scale.c's uncontended window (locks/s, and the
  *                   client's CPU per lock, where the encryption shows)
  *
- * Every connection is made before the measured part (the handoff's
- * warm-up, the throughput's 0.5 s), so the figures are the per-request
- * cost of TLS (record encryption and decryption on both ends), not the
- * handshake's. Built without TLS (hiredis 0.14), the scenario says so and
+ * Every connection of the handoff and the throughput is made before the
+ * measured part (the handoff's warm-up, the throughput's 0.5 s), so their
+ * figures are the per-request cost of TLS (record encryption and
+ * decryption on both ends); the handshake, paid once per connection, is
+ * the connection figure's. Built without TLS (hiredis 0.14), the scenario says so and
  * is skipped. */
 #include <stdio.h>
 #include <string.h>
@@ -32,8 +35,25 @@ static void tls_skip(const char *why) {
     json_end();
 }
 
+#define CONNECTS 50 /* per side and repetition */
+
+/* Connection setup p50 (us) to t's server: TCP connect, and on a TLS
+ * target the handshake too (redisInitiateSSL completes it). -1 on error. */
+static double connect_p50(const bench_target *t) {
+    uint64_t v[CONNECTS];
+    for (int i = 0; i < CONNECTS; i++) {
+        uint64_t t0 = now_ns();
+        redisContext *rc = target_connect(t, 0);
+        v[i] = now_ns() - t0;
+        if (rc == NULL) return -1;
+        redisFree(rc);
+    }
+    sort_u64(v, CONNECTS);
+    return (double)pct_u64(v, CONNECTS, 50) / 1000.0;
+}
+
 static void tls_print(const ho_series *hs, const ho_series *hp, const tp_series *ts,
-                      const tp_series *tp, int reps) {
+                      const tp_series *tp, double conn[2][SERIES_MAX], int nconn, int reps) {
     double p50 = series_median(hs->p50, hs->n), tcp50 = series_median(hp->p50, hp->n);
     double ratio = series_median(hs->ratio, hs->n);
     json_begin("tls_handoff");
@@ -58,6 +78,10 @@ static void tls_print(const ho_series *hs, const ho_series *hp, const tp_series 
     json_num("tcp_ping_rtt_p50_us", tcp_ping, 1);
     json_num("ping_over_tcp", ping_ratio, 3);
     json_str("measure", "blocking hiredis PING, the handoff processes' side connection");
+    double setup = series_median(conn[1], nconn), tcp_setup = series_median(conn[0], nconn);
+    json_num("connect_p50_us", setup, 1);
+    json_num("tcp_connect_p50_us", tcp_setup, 1);
+    json_str("connect_measure", "blocking hiredis: connect (TLS: and the handshake, EC P-256), 50 per rep");
     json_int("reps", hs->n);
     json_end();
 
@@ -79,7 +103,8 @@ static void tls_print(const ho_series *hs, const ho_series *hp, const tp_series 
 
     fprintf(stderr, "  tls handoff: p50 %.0f us = %.2fx TCP %.0f us (p90 %.0f us, TCP %.0f us)\n", p50,
             ratio, tcp50, series_median(hs->p90, hs->n), series_median(hp->p90, hp->n));
-    fprintf(stderr, "  tls PING: p50 %.1f us = %.2fx TCP %.1f us\n", ping, ping_ratio, tcp_ping);
+    fprintf(stderr, "  tls PING: p50 %.1f us = %.2fx TCP %.1f us; a new connection: %.0f us, TCP %.0f us\n",
+            ping, ping_ratio, tcp_ping, setup, tcp_setup);
     fprintf(stderr, "  tls throughput: %.0f locks/s = %.2fx TCP %.0f (client CPU %.2f us/lock, "
             "TCP %.2f)\n", locks, tp_ratio, tcp_locks, cpu, tcp_cpu);
     fprintf(stderr, "  (medians of %d alternated repetitions, one server, same run)\n", reps);
@@ -104,6 +129,8 @@ int scenario_tls(void) {
     int reps = g_opts.tls_reps > SERIES_MAX ? SERIES_MAX : g_opts.tls_reps;
     ho_series ho[2];
     tp_series tp[2];
+    double conn[2][SERIES_MAX];
+    int nconn = 0;
     memset(ho, 0, sizeof ho);
     memset(tp, 0, sizeof tp);
     int failed = 0;
@@ -119,16 +146,28 @@ int scenario_tls(void) {
             int k = (i + r) % 2;
             failed |= tp_measure(side[k], &x[k]);
         }
+        double c[2];
+        for (int i = 0; i < 2; i++) {
+            int k = (i + r) % 2;
+            c[k] = connect_p50(side[k]);
+        }
+        if (c[0] > 0 && c[1] > 0) {
+            conn[0][nconn] = c[0];
+            conn[1][nconn++] = c[1];
+        } else {
+            failed = 1;
+        }
         for (int k = 0; k < 2; k++) {
             ho_series_add(&ho[k], &h[k], &h[0]);
             tp_series_add(&tp[k], &x[k], x[0].errors ? 0 : x[0].locks_per_s);
         }
         /* Each repetition's pair too: the spread says how noisy the run was. */
         fprintf(stderr, "  rep %d (%s first): handoff p50 TCP %.0f us, TLS %.0f us; PING p50 TCP "
-                "%.1f us, TLS %.1f us; TCP %.0f locks/s, TLS %.0f\n", r + 1, r % 2 ? "TLS" : "TCP",
-                h[0].p50, h[1].p50, h[0].ping50, h[1].ping50, x[0].locks_per_s, x[1].locks_per_s);
+                "%.1f us, TLS %.1f us; TCP %.0f locks/s, TLS %.0f; connect TCP %.0f us, TLS %.0f\n",
+                r + 1, r % 2 ? "TLS" : "TCP", h[0].p50, h[1].p50, h[0].ping50, h[1].ping50,
+                x[0].locks_per_s, x[1].locks_per_s, c[0], c[1]);
     }
-    tls_print(&ho[1], &ho[0], &tp[1], &tp[0], reps);
+    tls_print(&ho[1], &ho[0], &tp[1], &tp[0], conn, nconn, reps);
     redisContext *rc = sync_connect(); /* the fence key and the warm-ups' */
     if (rc) {
         delete_keys(rc, "hilock:{hb-tls:*");
