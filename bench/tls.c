@@ -135,22 +135,17 @@ int scenario_tls(void) {
     memset(tp, 0, sizeof tp);
     int failed = 0;
     for (int r = 0; r < reps; r++) {
-        /* TCP first on even repetitions, TLS first on odd ones. */
+        /* TCP first on even repetitions, TLS first on odd ones; each
+         * measurement of one side right beside the other's. */
+        const int order[2] = {r % 2, 1 - r % 2};
         handoff_result h[2];
         tp_sample x[2];
-        for (int i = 0; i < 2; i++) {
-            int k = (i + r) % 2;
-            failed |= handoff_measure(&hilock_impl, side[k], name, g_opts.tls_handoffs, &h[k]);
-        }
-        for (int i = 0; i < 2; i++) {
-            int k = (i + r) % 2;
-            failed |= tp_measure(side[k], &x[k]);
-        }
         double c[2];
-        for (int i = 0; i < 2; i++) {
-            int k = (i + r) % 2;
-            c[k] = connect_p50(side[k]);
-        }
+        for (int i = 0; i < 2; i++)
+            failed |= handoff_measure(&hilock_impl, side[order[i]], name, g_opts.tls_handoffs,
+                                      &h[order[i]]);
+        for (int i = 0; i < 2; i++) failed |= tp_measure(side[order[i]], &x[order[i]]);
+        for (int i = 0; i < 2; i++) c[order[i]] = connect_p50(side[order[i]]);
         if (c[0] > 0 && c[1] > 0) {
             conn[0][nconn] = c[0];
             conn[1][nconn++] = c[1];
