@@ -13,6 +13,9 @@
  *   redlock.c       the Redlock scenarios: acquire latency and handoff on
  *                   N independent masters, each beside one master of the
  *                   same run
+ *   tls.c           the TLS scenario: handoff, throughput and PING over
+ *                   the server's TLS port, each beside its plain port in
+ *                   the same run
  */
 #ifndef HILOCK_BENCH_H
 #define HILOCK_BENCH_H
@@ -48,6 +51,10 @@ typedef struct bench_opts {
     int redlock_reps;          /* Redlock scenarios: alternations */
     int redlock_cycles;        /* redlock_acquire: cycles per run */
     int redlock_handoffs;      /* redlock_handoff: handoffs per run */
+    const char *tls_url;       /* -S rediss://...: the -u server's TLS port (NULL: none) */
+    const char *tls_ca;        /* -C: the CA its certificate chains to */
+    int tls_reps;              /* tls: alternations of TCP and TLS */
+    int tls_handoffs;          /* tls: handoffs per run */
 } bench_opts;
 
 extern bench_opts g_opts;
@@ -60,11 +67,14 @@ typedef struct target_node {
     int port;
 } target_node;
 
-/* One server (-u), or a Redis Cluster (-c) in one pub/sub mode. */
+/* One server (-u, or -S over TLS), or a Redis Cluster (-c) in one pub/sub
+ * mode. */
 typedef struct bench_target {
-    const char *label;         /* "standalone", "classic", "sharded" */
+    const char *label;         /* "standalone", "classic", "sharded", "tls" */
     char url[300];             /* hilock's URL: one server, or the cluster's seeds */
     int pubsub;                /* hilock_config.pubsub */
+    const char *tls_ca;        /* non-NULL: the URL is rediss:// and the side
+                                  connections to node[] speak TLS too */
     int cluster;               /* 1: node[] are the cluster's masters */
     int nnodes;                /* node[0] takes the side connection (PING) */
     target_node node[TARGET_NODES_MAX];
@@ -72,6 +82,8 @@ typedef struct bench_target {
 
 /* The -u server, filled by main. */
 extern bench_target g_standalone;
+/* The -S server (the same one's TLS port), filled by main; nnodes 0 without -S. */
+extern bench_target g_tls;
 
 /* ---- Time and statistics ----------------------------------------------- */
 
@@ -125,6 +137,8 @@ int loop_until(struct event_base *base, volatile int *flag, int timeout_ms);
 redisContext *node_connect(const char *host, int port);
 /* To the -u server. */
 redisContext *sync_connect(void);
+/* To t->node[i], over TLS when t->tls_ca is set (and TLS is built in). */
+redisContext *target_connect(const bench_target *t, int i);
 /* A hilock client of `t` on `base` (URL and pub/sub mode), or NULL. */
 struct hilock_client *bench_hilock_client(struct event_base *base, const bench_target *t);
 /* `n` PING round trips, each timed (ns) into out[0..n). 0 or -1. */
@@ -222,7 +236,7 @@ typedef struct handoff_result {
 } handoff_result;
 
 /* Two processes hand the lock `name` of `t` back and forth `handoffs`
- * times; PINGs go to t->node[0]. 0 on success. */
+ * times; PINGs go to t->node[0] (over TLS on a TLS target). 0 on success. */
 int handoff_measure(const lock_impl *impl, const bench_target *t, const char *name,
                     int handoffs, handoff_result *out);
 
@@ -238,6 +252,30 @@ int tp_measure(const bench_target *t, tp_sample *out);
  * a name per loop); a semaphore has as many permits as loops. */
 enum { TP_MUTEX_NAMES, TP_MUTEX, TP_SEMAPHORE, TP_READ, TP_WRITE, TP_KINDS };
 int tp_measure_kind(const bench_target *t, int kind, int inflight, tp_sample *out);
+
+/* ---- Repetitions of one side of a comparison (alternated with another) ---- */
+
+#define SERIES_MAX 16
+/* ratio: each run's p50 over the p50 of the other side's run beside it;
+ * ping_ratio: the same of their PING round trips. */
+typedef struct ho_series {
+    double p50[SERIES_MAX], p90[SERIES_MAX], p99[SERIES_MAX], ping[SERIES_MAX];
+    double ratio[SERIES_MAX], ping_ratio[SERIES_MAX];
+    int n, handoffs, errors;
+} ho_series;
+/* Add a run (none when it made no handoff); `base` is the other side's run
+ * (its errors make the ratios 0). */
+void ho_series_add(ho_series *s, const handoff_result *r, const handoff_result *base);
+
+/* ratio: each window's locks/s over the other side's beside it. */
+typedef struct tp_series {
+    double locks[SERIES_MAX], ratio[SERIES_MAX], cpu[SERIES_MAX];
+    double scripts[SERIES_MAX], share_min[SERIES_MAX], share_max[SERIES_MAX];
+    int n, errors;
+} tp_series;
+void tp_series_add(tp_series *s, const tp_sample *x, double base_locks);
+/* The median of a series' field (sorts a copy: the series is unchanged). */
+double series_median(const double *v, int n);
 
 /* Each returns 0 on success; it prints its JSON line(s) itself. */
 int scenario_handoff(const lock_impl *impl, int handoffs, const char *scenario_name);
@@ -265,5 +303,8 @@ int scenario_cluster_bus(void);
 /* redlock.c: on the -r masters, beside the first of them alone (see there). */
 int scenario_redlock_acquire(void);
 int scenario_redlock_handoff(void);
+/* tls.c: on the -S TLS port, beside the -u plain port (see there). Without
+ * TLS built in: a line that says so, and 0. */
+int scenario_tls(void);
 
 #endif

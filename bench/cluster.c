@@ -186,8 +186,6 @@ static int cl_setup(cl_map *m, int *modes, int *nmodes) {
 
 /* ---- cluster_handoff ------------------------------------------------------ */
 
-#define CL_REPS_MAX 8
-
 /* A name whose master is not the first seed (see the top of the file). */
 static const cl_node *cl_pick_name(const cl_map *m, char *name, size_t n) {
     for (int i = 0; i < 1000; i++) {
@@ -198,20 +196,6 @@ static const cl_node *cl_pick_name(const cl_map *m, char *name, size_t n) {
             return master;
     }
     return NULL;
-}
-
-typedef struct ho_series {
-    double p50[CL_REPS_MAX], p99[CL_REPS_MAX], ping[CL_REPS_MAX], ratio[CL_REPS_MAX];
-    int n, handoffs, errors;
-} ho_series;
-
-static void ho_series_add(ho_series *s, const handoff_result *r, double standalone_p50) {
-    s->p50[s->n] = r->p50;
-    s->p99[s->n] = r->p99;
-    s->ping[s->n] = r->ping50;
-    s->ratio[s->n] = standalone_p50 > 0 ? r->p50 / standalone_p50 : 0;
-    s->n++;
-    s->handoffs += r->handoffs;
 }
 
 static void cl_handoff_print(const ho_series *c, const ho_series *s, const bench_target *t,
@@ -254,21 +238,18 @@ int scenario_cluster_handoff(void) {
         cl_target(&m, modes[k], &t[k]);
         t[k].node[0] = master->addr; /* PINGs to the name's master */
     }
-    int reps = g_opts.cluster_reps > CL_REPS_MAX ? CL_REPS_MAX : g_opts.cluster_reps;
+    int reps = g_opts.cluster_reps > SERIES_MAX ? SERIES_MAX : g_opts.cluster_reps;
     ho_series sa, cl[CL_MODES];
     memset(&sa, 0, sizeof sa);
     memset(cl, 0, sizeof cl);
     int failed = 0;
     for (int r = 0; r < reps; r++) {
-        handoff_result res;
-        failed |= handoff_measure(&hilock_impl, &g_standalone, name, g_opts.cluster_handoffs, &res);
-        sa.errors += res.errors;
-        ho_series_add(&sa, &res, res.p50);
-        double base = res.p50;
+        handoff_result base, res;
+        failed |= handoff_measure(&hilock_impl, &g_standalone, name, g_opts.cluster_handoffs, &base);
+        ho_series_add(&sa, &base, &base);
         for (int k = 0; k < nmodes; k++) {
             failed |= handoff_measure(&hilock_impl, &t[k], name, g_opts.cluster_handoffs, &res);
-            cl[k].errors += res.errors;
-            ho_series_add(&cl[k], &res, base);
+            ho_series_add(&cl[k], &res, &base);
         }
     }
     for (int k = 0; k < nmodes; k++) cl_handoff_print(&cl[k], &sa, &t[k], master, &m);
@@ -282,24 +263,6 @@ int scenario_cluster_handoff(void) {
 }
 
 /* ---- cluster_throughput ----------------------------------------------------- */
-
-typedef struct tp_series {
-    double locks[CL_REPS_MAX], ratio[CL_REPS_MAX], cpu[CL_REPS_MAX];
-    double scripts[CL_REPS_MAX], share_min[CL_REPS_MAX], share_max[CL_REPS_MAX];
-    int n, errors;
-} tp_series;
-
-static void tp_series_add(tp_series *s, const tp_sample *x, double standalone_locks) {
-    s->errors += x->errors;
-    if (x->errors) return;
-    s->locks[s->n] = x->locks_per_s;
-    s->ratio[s->n] = standalone_locks > 0 ? x->locks_per_s / standalone_locks : 0;
-    s->cpu[s->n] = x->cpu_us_per_lock;
-    s->scripts[s->n] = x->scripts_per_s;
-    s->share_min[s->n] = x->node_share_min;
-    s->share_max[s->n] = x->node_share_max;
-    s->n++;
-}
 
 static void cl_tp_print(const tp_series *cs, const tp_series *s, const bench_target *t) {
     tp_series cc = *cs, sc = *s; /* median_d sorts */
@@ -333,7 +296,7 @@ int scenario_cluster_throughput(void) {
     if (cl_setup(&m, modes, &nmodes) != 0) return 1;
     bench_target t[CL_MODES];
     for (int k = 0; k < nmodes; k++) cl_target(&m, modes[k], &t[k]);
-    int reps = g_opts.cluster_reps > CL_REPS_MAX ? CL_REPS_MAX : g_opts.cluster_reps;
+    int reps = g_opts.cluster_reps > SERIES_MAX ? SERIES_MAX : g_opts.cluster_reps;
     tp_series sa, cl[CL_MODES];
     memset(&sa, 0, sizeof sa);
     memset(cl, 0, sizeof cl);

@@ -18,9 +18,13 @@
 #include "bench.h"
 #include "hilock/hilock.h"
 #include <hilock/adapters/libevent.h>
+#ifdef HILOCK_HAVE_TLS
+#include <hiredis/hiredis_ssl.h>
+#endif
 
 bench_opts g_opts;
 bench_target g_standalone;
+bench_target g_tls;
 
 /* ---- Time and statistics ----------------------------------------------- */
 
@@ -54,6 +58,40 @@ double median_d(double *v, size_t n) {
     if (n == 0) return 0;
     qsort(v, n, sizeof *v, cmp_d);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double series_median(const double *v, int n) {
+    double tmp[SERIES_MAX];
+    if (n > SERIES_MAX) n = SERIES_MAX;
+    if (n <= 0) return 0;
+    memcpy(tmp, v, sizeof(double) * (size_t)n);
+    return median_d(tmp, (size_t)n);
+}
+
+void ho_series_add(ho_series *s, const handoff_result *r, const handoff_result *base) {
+    s->errors += r->errors;
+    s->handoffs += r->handoffs;
+    if (r->handoffs == 0 || s->n >= SERIES_MAX) return;
+    int ok = base != NULL && base->errors == 0 && base->p50 > 0 && base->ping50 > 0;
+    s->p50[s->n] = r->p50;
+    s->p90[s->n] = r->p90;
+    s->p99[s->n] = r->p99;
+    s->ping[s->n] = r->ping50;
+    s->ratio[s->n] = ok ? r->p50 / base->p50 : 0;
+    s->ping_ratio[s->n] = ok ? r->ping50 / base->ping50 : 0;
+    s->n++;
+}
+
+void tp_series_add(tp_series *s, const tp_sample *x, double base_locks) {
+    s->errors += x->errors;
+    if (x->errors || s->n >= SERIES_MAX) return;
+    s->locks[s->n] = x->locks_per_s;
+    s->ratio[s->n] = base_locks > 0 ? x->locks_per_s / base_locks : 0;
+    s->cpu[s->n] = x->cpu_us_per_lock;
+    s->scripts[s->n] = x->scripts_per_s;
+    s->share_min[s->n] = x->node_share_min;
+    s->share_max[s->n] = x->node_share_max;
+    s->n++;
 }
 
 static uint64_t rng_state = 88172645463325252ull;
@@ -240,6 +278,29 @@ redisContext *node_connect(const char *host, int port) {
 
 redisContext *sync_connect(void) { return node_connect(g_opts.host, g_opts.port); }
 
+redisContext *target_connect(const bench_target *t, int i) {
+    redisContext *rc = node_connect(t->node[i].host, t->node[i].port);
+    if (rc == NULL || t->tls_ca == NULL) return rc;
+#ifdef HILOCK_HAVE_TLS
+    /* One context per process, made on first use (a fork's child inherits
+     * it): the CA is read once, not per connection. One CA per run. */
+    static redisSSLContext *ssl;
+    redisSSLContextError err = REDIS_SSL_CTX_NONE;
+    if (ssl == NULL) ssl = redisCreateSSLContext(t->tls_ca, NULL, NULL, NULL, NULL, &err);
+    if (ssl == NULL) {
+        fprintf(stderr, "bench: TLS context (CA %s): %s\n", t->tls_ca, redisSSLContextGetError(err));
+    } else if (redisInitiateSSLWithContext(rc, ssl) != REDIS_OK) {
+        fprintf(stderr, "bench: TLS to %s:%d: %s\n", t->node[i].host, t->node[i].port, rc->errstr);
+    } else {
+        return rc;
+    }
+#else
+    fprintf(stderr, "bench: %s:%d: TLS is not built in\n", t->node[i].host, t->node[i].port);
+#endif
+    redisFree(rc);
+    return NULL;
+}
+
 int ping_rtts(redisContext *rc, uint64_t *out, int n) {
     for (int i = 0; i < n; i++) {
         uint64_t t0 = now_ns();
@@ -383,6 +444,7 @@ hilock_client *bench_hilock_client(struct event_base *base, const bench_target *
     hilock_config_init(&cfg);
     cfg.url = t->url;
     cfg.pubsub = t->pubsub;
+    cfg.tls_ca_file = t->tls_ca;
     hilock_client *c = NULL;
     int rc = hilock_client_new(&c, &cfg, &loop);
     if (rc != HILOCK_OK) {

@@ -162,7 +162,7 @@ static void ho_pipe(evutil_socket_t fd, short what, void *arg) {
 static int ho_child(struct ho_proc *p) {
     p->base = base_new();
     p->client = p->base ? p->impl->client_new(p->base, p->target) : NULL;
-    p->sync = node_connect(p->target->node[0].host, p->target->node[0].port);
+    p->sync = target_connect(p->target, 0); /* TLS too on a TLS target */
     if (p->client == NULL || p->sync == NULL) return 1;
     p->bw.acquired = ho_acquired;
     p->bw.released = ho_released;
@@ -258,7 +258,7 @@ static struct ho_shm *ho_run(const lock_impl *impl, const bench_target *t, const
     cmdstats before, after;
     if (cmds != NULL) {
         memset(cmds, 0, sizeof *cmds);
-        sc = node_connect(t->node[0].host, t->node[0].port);
+        sc = target_connect(t, 0);
         cmds->ok = sc != NULL && cmdstats_get(sc, &before) == 0;
     }
     if (ok) write_byte(in[0][1], 'g');

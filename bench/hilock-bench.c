@@ -2,7 +2,9 @@
  * the machine itself can do, measured in the same run.
  *
  *     hilock-bench [-u redis://HOST:PORT] [-c redis://HOST:PORT,HOST:PORT...]
- *                  [-r redlock://HOST:PORT,HOST:PORT,...] [-s SCENARIOS] [-o DIR] [-q]
+ *                  [-r redlock://HOST:PORT,HOST:PORT,...]
+ *                  [-S rediss://HOST:PORT -C CA_FILE] [-s SCENARIOS] [-o DIR] [-q]
+ *     hilock-bench -T    exit 0 if this build has TLS, 1 if not (and say so)
  *
  * Scenarios (comma-separated, default all, in this order):
  *   handoff     two processes hand one lock back and forth; beside it the
@@ -29,6 +31,11 @@
  *               redlock_handoff: acquire latency, uncontended, and the
  *               handoff, on the N masters beside the first of them alone
  *               (see redlock.c); each can also be named alone
+ *   tls         (with -S, the -u server's TLS port, and -C, its CA) the
+ *               handoff, the throughput window and PING over TLS, each
+ *               beside the same over the plain port, alternated (see
+ *               tls.c); skipped with a line saying so when this build has
+ *               no TLS (hiredis 0.14)
  *
  * Each scenario prints one JSON object per line on stdout; progress and
  * the check of the targets go to stderr. -o DIR writes the raw handoff
@@ -53,40 +60,53 @@ bench_results g_res;
 static void usage(FILE *f) {
     fprintf(f,
             "usage: hilock-bench [-u redis://HOST:PORT] [-c redis://HOST:PORT,HOST:PORT...]\n"
-            "                    [-r redlock://HOST:PORT,HOST:PORT,...] [-s SCENARIOS] [-o DIR] [-q]\n"
+            "                    [-r redlock://HOST:PORT,HOST:PORT,...]\n"
+            "                    [-S rediss://HOST:PORT -C CA_FILE] [-s SCENARIOS] [-o DIR] [-q]\n"
             "                    [-n HANDOFFS] [-w WAITERS] [-N NAMES] [-k IN_FLIGHT]\n"
             "                    [-t SECONDS] [-r REPS] [-b REDIS_BENCHMARK]\n"
             "  SCENARIOS: comma-separated of handoff,fair_handoff,herd,fair_herd,waiters,\n"
             "             throughput,primitives,polling,\n"
             "             cluster (= cluster_handoff,cluster_throughput,cluster_bus),\n"
-            "             redlock (= redlock_acquire,redlock_handoff)\n"
-            "             (default all; the cluster ones need -c, the Redlock ones -r URL)\n"
+            "             redlock (= redlock_acquire,redlock_handoff), tls\n"
+            "             (default all; the cluster ones need -c, the Redlock ones -r URL,\n"
+            "             tls -S and -C)\n"
             "  -c URL  a Redis Cluster's seeds, for the cluster scenarios\n"
             "  -r redlock://H:P,...  the masters of a Redlock (e.g. 5), for the Redlock\n"
             "          scenarios, each figure beside the first master alone\n"
-            "  -r REPS blocks / repetitions (a number: not a URL)\n"
+            "  -r REPS blocks / repetitions, the tls scenario's too (a number: not a URL)\n"
+            "  -S rediss://H:P  the -u server's TLS port, for the tls scenario\n"
+            "  -C FILE the CA (PEM) that the TLS port's certificate chains to\n"
+            "  -T      exit 0 if this build has TLS (rediss://), 1 if not\n"
             "  -o DIR  write raw handoff latencies there (handoff-CLIENT.dat)\n"
             "  -q      quick: small counts, for a smoke test\n");
 }
 
-static int parse_url(const char *url) {
+/* "SCHEME://HOST:PORT" (the scheme optional) into a one-server target. */
+static int parse_target(const char *url, const char *scheme, const char *label, bench_target *t) {
     const char *p = url;
-    if (strncmp(p, "redis://", 8) == 0) p += 8;
+    size_t slen = strlen(scheme);
+    if (strncmp(p, scheme, slen) == 0 && strncmp(p + slen, "://", 3) == 0) p += slen + 3;
     const char *colon = strrchr(p, ':');
     size_t hlen = colon ? (size_t)(colon - p) : strcspn(p, "/");
-    if (hlen == 0 || hlen >= sizeof g_opts.host) return -1;
-    memcpy(g_opts.host, p, hlen);
-    g_opts.host[hlen] = '\0';
-    g_opts.port = colon ? atoi(colon + 1) : 6379;
-    if (g_opts.port <= 0 || g_opts.port > 65535) return -1;
-    snprintf(g_opts.url, sizeof g_opts.url, "redis://%s:%d", g_opts.host, g_opts.port);
+    target_node *n = &t->node[0];
+    if (hlen == 0 || hlen >= sizeof n->host) return -1;
+    memcpy(n->host, p, hlen);
+    n->host[hlen] = '\0';
+    n->port = colon ? atoi(colon + 1) : 6379;
+    if (n->port <= 0 || n->port > 65535) return -1;
+    snprintf(t->url, sizeof t->url, "%s://%s:%d", scheme, n->host, n->port);
+    t->label = label;
+    t->pubsub = HILOCK_PUBSUB_AUTO;
+    t->nnodes = 1;
+    return 0;
+}
+
+static int parse_url(const char *url) {
     /* The same server as a target, for the code shared with the cluster. */
-    g_standalone.label = "standalone";
-    snprintf(g_standalone.url, sizeof g_standalone.url, "%s", g_opts.url);
-    g_standalone.pubsub = HILOCK_PUBSUB_AUTO;
-    g_standalone.nnodes = 1;
-    snprintf(g_standalone.node[0].host, sizeof g_standalone.node[0].host, "%s", g_opts.host);
-    g_standalone.node[0].port = g_opts.port;
+    if (parse_target(url, "redis", "standalone", &g_standalone) != 0) return -1;
+    snprintf(g_opts.host, sizeof g_opts.host, "%s", g_standalone.node[0].host);
+    g_opts.port = g_standalone.node[0].port;
+    snprintf(g_opts.url, sizeof g_opts.url, "%s", g_standalone.url);
     return 0;
 }
 
@@ -202,7 +222,7 @@ static void targets(void) {
 int main(int argc, char **argv) {
     const char *url = "redis://127.0.0.1:6379";
     const char *scen = "handoff,fair_handoff,herd,fair_herd,waiters,throughput,primitives,polling,"
-                       "cluster,redlock";
+                       "cluster,redlock,tls";
     int scen_given = 0;
     g_opts.redis_benchmark = getenv("REDIS_BENCHMARK") ? getenv("REDIS_BENCHMARK") : "redis-benchmark";
     g_opts.handoffs = 1500;
@@ -219,8 +239,10 @@ int main(int argc, char **argv) {
     g_opts.redlock_reps = 5;
     g_opts.redlock_cycles = 1000;
     g_opts.redlock_handoffs = 300;
+    g_opts.tls_reps = 7; /* short runs, many pairs: the ratios' median is what counts */
+    g_opts.tls_handoffs = 200;
     int n = 0, w = 0, N = 0, k = 0, r = 0, t = 0, opt;
-    while ((opt = getopt(argc, argv, "u:c:s:o:qn:w:N:k:t:r:b:h")) != -1) {
+    while ((opt = getopt(argc, argv, "u:c:s:o:qn:w:N:k:t:r:b:S:C:Th")) != -1) {
         switch (opt) {
         case 'u': url = optarg; break;
         case 'c': g_opts.cluster_url = optarg; break;
@@ -237,6 +259,11 @@ int main(int argc, char **argv) {
             else if (positive(optarg, "-r", &r)) return 2;
             break;
         case 'b': g_opts.redis_benchmark = optarg; break;
+        case 'S': g_opts.tls_url = optarg; break;
+        case 'C': g_opts.tls_ca = optarg; break;
+        case 'T': /* for scripts/bench.sh: whether to start a TLS port */
+            printf("TLS: %s\n", hilock_tls_available() ? "yes" : "no (hiredis >= 1.0 with hiredis_ssl needed)");
+            return hilock_tls_available() ? 0 : 1;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -263,6 +290,17 @@ int main(int argc, char **argv) {
         }
         rl_acq = rl_ho = 0; /* the default list: no Redlock given */
     }
+    int tls = has(scen, "tls");
+    if (g_opts.tls_url != NULL &&
+        (g_opts.tls_ca == NULL || parse_target(g_opts.tls_url, "rediss", "tls", &g_tls) != 0)) {
+        fprintf(stderr, "hilock-bench: -S needs a rediss://HOST:PORT and -C CA_FILE\n");
+        return 2;
+    }
+    g_tls.tls_ca = g_opts.tls_ca;
+    if (tls && scen_given && g_opts.tls_url == NULL && hilock_tls_available()) {
+        fprintf(stderr, "hilock-bench: the tls scenario needs -S rediss://... and -C\n");
+        return 2;
+    }
     if (g_opts.quick) {
         g_opts.handoffs = 200;
         g_opts.poll_handoffs = 60;
@@ -276,13 +314,15 @@ int main(int argc, char **argv) {
         g_opts.redlock_reps = 2;
         g_opts.redlock_cycles = 200;
         g_opts.redlock_handoffs = 50;
+        g_opts.tls_reps = 3;
+        g_opts.tls_handoffs = 100;
     }
     if (n) g_opts.handoffs = n;
     if (w) g_opts.waiters = w;
     if (N) g_opts.names = N;
     if (k) g_opts.inflight = k;
     if (t) g_opts.tp_seconds = t;
-    if (r) g_opts.reps = r;
+    if (r) g_opts.reps = g_opts.tls_reps = r;
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
 
@@ -369,6 +409,7 @@ int main(int argc, char **argv) {
                 g_opts.redlock_url, g_opts.redlock_reps, g_opts.redlock_handoffs);
         failed |= scenario_redlock_handoff();
     }
+    if (tls) failed |= scenario_tls(); /* it says what it runs, or why not */
     targets();
     fprintf(stderr, "== %.1f s%s\n", (double)(now_ns() - t0) / 1e9,
             failed ? "; some scenario had errors (see above)" : "");

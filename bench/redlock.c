@@ -505,22 +505,6 @@ int scenario_redlock_acquire(void) {
 
 /* ---- redlock_handoff ------------------------------------------------------- */
 
-typedef struct ho_series {
-    double p50[RL_REPS_MAX], p99[RL_REPS_MAX], ping[RL_REPS_MAX], ratio[RL_REPS_MAX];
-    int n, handoffs, errors;
-} ho_series;
-
-static void ho_add(ho_series *s, const handoff_result *r, double one_p50) {
-    s->errors += r->errors;
-    s->handoffs += r->handoffs;
-    if (r->handoffs == 0) return;
-    s->p50[s->n] = r->p50;
-    s->p99[s->n] = r->p99;
-    s->ping[s->n] = r->ping50;
-    s->ratio[s->n] = one_p50 > 0 ? r->p50 / one_p50 : 0;
-    s->n++;
-}
-
 int scenario_redlock_handoff(void) {
     rl_targets t;
     if (rl_setup(&t) != 0) return 1;
@@ -533,9 +517,9 @@ int scenario_redlock_handoff(void) {
     for (int i = 0; i < reps(); i++) {
         handoff_result a, b;
         failed |= handoff_measure(&hilock_impl, &t.one, name, g_opts.redlock_handoffs, &a);
-        ho_add(&one, &a, a.p50);
+        ho_series_add(&one, &a, &a);
         failed |= handoff_measure(&hilock_impl, &t.many, name, g_opts.redlock_handoffs, &b);
-        ho_add(&many, &b, a.errors ? 0 : a.p50);
+        ho_series_add(&many, &b, &a);
     }
     ho_series m = many, o = one; /* median_d sorts */
     double p50 = MED(m, p50), one50 = MED(o, p50), ratio = MED(m, ratio);

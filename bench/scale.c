@@ -370,7 +370,7 @@ static int tp_child(const bench_target *t, int kind, int k, struct tp_shm *s) {
     redisContext *rc[TARGET_NODES_MAX] = {NULL};
     int nodes_ok = 1;
     for (int i = 0; i < t->nnodes; i++)
-        nodes_ok &= (rc[i] = node_connect(t->node[i].host, t->node[i].port)) != NULL;
+        nodes_ok &= (rc[i] = target_connect(t, i)) != NULL;
     struct tp_run r;
     memset(&r, 0, sizeof r);
     r.workers = calloc((size_t)k, sizeof *r.workers);

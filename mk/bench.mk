@@ -10,6 +10,12 @@
 #                     throwaway redis-server: each location with `hilock`
 #                     beside the same one without, same run
 #                     ($(BUILD)/bench/nginx.jsonl); `make bench` runs it too
+#   make bench-tls HIREDIS=/tmp/hiredis1
+#                     the tls scenario alone: hilock's handoff, throughput
+#                     and PING over a throwaway server's TLS port beside its
+#                     plain port, alternated ($(BUILD)/bench/tls.jsonl); a
+#                     build without TLS (hiredis 0.14) skips it. In such a
+#                     build `make bench` runs it too
 #   BENCH_QUICK=1     any of them as a smoke test: small counts (hilock-bench -q)
 # Included by the Makefile before its own rules: keep `all` the default goal.
 .DEFAULT_GOAL := all
@@ -25,7 +31,7 @@ EXTRA_TARGETS += $(BENCH)
 $(BENCH): $(BENCH_SRC) $(wildcard bench/*.h) $(STATIC) $(HDRS)
 	$(CC) $(ALL_CFLAGS) -Isrc $(ALL_LDFLAGS) -o $@ $(BENCH_SRC) $(STATIC) $(LDLIBS_LIB)
 
-.PHONY: bench bench-peers bench-nginx
+.PHONY: bench bench-peers bench-nginx bench-tls
 # The nginx part runs even when the library's fails; either fails the target.
 bench: deps
 	$(MAKE) $(BENCH)
@@ -43,3 +49,8 @@ bench-nginx: deps
 bench-peers: deps
 	$(MAKE) $(BENCH)
 	BENCH_QUICK=$(BENCH_QUICK) sh scripts/bench-peers.sh $(BENCH) $(BENCH_OUT)
+
+# deps: with HIREDIS=, the TLS packages too (openssl makes the certificates).
+bench-tls: deps
+	$(MAKE) $(BENCH)
+	BENCH_QUICK=$(BENCH_QUICK) sh scripts/bench.sh --tls $(BENCH) $(BENCH_OUT)

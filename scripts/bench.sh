@@ -1,6 +1,7 @@
 #!/bin/sh
-# bench.sh [--peers] BENCH_BINARY [OUT_DIR] — run the benchmarks against a
-# throwaway redis-server. `make bench` and `make bench-peers` call this.
+# bench.sh [--peers|--tls] BENCH_BINARY [OUT_DIR] — run the benchmarks
+# against a throwaway redis-server. `make bench`, `make bench-peers` and
+# `make bench-tls` call this.
 #
 #   (default)  every scenario of BENCH_BINARY (build/hilock-bench): JSON
 #              lines in OUT_DIR/results.jsonl, the check of the targets on
@@ -15,6 +16,16 @@
 #              and hilock's Redlock scenarios beside npm's redlock on the
 #              same 5 masters (redlock_acquire, redlock_handoff).
 #              Skipped (exit 0) when node and npm are not installed.
+#   --tls      the tls scenario alone (`make bench-tls HIREDIS=/tmp/hiredis1`):
+#              hilock's handoff, throughput and PING over the server's TLS
+#              port beside its plain port, alternated, in one run:
+#              OUT_DIR/tls.jsonl. Skipped (exit 0) when BENCH_BINARY has
+#              no TLS (hilock-bench -T: built against hiredis 0.14).
+#
+# When BENCH_BINARY has TLS (a build against hiredis >= 1.0 with SSL), the
+# server also listens with TLS on the next port, with a CA and certificate
+# made by openssl in the temporary directory, and the default mode runs the
+# tls scenario too.
 #
 # BENCH_QUICK=1 (make bench BENCH_QUICK=1): the smoke test, hilock-bench -q
 # and small counts for the peers (a few seconds per scenario).
@@ -28,10 +39,10 @@
 set -u
 
 MODE=bench
-if [ "${1:-}" = "--peers" ]; then
-    MODE=peers
-    shift
-fi
+case ${1:-} in
+--peers) MODE=peers; shift ;;
+--tls) MODE=tls; shift ;;
+esac
 BENCH=${1:-build/hilock-bench}
 OUT=${2:-build/bench}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -48,12 +59,22 @@ if [ "$MODE" = peers ] && { ! have node || ! have npm; }; then
     echo "bench-peers: node and npm are not installed; skipping the peers (optional)."
     exit 0
 fi
+# TLS: the TLS port beside the plain one, when the binary can use it.
+TLS=0
+if [ "$MODE" != peers ] && "$BENCH" -T >/dev/null 2>&1; then
+    TLS=1
+fi
+if [ "$MODE" = tls ] && [ "$TLS" = 0 ]; then
+    echo "bench-tls: $("$BENCH" -T); skipping (build with: make bench-tls HIREDIS=/tmp/hiredis1)."
+    exit 0
+fi
 
 # ---- Tools ------------------------------------------------------------------
 missing=""
 have redis-server || missing="$missing redis-server"
 { have redis-benchmark && have redis-cli; } || missing="$missing redis-tools"
-have gnuplot || missing="$missing gnuplot-nox"
+[ "$MODE" = tls ] || have gnuplot || missing="$missing gnuplot-nox"
+[ "$TLS" = 0 ] || have openssl || missing="$missing openssl"
 if [ -n "$missing" ]; then
     echo "bench: installing:$missing"
     SUDO=""
@@ -123,13 +144,34 @@ if [ "$MODE" = peers ]; then
     fi
 fi
 
-start_redis 40000 || exit 1
+TLS_DIR=
+if [ "$TLS" = 1 ]; then
+    TLS_DIR=$TMP/tls
+    make_tls_certs "$TLS_DIR" || exit 1
+fi
+start_redis 40000 ${TLS_DIR:+"$TLS_DIR"} || exit 1
 URL=redis://127.0.0.1:$PORT
 echo "== redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on $URL (pid $PID)," \
     "$(nproc 2>/dev/null || echo '?') CPUs, $(uname -r)"
+# The bench's options go in the positional parameters (BENCH and OUT are
+# read): first the tls scenario's, the same server's TLS port and the CA.
+set --
+if [ "$TLS" = 1 ]; then
+    echo "== TLS on rediss://127.0.0.1:$TLS_PORT (the same server; CA $TLS_DIR/ca.crt)"
+    set -- -S "rediss://127.0.0.1:$TLS_PORT" -C "$TLS_DIR/ca.crt"
+fi
 rm -f "$OUT"/handoff-*.dat
 
 FAILED=0
+if [ "$MODE" = tls ]; then
+    RESULTS=$OUT/tls.jsonl
+    : >"$RESULTS"
+    run "$BENCH" -u "$URL" "$@" -s tls $QUICK || FAILED=1
+    echo
+    echo "== $RESULTS"
+    cat "$RESULTS"
+    exit $FAILED
+fi
 # The Redlock's 5 independent masters, beside the server (both modes).
 # Without them, the rest runs.
 if start_many 5 11000; then
@@ -141,11 +183,9 @@ fi
 if [ "$MODE" = bench ]; then
     # The cluster beside the server, so that each cluster figure has the
     # standalone one of the same run beside it. Without it, the rest runs.
-    # The options go in the positional parameters (BENCH and OUT are read).
-    set --
     if start_cluster 21000; then
         echo "== Redis Cluster, 3 masters + 3 replicas, seeds $CLUSTER_URL (pids$CLUSTER_PIDS)"
-        set -- -c "$CLUSTER_URL"
+        set -- "$@" -c "$CLUSTER_URL"
     else
         echo "bench: no cluster; the cluster scenarios are skipped" >&2
         FAILED=1
