@@ -648,3 +648,96 @@ Test(acl, sentinel_rule, .timeout = 60) {
     test_sentinel_stop(&s);
     event_base_free(e.base);
 }
+
+/* The sentinels' side: hilock asks them as their `default` user, which the
+ * README's line restricts to what hilock sends (PING, SENTINEL
+ * get-master-addr-by-name, SUBSCRIBE +switch-master), the sentinels' own
+ * links going as a user of theirs (sentinel-user). With it, hilock finds
+ * the master, and hears +switch-master: after a SENTINEL FAILOVER (sent as
+ * an admin) its requests go to the new master. Without
+ * +sentinel|get-master-addr-by-name, a request ends with HILOCK_EAUTH naming
+ * it, in time. */
+static const char *const sentinel_side_rule =
+    "ACL SETUSER default on nopass resetchannels &+switch-master -@all +ping "
+    "+sentinel|get-master-addr-by-name +subscribe +unsubscribe";
+
+/* One command as the admin user of sentinel r; 1 if Redis said OK. */
+static int sentinel_admin(const test_redis *r, const char *cmd) {
+    redisContext *k = test_redis_connect(r);
+    redisReply *rep = k ? redisCommand(k, "AUTH admin adminpw") : NULL;
+    if (rep) freeReplyObject(rep);
+    rep = k ? redisCommand(k, cmd) : NULL;
+    int ok = rep && rep->type == REDIS_REPLY_STATUS;
+    if (rep && !ok) cr_log_warn("%s: %s", cmd, rep->type == REDIS_REPLY_ERROR ? rep->str : "?");
+    if (rep) freeReplyObject(rep);
+    if (k) redisFree(k);
+    return ok;
+}
+
+static void sentinels_restrict(test_sentinel *s, const char *rule) {
+    for (int i = 0; i < TEST_SENTINELS; i++) {
+        redisReply *rep = test_redis_cmd(&s->sentinel[i], "ACL SETUSER admin on >adminpw ~* &* +@all");
+        cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "admin user on sentinel %d", i);
+        freeReplyObject(rep);
+        /* The sentinels' links to each other (votes) go as admin. */
+        cr_assert(sentinel_admin(&s->sentinel[i], "SENTINEL CONFIG SET sentinel-user admin"));
+        cr_assert(sentinel_admin(&s->sentinel[i], "SENTINEL CONFIG SET sentinel-pass adminpw"));
+        cr_assert(sentinel_admin(&s->sentinel[i], rule), "%s", rule);
+    }
+}
+
+Test(acl, sentinel_side_rule, .timeout = 90) {
+    test_sentinel s;
+    lockenv e;
+    memset(&s, 0, sizeof(s));
+    memset(&e, 0, sizeof(e));
+    cr_assert_eq(test_sentinel_start(&s), 0, "the sentinels did not start");
+    lockenv_loop(&e);
+    sentinels_restrict(&s, sentinel_side_rule);
+    hilock_config cfg;
+    lockenv_config(&cfg, s.url);
+    cfg.request_timeout_ms = 6000; /* longer than the failover */
+    hilock_client *c = lockenv_client_cfg(&e, &cfg);
+    got g = acquire_now(&e, c, "acl-sside", NULL);
+    cr_assert_eq(g.status, 0, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
+    test_redis *old = test_sentinel_master(&s);
+    cr_assert_not_null(old);
+    cr_expect_eq(lock_exists(old, "acl-sside"), 1);
+    cr_expect_eq(release_now(&e, g.hold), 0);
+    /* The data nodes are not restricted here: their WAIT is the harness's. */
+    cr_assert_geq(test_redis_int(old, "WAIT 1 2000"), 1);
+    cr_assert(sentinel_admin(&s.sentinel[0], "SENTINEL FAILOVER " TEST_SENTINEL_NAME));
+    test_redis *nm = test_sentinel_wait_new_master(&s, old, 15000);
+    cr_assert_not_null(nm, "no new master");
+    /* hilock heard +switch-master (or found it by asking): a fresh name is
+     * taken on the new master. */
+    int moved = 0;
+    long long until = test_now_ms() + 15000;
+    while (!moved && test_now_ms() < until) {
+        hilock_acquire_opts once = opts_wait(0);
+        g = acquire_now(&e, c, "acl-sside-2", &once);
+        if (g.status == 0) {
+            moved = lock_exists(nm, "acl-sside-2") == 1;
+            cr_assert_eq(release_now(&e, g.hold), 0);
+        }
+        if (!moved) test_loop_for(e.base, 100);
+    }
+    cr_expect(moved, "the client never followed the failover: %s", hilock_client_errstr(c));
+    hilock_client_free(c);
+
+    /* Without +sentinel|get-master-addr-by-name: refused, said so, in time. */
+    for (int i = 0; i < TEST_SENTINELS; i++)
+        cr_assert(sentinel_admin(&s.sentinel[i], "ACL SETUSER default -sentinel|get-master-addr-by-name"));
+    lockenv_config(&cfg, s.url);
+    c = lockenv_client_cfg(&e, &cfg);
+    long long t0 = test_now_ms();
+    g = acquire_now(&e, c, "acl-sside-3", NULL);
+    cr_expect_eq(g.status, HILOCK_EAUTH, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
+    cr_expect(strstr(hilock_client_errstr(c), "get-master-addr-by-name") != NULL, "\"%s\"",
+              hilock_client_errstr(c));
+    cr_expect_lt(test_now_ms() - t0, 3000, "took %lld ms", test_now_ms() - t0);
+    if (g.status == 0) release_now(&e, g.hold);
+    hilock_client_free(c);
+    test_sentinel_stop(&s);
+    event_base_free(e.base);
+}

@@ -127,7 +127,7 @@ void hl_conn_ready(hl_conn *k) {
     if (k->ev.ready) k->ev.ready(k->ev.arg);
 }
 
-static void conn_fail_queue(hl_conn *k, int err) {
+void hl_conn_fail_queue(hl_conn *k, int err) {
     while (!hl_list_empty(&k->queue)) {
         hl_req *r = HL_CONTAINER(k->queue.next, hl_req, link);
         hl_req_finish(r, NULL, err);
@@ -138,7 +138,7 @@ static void conn_fail_queue(hl_conn *k, int err) {
  * password or db, a refused server): fail what waits at once. */
 static void handshake_failed(hl_conn *k, redisAsyncContext *ac, int err) {
     k->last_err = err;
-    conn_fail_queue(k, err);
+    hl_conn_fail_queue(k, err);
     redisAsyncDisconnect(ac);
 }
 
@@ -303,7 +303,7 @@ static int tls_refused(hl_conn *k) {
         return 0;
     hl_set_error(k->net->loop, "%s", why);
     k->last_err = HILOCK_ETLS;
-    conn_fail_queue(k, HILOCK_ETLS);
+    hl_conn_fail_queue(k, HILOCK_ETLS);
     return 1;
 }
 
@@ -396,7 +396,7 @@ void hl_conn_retry_later(hl_conn *k) {
     hl_conn_fail_fast(k, err);
     if (net->closing) {
         /* Closing does not wait for a server that is away. */
-        conn_fail_queue(k, err);
+        hl_conn_fail_queue(k, err);
         if (k->is_sub || net->nreqs == 0) return;
     }
     uint64_t cap = net->reconnect_max_ms ? net->reconnect_max_ms : 1;
@@ -502,7 +502,7 @@ void hl_conn_init(hl_conn *k, hl_net *net, const hl_addr *addr, int is_sub,
 }
 
 void hl_conn_cancel_queue(hl_conn *k) {
-    conn_fail_queue(k, HILOCK_ECANCELED);
+    hl_conn_fail_queue(k, HILOCK_ECANCELED);
     hl_timer_stop(k->net->loop, &k->retry);
     hl_timer_stop(k->net->loop, &k->connect_to);
     hl_timer_stop(k->net->loop, &k->failed_at_once);

@@ -168,6 +168,9 @@ void hl_conn_teardown(hl_conn *k);
 /* End the queued try-once requests that never went out with `err`: the
  * attempt they asked for has failed. */
 void hl_conn_fail_fast(hl_conn *k, int err);
+/* End every request that waits for k with err (a refusal that waiting
+ * will not mend). */
+void hl_conn_fail_queue(hl_conn *k, int err);
 /* End every queued request with HILOCK_ECANCELED and stop reconnecting. */
 void hl_conn_cancel_queue(hl_conn *k);
 /* The error of a request on `k` that got no answer: the connection's, or

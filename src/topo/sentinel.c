@@ -48,6 +48,8 @@ struct hl_sentinels {
     int ncand;
     uint64_t asked_at;
     unsigned failures;      /* rounds in a row that named no master */
+    int refused;            /* answers of this round that the ACL refused */
+    char refusal[200];      /* the first one's text */
     hl_timer again;
 };
 
@@ -110,7 +112,15 @@ static void vote(hl_sentinels *s, const char *host, int port) {
 static void nobody_named(hl_topo *t) {
     hl_sentinels *s = t->sentinels;
     hl_node *m = t->seed;
-    if (m->addr.host == NULL) {
+    if (m->addr.host == NULL && s->refused > 0) {
+        /* The sentinels' ACL: that will not fix itself by waiting (as a
+         * refused AUTH), so what waits fails now; the rounds go on, for an
+         * ACL that is mended. */
+        m->cmd.last_err = HILOCK_EAUTH;
+        hl_set_error(t->net.loop, "sentinel: %s (the sentinels' default user needs "
+                     "+sentinel|get-master-addr-by-name)", s->refusal);
+        hl_conn_fail_queue(&m->cmd, HILOCK_EAUTH);
+    } else if (m->addr.host == NULL) {
         m->cmd.last_err = HILOCK_ECONN;
         hl_set_error(t->net.loop, "sentinel: no sentinel named a master \"%s\" (%d asked)",
                      master_name(t), s->n);
@@ -151,6 +161,8 @@ static void on_master_addr(hl_req *r, redisReply *reply, int err) {
         if (port > 0 && port < 65536) vote(s, reply->element[0]->str, port);
     } else if (err == 0 && reply->type == REDIS_REPLY_ERROR) {
         hl_log(t->net.loop, HILOCK_LOG_WARNING, "sentinel: %s", reply->str);
+        if (hl_reply_is_acl(reply->str) && s->refused++ == 0)
+            snprintf(s->refusal, sizeof(s->refusal), "%s", reply->str);
     }
     decide(t);
 }
@@ -168,6 +180,7 @@ static void ask(hl_topo *t) {
     s->asked_at = now;
     s->ncand = 0;
     s->decided = 0;
+    s->refused = 0;
     size_t namelen = strlen(master_name(t));
     for (int i = 0; i < s->n; i++) {
         hl_req *r = hl_req_new(&t->net, NULL, 0, 40 + namelen, on_master_addr, t);
