@@ -794,6 +794,43 @@ Test(inspect, tls_sentinel_url_inspects_the_master, .timeout = 60) {
     hilock_client_free(c);
 }
 
+static int cluster_state_ok(const test_redis *r) {
+    redisReply *rep = test_redis_cmd(r, "CLUSTER INFO");
+    int ok = rep != NULL && rep->type == REDIS_REPLY_STRING && strstr(rep->str, "cluster_state:ok") != NULL;
+    if (rep) freeReplyObject(rep);
+    return ok;
+}
+
+/* A cluster over TLS, of one master with every slot (tls-cluster: CLUSTER
+ * SLOTS names its TLS port to a TLS client): the seed and the node found
+ * from CLUSTER SLOTS are both TLS connections. */
+Test(inspect, tls_cluster_nodes_from_cluster_slots, .timeout = 30) {
+    test_redis *r = &tls_srv[0].r;
+    char tport[16], url[64], out[4096], err[1024], want[160];
+    redisReply *rep;
+
+    cr_assert_eq(test_tls_make(&certs), 0, "openssl could not make the certificates");
+    tls_srv[0].tls_port = test_free_port();
+    snprintf(tport, sizeof(tport), "%d", tls_srv[0].tls_port);
+    cr_assert_eq(test_redis_start(r, 0, "--tls-port", tport, "--tls-cert-file", certs.server_cert,
+                                  "--tls-key-file", certs.server_key, "--tls-ca-cert-file", certs.ca,
+                                  "--tls-auth-clients", "no", "--tls-cluster", "yes", "--cluster-enabled", "yes",
+                                  "--cluster-config-file", "nodes.conf", NULL), 0);
+    rep = test_redis_cmd(r, "CLUSTER ADDSLOTSRANGE 0 16383");
+    cr_assert(rep != NULL && rep->type == REDIS_REPLY_STATUS, "CLUSTER ADDSLOTSRANGE refused");
+    freeReplyObject(rep);
+    WAIT_UNTIL(cluster_state_ok(r), 5000);
+    cr_assert(cluster_state_ok(r), "the cluster is not ok");
+    /* A holder, written as the mutex's script would. */
+    cr_assert_eq(test_redis_int(r, "HSET %s token t0k3n fence 7", prim_key("tc", "")), 2);
+    cr_assert_eq(test_redis_int(r, "PEXPIRE %s 20000", prim_key("tc", "")), 1);
+    snprintf(url, sizeof(url), "rediss://127.0.0.1:%d", tls_srv[0].tls_port);
+    cr_assert_eq(INSPECT(out, err, "-u", url, "--cacert", certs.ca, "--json", "tc"), 0, "stderr: %s", err);
+    snprintf(want, sizeof(want), "{\"name\": \"tc\", \"kind\": \"mutex\", \"server\": \"127.0.0.1:%d\", "
+             "\"held\": true, \"token\": \"t0k3n\", \"fence\": 7,", tls_srv[0].tls_port);
+    cr_assert_not_null(strstr(out, want), "want %s in %s", want, out);
+}
+
 /* redlocks://: every master over TLS, one row each. */
 Test(inspect, tls_redlocks_url_shows_each_master, .timeout = 60) {
     char plain[160], url[160], out[4096], err[1024], addr[32];

@@ -97,7 +97,6 @@ enum { T_ONE, T_CLUSTER, T_REDLOCK };
 typedef struct ctx {
     hilock_config cfg;      /* the URL, prefix and TLS settings */
     hl_tls *tls;            /* the URL is a TLS form: every connection's */
-    const char *prefix;
     int json;
     int status;             /* 0, or EX_UNAVAILABLE once anything failed */
     hl_url url;
@@ -705,7 +704,7 @@ static void inspect_on(ctx *x, node *n, const char *name, unsigned want, int hel
     row *(*const add[])(ctx *, const node *, lookup *) = { add_mutex, add_semaphore, add_rwlock, add_fair };
     lookup l;
 
-    if (lookup_keys(&l, x->prefix, name) != 0) return; /* checked before */
+    if (lookup_keys(&l, x->cfg.prefix, name) != 0) return; /* checked before */
     if (lookup_run(x, n, &l) == 0) {
         want &= present(&l);
         for (unsigned k = 0; k < 4; k++) {
@@ -727,7 +726,7 @@ static void inspect_name(ctx *x, const char *name) {
     if (x->topo == T_CLUSTER) {
         lookup l;
         int m;
-        lookup_keys(&l, x->prefix, name);
+        lookup_keys(&l, x->cfg.prefix, name);
         m = x->owner[hilock_key_slot(l.key[K_LOCK], l.len[K_LOCK])];
         lookup_free(&l);
         if (m < 0) { fail(x, NULL, "no master serves the slot of %s", name); return; }
@@ -804,7 +803,7 @@ static char *match_of(const char *prefix) {
 static int scan_node(ctx *x, int idx, const char *match, const char *pattern, founds *f) {
     node *n = &x->nodes[idx];
     char cursor[32] = "0";
-    size_t plen = strlen(x->prefix);
+    size_t plen = strlen(x->cfg.prefix);
 
     do {
         redisReply *r = command(x, n, "SCAN %s MATCH %s COUNT 1000", cursor, match);
@@ -832,7 +831,7 @@ static int found_cmp(const void *a, const void *b) {
 /* Every master's held locks whose NAME matches, each name once per master
  * (SCAN may return a key twice; a read-write lock has two lock keys). */
 static void scan_all(ctx *x, const char *pattern) {
-    char *match = match_of(x->prefix);
+    char *match = match_of(x->cfg.prefix);
     founds f = { NULL, 0, 0 };
     size_t i, j;
 
@@ -1073,7 +1072,7 @@ static int parse(ctx *x, int argc, char **argv, const char **scan) {
         switch (opt) {
         case 'h': fputs(inspect_usage, stdout); return 0;
         case 'u': x->cfg.url = optarg; break;
-        case 'p': x->prefix = optarg; break;
+        case 'p': x->cfg.prefix = optarg; break;
         case 'j': x->json = 1; break;
         case 's': *scan = optarg; break;
         case OPT_CACERT: x->cfg.tls_ca_file = optarg; break;
@@ -1092,10 +1091,10 @@ static int parse(ctx *x, int argc, char **argv, const char **scan) {
             return usage_error("unknown option -%c", optopt);
         }
     }
-    probe = xcalloc(strlen(x->prefix) + 8, 1);
-    bad = hilock_key(x->prefix, "x", probe, strlen(x->prefix) + 8) < 0;
+    probe = xcalloc(strlen(x->cfg.prefix) + 8, 1);
+    bad = hilock_key(x->cfg.prefix, "x", probe, strlen(x->cfg.prefix) + 8) < 0;
     free(probe);
-    if (bad) return usage_error("bad -p PREFIX '%s'", x->prefix);
+    if (bad) return usage_error("bad -p PREFIX '%s'", x->cfg.prefix);
     if ((x->cfg.tls_cert_file == NULL) != (x->cfg.tls_key_file == NULL))
         return usage_error("--cert and --key go together (or $HILOCK_CERT and $HILOCK_KEY)");
     if (*scan != NULL && optind < argc) return usage_error("--scan PATTERN takes no NAME");
@@ -1137,7 +1136,6 @@ int inspect_main(int argc, char **argv, const hilock_config *defaults) {
     int rc;
 
     x->cfg = *defaults;
-    x->prefix = defaults->prefix;
     rc = parse(x, argc, argv, &scan);
     if (rc < 0 && hl_url_parse(x->cfg.url, &x->url) != 0) rc = usage_error("bad Redis URL '%s'", x->cfg.url);
     if (rc >= 0) { free(x); return rc; }
