@@ -483,6 +483,8 @@ Test(inspect, usage_errors_exit_64, .timeout = 30) {
         { "-u", env.r.url, "--scan", "*", "x", NULL },    /* both */
         { "-u", env.r.url, "--scan", NULL },
         { "-u", NULL },
+        { "-u", env.r.url, "x", "--cacert", NULL },        /* TLS options as the CLI's */
+        { "-u", env.r.url, "--key", "k.pem", "x", NULL },  /* a key without its certificate */
     };
     static const char hint[] = "Try 'hilock inspect --help' for more information.\n";
     char out[4096], err[4096];

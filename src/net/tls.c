@@ -90,7 +90,7 @@ static int tls_fill(hl_tls *t, const hilock_config *cfg, char *why, size_t n) {
 
 int hl_tls_make(const hilock_config *cfg, hl_tls **out, char *why, size_t n) {
     *out = NULL;
-    snprintf(why, n, "%s", hilock_strerror(HILOCK_ENOMEM));
+    snprintf(why, n, "%s", hilock_strerror(HILOCK_ENOMEM)); /* what an ENOMEM below says */
     if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL)) {
         snprintf(why, n, "TLS: a client certificate needs its key, and a key its certificate");
         return HILOCK_EINVAL;
