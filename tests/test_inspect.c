@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "support/clusterenv.h"
 #include "support/sentinelenv.h"
+#include "support/tlsenv.h"
 
 #define MAX_KIDS 8
 
@@ -19,6 +20,10 @@ static lockenv env;
 static char cli[PATH_MAX];          /* the binary under test */
 static char dir[128];               /* this test's scratch dir */
 static pid_t kids[MAX_KIDS];        /* waiters to kill */
+#ifdef HILOCK_HAVE_TLS
+static test_tls certs;              /* TLS tests: their certificates, */
+static test_tls_redis tls_srv[3], tls_sent; /* servers and sentinel */
+#endif
 
 /* ---- Helpers ------------------------------------------------------------ */
 
@@ -35,9 +40,11 @@ static const char *tmp(const char *file) {
         while (!(cond) && test_now_ms() < until_) test_msleep(5);   \
     } while (0)
 
-/* Run `hilock inspect ARGS...` (args NULL-terminated): its exit status,
- * its stdout into out and its stderr into err. */
-static int inspect_run(char *out, size_t n, char *err, size_t en, const char *const *args) {
+/* Run `hilock inspect ARGS...` (args NULL-terminated) with the environment
+ * envv ("K=V", NULL-terminated, or NULL: none): its exit status, its stdout
+ * into out and its stderr into err. */
+static int inspect_run_env(char *out, size_t n, char *err, size_t en, char *const *envv,
+                           const char *const *args) {
     char *argv[32];
     int argc = 0, status;
 
@@ -45,10 +52,14 @@ static int inspect_run(char *out, size_t n, char *err, size_t en, const char *co
     argv[argc++] = "inspect";
     while (*args != NULL && argc < 31) argv[argc++] = (char *)*args++;
     argv[argc] = NULL;
-    status = test_wait(test_spawn(argv, NULL, tmp("out"), tmp("err")), 20000);
+    status = test_wait(test_spawn(argv, envv, tmp("out"), tmp("err")), 20000);
     test_slurp(tmp("out"), out, n);
     test_slurp(tmp("err"), err, en);
     return status;
+}
+
+static int inspect_run(char *out, size_t n, char *err, size_t en, const char *const *args) {
+    return inspect_run_env(out, n, err, en, NULL, args);
 }
 
 #define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
@@ -128,6 +139,16 @@ static void mask_ttls(char *s) {
     }
 }
 
+/* Run e's loop until the lock NAME is on each of the n servers (a Redlock
+ * grant comes with a quorum: the others answer a moment later). */
+static void held_everywhere(lockenv *e, const test_redis *const *r, int n, const char *name) {
+    for (int i = 0; i < n; i++) {
+        for (long long until = test_now_ms() + 3000; lock_exists(r[i], name) != 1 && test_now_ms() < until; )
+            test_loop_for(e->base, 10);
+        cr_assert_eq(lock_exists(r[i], name), 1, "master %d never got the lock", i);
+    }
+}
+
 /* Hold a primitive through the library on e's loop. */
 static hilock_hold *hold_sem(lockenv *e, hilock_client *c, const char *name, unsigned total, unsigned n) {
     hilock_acquire_opts o = opts_wait_lease(5000, 20000);
@@ -181,6 +202,11 @@ static void teardown(void) {
         }
     lockenv_stop(&env);
     test_remove_dir(dir);
+#ifdef HILOCK_HAVE_TLS
+    for (int i = 0; i < 3; i++) test_tls_redis_stop(&tls_srv[i]);
+    test_tls_redis_stop(&tls_sent);
+    test_tls_free(&certs);
+#endif
 }
 
 TestSuite(inspect, .init = setup, .fini = teardown);
@@ -421,11 +447,20 @@ Test(inspect, redis_errors_exit_69, .timeout = 30) {
     cr_assert_eq(test_redis_int(&env.r, "RPUSH %s x", prim_key("wrongtype", "")), 1);
     cr_assert_eq(INSPECT(out, err, "-u", env.r.url, "wrongtype"), 69);
     cr_assert_not_null(strstr(err, "WRONGTYPE"), "%s", err);
+    /* Nothing to show: no header alone, no [] (it would read as "free"). */
+    cr_assert_str_eq(out, "");
+    cr_assert_eq(INSPECT(out, err, "-u", env.r.url, "--json", "wrongtype"), 69);
+    cr_assert_str_eq(out, "");
+    /* --scan that finds nothing held, and fails nowhere: the header alone. */
+    cr_assert_eq(INSPECT(out, err, "-u", env.r.url, "--scan", "nothing*"), 0, "%s", err);
+    cr_assert_eq(strncmp(out, "NAME  ", 6), 0, "%s", out);
+    cr_assert_eq(lines(out), 1, "%s", out);
 
     /* Authentication: none given, and a wrong password. */
     cr_assert_eq(test_redis_start(&secured, 0, "--requirepass", "sekrit", NULL), 0);
     cr_assert_eq(INSPECT(out, err, "-u", secured.url, "x"), 69);
     cr_assert_not_null(strstr(err, "NOAUTH"), "%s", err);
+    cr_assert_str_eq(out, "");
     snprintf(url, sizeof(url), "redis://:wrong@127.0.0.1:%d", secured.port);
     cr_assert_eq(INSPECT(out, err, "-u", url, "x"), 69);
     cr_assert_not_null(strstr(err, "AUTH: WRONGPASS"), "%s", err);
@@ -448,6 +483,8 @@ Test(inspect, usage_errors_exit_64, .timeout = 30) {
         { "-u", env.r.url, "--scan", "*", "x", NULL },    /* both */
         { "-u", env.r.url, "--scan", NULL },
         { "-u", NULL },
+        { "-u", env.r.url, "x", "--cacert", NULL },        /* TLS options as the CLI's */
+        { "-u", env.r.url, "--key", "k.pem", "x", NULL },  /* a key without its certificate */
     };
     static const char hint[] = "Try 'hilock inspect --help' for more information.\n";
     char out[4096], err[4096];
@@ -487,13 +524,7 @@ Test(inspect, redlock_url_shows_each_master, .timeout = 30) {
     snprintf(url, sizeof(url), "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", env.r.port, m[0].port, m[1].port);
     c = lockenv_client_url(&env, url, 0);
     hold_mutex(&env, c, "rl");
-    /* The grant came with a quorum, 2 of 3: let the third answer too. */
-    for (i = 0; i < 3; i++) {
-        const test_redis *r = i == 0 ? &env.r : &m[i - 1];
-        for (long long until = test_now_ms() + 3000; lock_exists(r, "rl") != 1 && test_now_ms() < until; )
-            test_loop_for(env.base, 10);
-        cr_assert_eq(lock_exists(r, "rl"), 1, "master %d never got the lock", i);
-    }
+    held_everywhere(&env, (const test_redis *const[]){ &env.r, &m[0], &m[1] }, 3, "rl");
     cr_assert_eq(INSPECT(out, err, "-u", url, "rl"), 0, "stderr: %s", err);
     cr_assert_eq(lines(out), 4, "a row per master: %s", out);
     cr_assert_eq(strncmp(out, "NAME  SERVER", 12), 0, "%s", out);
@@ -619,3 +650,211 @@ Test(inspect, sentinel_url_inspects_the_master, .timeout = 60) {
     hilock_client_free(c);
     test_sentinel_stop(&s);
 }
+
+/* ---- TLS --------------------------------------------------------------------- */
+
+#ifndef HILOCK_HAVE_TLS
+
+/* Built without TLS (hiredis 0.14): every TLS form is refused, with what
+ * to build, before anything is sent to a TLS port in plain text. */
+Test(inspect, tls_url_not_built_in_says_what_to_build, .timeout = 30) {
+    static const char *const urls[] = { "rediss://127.0.0.1:6379", "rediss-sentinel://127.0.0.1:26379#m",
+                                        "redlocks://127.0.0.1:1,127.0.0.1:2" };
+    char out[4096], err[1024];
+
+    for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
+        cr_expect_eq(INSPECT(out, err, "-u", urls[i], "x"), 69, "%s: %s", urls[i], err);
+        cr_expect_not_null(strstr(err, "hiredis >= 1.0 with SSL"), "%s: %s", urls[i], err);
+        cr_expect_str_eq(out, "", "%s", urls[i]);
+    }
+}
+
+#else /* HILOCK_HAVE_TLS */
+
+/* The certificates (support/tlsenv.h), and n TLS servers. */
+static void tls_start(int n, const char *auth_clients) {
+    cr_assert_eq(test_tls_make(&certs), 0, "openssl could not make the certificates");
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(test_tls_redis_start(&tls_srv[i], &certs, auth_clients), 0,
+                     "redis-server with TLS did not start");
+}
+
+/* The same table for NAME's mutex but for TTL_MS, which moves. */
+static void same_table(const char *want, const char *have, const char *name) {
+    cells w, h;
+    cr_assert_eq(lines(have), lines(want), "want:\n%s\ngot:\n%s", want, have);
+    cr_assert(row_of(want, name, "mutex", &w), "%s", want);
+    cr_assert(row_of(have, name, "mutex", &h), "%s", have);
+    cr_assert_eq(h.n, w.n, "%s", have);
+    for (int i = 0; i < w.n; i++)
+        if (i != 5) cr_expect_str_eq(h.f[i], w.f[i], "column %d: want:\n%s\ngot:\n%s", i, want, have);
+}
+
+/* A run that TLS refuses: 69 at once, why on stderr, nothing on stdout. */
+static void expect_refused(const char *says, const char *const *args) {
+    char out[4096], err[1024];
+    long long t0 = test_now_ms();
+    cr_expect_eq(inspect_run(out, sizeof(out), err, sizeof(err), args), 69, "stderr: %s", err);
+    cr_expect_not_null(strstr(err, says), "want '%s' in: %s", says, err);
+    cr_expect_str_eq(out, "", "nothing to show, not even the header");
+    cr_expect_lt(test_now_ms() - t0, 1500, "%s: took %lld ms", says, test_now_ms() - t0);
+    cr_log_info("%s: %s", says, err);
+}
+
+Test(inspect, tls_rediss_shows_a_held_lock_as_plain_does, .timeout = 30) {
+    char plain[4096], out[4096], err[1024], env_ca[256];
+    char *envv[] = { env_ca, NULL };
+    hilock_client *c;
+
+    tls_start(1, "no");
+    c = lockenv_client_url(&env, tls_srv[0].r.url, 0);
+    hold_mutex(&env, c, "tl");
+    cr_assert_eq(INSPECT(plain, err, "-u", tls_srv[0].r.url, "tl"), 0, "stderr: %s", err);
+    cr_assert_eq(INSPECT(out, err, "-u", tls_srv[0].url, "--cacert", certs.ca, "tl"), 0, "stderr: %s", err);
+    same_table(plain, out, "tl");
+    /* The CA from the environment, as for the rest of the CLI. */
+    snprintf(env_ca, sizeof(env_ca), "HILOCK_CACERT=%s", certs.ca);
+    cr_assert_eq(inspect_run_env(out, sizeof(out), err, sizeof(err), envv, ARGS("-u", tls_srv[0].url, "tl")), 0,
+                 "stderr: %s", err);
+    same_table(plain, out, "tl");
+    hilock_client_free(c);
+}
+
+Test(inspect, tls_refusals_exit_69_and_say_why, .timeout = 30) {
+    const char *u;
+    char out[4096], err[1024];
+    cells row;
+
+    tls_start(1, "no");
+    u = tls_srv[0].url;
+    expect_refused("is refused", ARGS("-u", u, "--cacert", certs.other_ca, "x"));
+    expect_refused("hostname mismatch", ARGS("-u", u, "--cacert", certs.ca, "--sni", "db.example.com", "x"));
+    expect_refused("cannot load the CAs of /nonexistent.crt", ARGS("-u", u, "--cacert", "/nonexistent.crt", "x"));
+    /* A name the certificate has passes; --insecure passes anything. */
+    cr_expect_eq(INSPECT(out, err, "-u", u, "--cacert", certs.ca, "--sni", "localhost", "x"), 0, "%s", err);
+    cr_expect_eq(INSPECT(out, err, "-u", u, "--cacert", certs.other_ca, "--sni", "db.example.com", "--insecure", "x"),
+                 0, "%s", err);
+    cr_expect(row_of(out, "x", "mutex", &row), "%s", out);
+}
+
+Test(inspect, tls_mutual_needs_the_client_certificate, .timeout = 30) {
+    const char *u;
+    char out[4096], err[1024];
+
+    tls_start(1, "yes");
+    u = tls_srv[0].url;
+    cr_expect_eq(INSPECT(out, err, "-u", u, "--cacert", certs.ca, "--cert", certs.client_cert,
+                         "--key", certs.client_key, "x"), 0, "%s", err);
+    /* Without it: the alert's text when it arrives before the reset, else
+     * the library's guess (support/tlsenv.h's server closes either way). */
+    cr_expect_eq(INSPECT(out, err, "-u", u, "--cacert", certs.ca, "x"), 69, "%s", err);
+    cr_expect(strstr(err, "refused our certificate") || strstr(err, "alert certificate required"), "%s", err);
+    cr_expect_str_eq(out, "");
+    cr_log_info("no client certificate: %s", err);
+    /* A certificate without its key is a usage error, as for locks. */
+    cr_expect_eq(INSPECT(out, err, "-u", u, "--cert", certs.client_cert, "x"), 64, "%s", err);
+    cr_expect_not_null(strstr(err, "--cert and --key go together"), "%s", err);
+}
+
+/* A TLS URL to a plain port, and a plain URL to a TLS port: 69 within the
+ * 2 s timeouts, never a hang. */
+Test(inspect, tls_and_plain_ports_mixed_up_fail_in_time, .timeout = 30) {
+    char url[64], out[4096], err[1024];
+    long long t0;
+
+    tls_start(1, "no");
+    snprintf(url, sizeof(url), "rediss://127.0.0.1:%d", tls_srv[0].r.port);
+    t0 = test_now_ms();
+    cr_expect_eq(INSPECT(out, err, "-u", url, "--cacert", certs.ca, "x"), 69, "%s", err);
+    cr_expect_not_null(strstr(err, "TLS handshake with"), "%s", err);
+    cr_expect_lt(test_now_ms() - t0, 3000, "rediss:// to a plain port: %lld ms", test_now_ms() - t0);
+    cr_log_info("rediss:// to a plain port: %s", err);
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", tls_srv[0].tls_port);
+    t0 = test_now_ms();
+    cr_expect_eq(INSPECT(out, err, "-u", url, "x"), 69, "%s", err);
+    cr_expect_lt(test_now_ms() - t0, 3000, "redis:// to a TLS port: %lld ms", test_now_ms() - t0);
+    cr_expect_str_eq(out, "");
+    cr_log_info("redis:// to a TLS port: %s", err);
+}
+
+/* rediss-sentinel://: the sentinel and the master it names, both over TLS. */
+Test(inspect, tls_sentinel_url_inspects_the_master, .timeout = 60) {
+    char url[160], out[4096], err[1024], want[256];
+    hilock_client *c;
+
+    tls_start(1, "no");
+    cr_assert_eq(test_tls_sentinel_start(&tls_sent, &certs, "tlsmaster", tls_srv[0].tls_port), 0);
+    c = lockenv_client_url(&env, tls_srv[0].r.url, 0);
+    hold_mutex(&env, c, "ts");
+    snprintf(url, sizeof(url), "rediss-sentinel://127.0.0.1:%d#tlsmaster", tls_sent.tls_port);
+    cr_assert_eq(INSPECT(out, err, "-u", url, "--cacert", certs.ca, "--json", "ts"), 0, "stderr: %s", err);
+    snprintf(want, sizeof(want), "{\"name\": \"ts\", \"kind\": \"mutex\", \"server\": \"127.0.0.1:%d\", \"held\": true",
+             tls_srv[0].tls_port);
+    cr_assert_not_null(strstr(out, want), "want %s in %s", want, out);
+    /* The sentinel's own certificate is checked too. */
+    expect_refused("is refused", ARGS("-u", url, "--cacert", certs.other_ca, "ts"));
+    hilock_client_free(c);
+}
+
+static int cluster_state_ok(const test_redis *r) {
+    redisReply *rep = test_redis_cmd(r, "CLUSTER INFO");
+    int ok = rep != NULL && rep->type == REDIS_REPLY_STRING && strstr(rep->str, "cluster_state:ok") != NULL;
+    if (rep) freeReplyObject(rep);
+    return ok;
+}
+
+/* A cluster over TLS, of one master with every slot (tls-cluster: CLUSTER
+ * SLOTS names its TLS port to a TLS client): the seed and the node found
+ * from CLUSTER SLOTS are both TLS connections. */
+Test(inspect, tls_cluster_nodes_from_cluster_slots, .timeout = 30) {
+    test_redis *r = &tls_srv[0].r;
+    char tport[16], url[64], out[4096], err[1024], want[160];
+    redisReply *rep;
+
+    cr_assert_eq(test_tls_make(&certs), 0, "openssl could not make the certificates");
+    tls_srv[0].tls_port = test_free_port();
+    snprintf(tport, sizeof(tport), "%d", tls_srv[0].tls_port);
+    cr_assert_eq(test_redis_start(r, 0, "--tls-port", tport, "--tls-cert-file", certs.server_cert,
+                                  "--tls-key-file", certs.server_key, "--tls-ca-cert-file", certs.ca,
+                                  "--tls-auth-clients", "no", "--tls-cluster", "yes", "--cluster-enabled", "yes",
+                                  "--cluster-config-file", "nodes.conf", NULL), 0);
+    rep = test_redis_cmd(r, "CLUSTER ADDSLOTSRANGE 0 16383");
+    cr_assert(rep != NULL && rep->type == REDIS_REPLY_STATUS, "CLUSTER ADDSLOTSRANGE refused");
+    freeReplyObject(rep);
+    WAIT_UNTIL(cluster_state_ok(r), 5000);
+    cr_assert(cluster_state_ok(r), "the cluster is not ok");
+    /* A holder, written as the mutex's script would. */
+    cr_assert_eq(test_redis_int(r, "HSET %s token t0k3n fence 7", prim_key("tc", "")), 2);
+    cr_assert_eq(test_redis_int(r, "PEXPIRE %s 20000", prim_key("tc", "")), 1);
+    snprintf(url, sizeof(url), "rediss://127.0.0.1:%d", tls_srv[0].tls_port);
+    cr_assert_eq(INSPECT(out, err, "-u", url, "--cacert", certs.ca, "--json", "tc"), 0, "stderr: %s", err);
+    snprintf(want, sizeof(want), "{\"name\": \"tc\", \"kind\": \"mutex\", \"server\": \"127.0.0.1:%d\", "
+             "\"held\": true, \"token\": \"t0k3n\", \"fence\": 7,", tls_srv[0].tls_port);
+    cr_assert_not_null(strstr(out, want), "want %s in %s", want, out);
+}
+
+/* redlocks://: every master over TLS, one row each. */
+Test(inspect, tls_redlocks_url_shows_each_master, .timeout = 60) {
+    char plain[160], url[160], out[4096], err[1024], addr[32];
+    hilock_client *c;
+    cells row;
+
+    tls_start(3, "no");
+    snprintf(plain, sizeof(plain), "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", tls_srv[0].r.port,
+             tls_srv[1].r.port, tls_srv[2].r.port);
+    snprintf(url, sizeof(url), "redlocks://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", tls_srv[0].tls_port,
+             tls_srv[1].tls_port, tls_srv[2].tls_port);
+    c = lockenv_client_url(&env, plain, 0);
+    hold_mutex(&env, c, "rl");
+    held_everywhere(&env, (const test_redis *const[]){ &tls_srv[0].r, &tls_srv[1].r, &tls_srv[2].r }, 3, "rl");
+    cr_assert_eq(INSPECT(out, err, "-u", url, "--cacert", certs.ca, "rl"), 0, "stderr: %s", err);
+    cr_assert_eq(lines(out), 4, "a row per master: %s", out);
+    for (int i = 0; i < 3; i++) {
+        snprintf(addr, sizeof(addr), "127.0.0.1:%d", tls_srv[i].tls_port);
+        cr_assert(row_of(out, "rl", addr, &row), "no row for %s: %s", addr, out);
+        cr_assert_str_eq(row.f[3], "held", "%s", out);
+    }
+    hilock_client_free(c);
+}
+
+#endif

@@ -42,7 +42,8 @@ static const char usage_text[] =
 "Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE]\n"
 "              [-n N | -s | -x | -f] [TLS OPTIONS] [-v] NAME -- COMMAND [ARG...]\n"
 "       hilock [-u URL] [-p PREFIX] [TLS OPTIONS] [-v] unlock NAME\n"
-"       hilock inspect [-u URL] [-p PREFIX] [--json] NAME... | --scan PATTERN\n"
+"       hilock inspect [-u URL] [-p PREFIX] [TLS OPTIONS] [--json]\n"
+"              NAME... | --scan PATTERN\n"
 "       hilock -h | --help | -V | --version\n"
 "Run COMMAND while holding the distributed lock NAME in Redis.\n"
 "\n"
@@ -694,6 +695,20 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
     return parse_operands(c, a, argc - optind, argv + optind);
 }
 
+/* The URL, prefix and TLS settings of a: the client's, and inspect's
+ * defaults. */
+static void config_of(const args *a, hilock_config *cfg) {
+    hilock_config_init(cfg);
+    cfg->url = a->url;
+    cfg->prefix = a->prefix;
+    cfg->tls_ca_file = a->cacert;
+    cfg->tls_ca_dir = a->capath;
+    cfg->tls_cert_file = a->cert;
+    cfg->tls_key_file = a->key;
+    cfg->tls_server_name = a->sni;
+    cfg->tls_insecure = a->insecure;
+}
+
 /* The event loop and the client. Returns 0, or the status to exit with. */
 static int open_client(cli *c, const args *a) {
     hilock_loop loop;
@@ -706,18 +721,10 @@ static int open_client(cli *c, const args *a) {
         return EX_OSERR;
     }
     hilock_libevent_init(&loop, c->base);
-    hilock_config_init(&cfg);
-    cfg.url = a->url;
-    cfg.prefix = a->prefix;
+    config_of(a, &cfg);
     cfg.default_lease_ms = (uint32_t)a->lease_ms;
     cfg.log_cb = on_log;
     cfg.log_data = c;
-    cfg.tls_ca_file = a->cacert;
-    cfg.tls_ca_dir = a->capath;
-    cfg.tls_cert_file = a->cert;
-    cfg.tls_key_file = a->key;
-    cfg.tls_server_name = a->sni;
-    cfg.tls_insecure = a->insecure;
     rc = hilock_client_new(&c->client, &cfg, &loop);
     if (rc != 0) {
         c->client = NULL;
@@ -758,8 +765,11 @@ int main(int argc, char **argv) {
     tls_from_env(&a);
     /* inspect is the subcommand unless -- follows it (a lock named
      * "inspect", as `hilock unlock -- COMMAND`). */
-    if (argc >= 2 && strcmp(argv[1], "inspect") == 0 && !(argc >= 3 && strcmp(argv[2], "--") == 0))
-        return inspect_main(argc - 1, argv + 1, a.url, DEFAULT_PREFIX);
+    if (argc >= 2 && strcmp(argv[1], "inspect") == 0 && !(argc >= 3 && strcmp(argv[2], "--") == 0)) {
+        hilock_config defaults;
+        config_of(&a, &defaults);
+        return inspect_main(argc - 1, argv + 1, &defaults);
+    }
     rc = parse_args(&c, &a, argc, argv);
     if (rc >= 0) return rc;
 

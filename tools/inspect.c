@@ -8,7 +8,9 @@
  * reads (never KEYS: --scan is SCAN on every master), and knows the key
  * layout of include/hilock/hilock.h ("Keys"). The URL is read by the
  * library's own parser (net/net.h), so that every form the library takes
- * (cluster seeds, redis-sentinel://, redlock://) means the same here. */
+ * (cluster seeds, redis-sentinel://, redlock://) means the same here; a
+ * TLS form's connections are verified by the library's own TLS code
+ * (net/tls.h), with the CLI's TLS options. */
 
 #include <fnmatch.h>
 #include <getopt.h>
@@ -21,14 +23,15 @@
 #include <hiredis/hiredis.h>
 #include "hilock/hilock.h"
 #include "net/net.h"
+#include "net/tls.h"
 #include "tools/inspect.h"
 
 #define NONE LLONG_MIN      /* a number that is not there ("-", null) */
 #define MAX_NODES 64
 
 static const char inspect_usage[] =
-"Usage: hilock inspect [-u URL] [-p PREFIX] [--json] NAME...\n"
-"       hilock inspect [-u URL] [-p PREFIX] [--json] --scan PATTERN\n"
+"Usage: hilock inspect [-u URL] [-p PREFIX] [TLS OPTIONS] [--json] NAME...\n"
+"       hilock inspect [-u URL] [-p PREFIX] [TLS OPTIONS] [--json] --scan PATTERN\n"
 "Show what Redis holds for the locks NAME: per primitive found (the mutex\n"
 "always, the semaphore, read-write lock and fair lock NAME when their keys\n"
 "exist), held or free, the holder's token, its fence, the remaining lease,\n"
@@ -42,8 +45,17 @@ static const char inspect_usage[] =
 "  --json          a JSON array of objects, one per primitive, for scripts\n"
 "  -h, --help      show this help\n"
 "\n"
+"TLS options, for rediss://, rediss-sentinel:// and redlocks:// URLs, as for\n"
+"the rest of hilock (each defaults to $HILOCK_CACERT, $HILOCK_CAPATH, ...):\n"
+"  --cacert FILE   CA certificates (PEM) the server's must chain to\n"
+"  --capath DIR    a directory of hashed CA certificates\n"
+"  --cert FILE     client certificate (PEM) for mutual TLS, with --key\n"
+"  --key FILE      its private key (PEM)\n"
+"  --sni NAME      the name the server's certificate must carry\n"
+"  --insecure      do not verify the server's certificate\n"
+"\n"
 "Exit status: 0 (also when a NAME is free), 64 usage error, 69 Redis could\n"
-"not be used (unreachable, authentication failed, an error reply).\n";
+"not be used (unreachable, authentication failed, TLS refused, an error reply).\n";
 
 /* ---- Output rows ------------------------------------------------------ */
 
@@ -53,6 +65,8 @@ typedef struct node {
     char *path;
     char addr[300];         /* "host:port" or the socket's path, for messages */
     redisContext *c;        /* NULL: unreachable */
+    struct ssl_st *ssl;     /* TLS: c's SSL until the server first answers
+                               (a refusal may show only then: hl_tls_why) */
     int master;
 } node;
 
@@ -81,7 +95,8 @@ typedef struct row {
 enum { T_ONE, T_CLUSTER, T_REDLOCK };
 
 typedef struct ctx {
-    const char *prefix;
+    hilock_config cfg;      /* the URL, prefix and TLS settings */
+    hl_tls *tls;            /* the URL is a TLS form: every connection's */
     int json;
     int status;             /* 0, or EX_UNAVAILABLE once anything failed */
     hl_url url;
@@ -196,6 +211,19 @@ static void node_close(node *n) {
     memset(n, 0, sizeof(*n));
 }
 
+/* n's connection broke: say why (TLS's reason when the server never
+ * answered on it) and drop it. */
+static void lost(ctx *x, node *n) {
+    char why[256];
+    if (n->ssl != NULL && hl_tls_why(n->ssl, n->host, n->port, why, sizeof(why)))
+        fail(x, n, "%s", why);
+    else
+        fail(x, n, "%s", n->c->errstr[0] ? n->c->errstr : "connection lost");
+    redisFree(n->c);
+    n->c = NULL;
+    n->ssl = NULL;
+}
+
 /* One command, checked: the reply, or NULL after saying why (an error
  * reply is freed and reported). */
 static redisReply *command(ctx *x, node *n, const char *fmt, ...) {
@@ -206,11 +234,10 @@ static redisReply *command(ctx *x, node *n, const char *fmt, ...) {
     r = redisvCommand(n->c, fmt, ap);
     va_end(ap);
     if (r == NULL) {
-        fail(x, n, "%s", n->c->errstr[0] ? n->c->errstr : "connection lost");
-        redisFree(n->c);
-        n->c = NULL;
+        lost(x, n);
         return NULL;
     }
+    n->ssl = NULL; /* it answered: TLS is no longer in question */
     if (r->type == REDIS_REPLY_ERROR) {
         fail(x, n, "%.*s: %s", (int)strcspn(fmt, " "), fmt, r->str);
         freeReplyObject(r);
@@ -219,20 +246,35 @@ static redisReply *command(ctx *x, node *n, const char *fmt, ...) {
     return r;
 }
 
-/* Connect with 2 s timeouts, AUTH and SELECT as the URL says (SELECT not in
- * a cluster: db 0 is the only one). 0, or -1 after saying why. */
-static int node_open(ctx *x, node *n, int select_db) {
+/* Connect with 2 s timeouts (the TLS handshake's too), over TLS for a TLS
+ * URL; `what` names the server in a message ("" or " to the sentinel"). 0,
+ * or -1 after saying why. */
+static int node_connect(ctx *x, node *n, const char *what) {
     struct timeval tv = { 2, 0 };
-    redisReply *r = NULL;
+    char why[256];
 
     n->c = n->path ? redisConnectUnixWithTimeout(n->path, tv) : redisConnectWithTimeout(n->host, n->port, tv);
     if (n->c == NULL || n->c->err) {
-        fail(x, n, "cannot connect: %s", n->c ? n->c->errstr : "out of memory");
-        if (n->c) redisFree(n->c);
-        n->c = NULL;
-        return -1;
+        fail(x, n, "cannot connect%s: %s", what, n->c ? n->c->errstr : "out of memory");
+    } else if (redisSetTimeout(n->c, tv) != REDIS_OK) {
+        fail(x, n, "cannot set a timeout: %s", n->c->errstr);
+    } else if (x->tls != NULL && n->host != NULL &&
+               hl_tls_connect(x->tls, n->c, n->host, n->port, &n->ssl, why, sizeof(why)) != 0) {
+        fail(x, n, "%s", why);
+    } else {
+        return 0;
     }
-    redisSetTimeout(n->c, tv);
+    if (n->c) redisFree(n->c);
+    n->c = NULL;
+    return -1;
+}
+
+/* Connect, AUTH and SELECT as the URL says (SELECT not in a cluster: db 0
+ * is the only one). 0, or -1 after saying why. */
+static int node_open(ctx *x, node *n, int select_db) {
+    redisReply *r = NULL;
+
+    if (node_connect(x, n, "") != 0) return -1;
     if (x->url.user)
         r = command(x, n, "AUTH %s %s", x->url.user, x->url.pass ? x->url.pass : "");
     else if (x->url.pass)
@@ -333,13 +375,10 @@ static int ask_sentinel(ctx *x, const hl_addr *a, node *master) {
     int rc = -1;
 
     node_set(&s, a->host, a->port, NULL);
-    s.c = redisConnectWithTimeout(s.host, s.port, (struct timeval){ 2, 0 });
-    if (s.c == NULL || s.c->err) {
-        fail(x, &s, "cannot connect to the sentinel: %s", s.c ? s.c->errstr : "out of memory");
+    if (node_connect(x, &s, " to the sentinel") != 0) {
         node_close(&s);
         return -1;
     }
-    redisSetTimeout(s.c, (struct timeval){ 2, 0 });
     r = command(x, &s, "SENTINEL get-master-addr-by-name %s", x->url.master);
     if (str(elem(r, 0)) != NULL && str(elem(r, 1)) != NULL) {
         node_set(master, r->element[0]->str, atoi(r->element[1]->str), NULL);
@@ -468,9 +507,7 @@ static int read_replies(ctx *x, node *n, redisReply **rep, int count) {
     for (int i = 0; i < count; i++) {
         void *r = NULL;
         if (redisGetReply(n->c, &r) != REDIS_OK) {
-            fail(x, n, "%s", n->c->errstr[0] ? n->c->errstr : "connection lost");
-            redisFree(n->c);
-            n->c = NULL;
+            lost(x, n);
             return -1;
         }
         rep[i] = r;
@@ -667,7 +704,7 @@ static void inspect_on(ctx *x, node *n, const char *name, unsigned want, int hel
     row *(*const add[])(ctx *, const node *, lookup *) = { add_mutex, add_semaphore, add_rwlock, add_fair };
     lookup l;
 
-    if (lookup_keys(&l, x->prefix, name) != 0) return; /* checked before */
+    if (lookup_keys(&l, x->cfg.prefix, name) != 0) return; /* checked before */
     if (lookup_run(x, n, &l) == 0) {
         want &= present(&l);
         for (unsigned k = 0; k < 4; k++) {
@@ -689,7 +726,7 @@ static void inspect_name(ctx *x, const char *name) {
     if (x->topo == T_CLUSTER) {
         lookup l;
         int m;
-        lookup_keys(&l, x->prefix, name);
+        lookup_keys(&l, x->cfg.prefix, name);
         m = x->owner[hilock_key_slot(l.key[K_LOCK], l.len[K_LOCK])];
         lookup_free(&l);
         if (m < 0) { fail(x, NULL, "no master serves the slot of %s", name); return; }
@@ -766,7 +803,7 @@ static char *match_of(const char *prefix) {
 static int scan_node(ctx *x, int idx, const char *match, const char *pattern, founds *f) {
     node *n = &x->nodes[idx];
     char cursor[32] = "0";
-    size_t plen = strlen(x->prefix);
+    size_t plen = strlen(x->cfg.prefix);
 
     do {
         redisReply *r = command(x, n, "SCAN %s MATCH %s COUNT 1000", cursor, match);
@@ -794,7 +831,7 @@ static int found_cmp(const void *a, const void *b) {
 /* Every master's held locks whose NAME matches, each name once per master
  * (SCAN may return a key twice; a read-write lock has two lock keys). */
 static void scan_all(ctx *x, const char *pattern) {
-    char *match = match_of(x->prefix);
+    char *match = match_of(x->cfg.prefix);
     founds f = { NULL, 0, 0 };
     size_t i, j;
 
@@ -1009,12 +1046,21 @@ static void print_json(ctx *x) {
 
 /* ---- main -------------------------------------------------------------------- */
 
+/* The long-only options (TLS's, as the rest of the CLI names them). */
+enum { OPT_CACERT = 256, OPT_CAPATH, OPT_CERT, OPT_KEY, OPT_SNI, OPT_INSECURE };
+
 /* Options and operands; -1 to go on, else the status to exit with. */
-static int parse(ctx *x, int argc, char **argv, const char **url, const char **scan) {
+static int parse(ctx *x, int argc, char **argv, const char **scan) {
     static const struct option longopts[] = {
         { "help", no_argument, NULL, 'h' },
         { "json", no_argument, NULL, 'j' },
         { "scan", required_argument, NULL, 's' },
+        { "cacert", required_argument, NULL, OPT_CACERT },
+        { "capath", required_argument, NULL, OPT_CAPATH },
+        { "cert", required_argument, NULL, OPT_CERT },
+        { "key", required_argument, NULL, OPT_KEY },
+        { "sni", required_argument, NULL, OPT_SNI },
+        { "insecure", no_argument, NULL, OPT_INSECURE },
         { NULL, 0, NULL, 0 },
     };
     char *probe;
@@ -1025,10 +1071,16 @@ static int parse(ctx *x, int argc, char **argv, const char **url, const char **s
     while ((opt = getopt_long(argc, argv, ":hu:p:", longopts, NULL)) != -1) {
         switch (opt) {
         case 'h': fputs(inspect_usage, stdout); return 0;
-        case 'u': *url = optarg; break;
-        case 'p': x->prefix = optarg; break;
+        case 'u': x->cfg.url = optarg; break;
+        case 'p': x->cfg.prefix = optarg; break;
         case 'j': x->json = 1; break;
         case 's': *scan = optarg; break;
+        case OPT_CACERT: x->cfg.tls_ca_file = optarg; break;
+        case OPT_CAPATH: x->cfg.tls_ca_dir = optarg; break;
+        case OPT_CERT: x->cfg.tls_cert_file = optarg; break;
+        case OPT_KEY: x->cfg.tls_key_file = optarg; break;
+        case OPT_SNI: x->cfg.tls_server_name = optarg; break;
+        case OPT_INSECURE: x->cfg.tls_insecure = 1; break;
         case ':': /* for a long option, optopt is its val: name it as given */
             if (strncmp(argv[optind - 1], "--", 2) == 0)
                 return usage_error("option %s needs a value", argv[optind - 1]);
@@ -1039,10 +1091,12 @@ static int parse(ctx *x, int argc, char **argv, const char **url, const char **s
             return usage_error("unknown option -%c", optopt);
         }
     }
-    probe = xcalloc(strlen(x->prefix) + 8, 1);
-    bad = hilock_key(x->prefix, "x", probe, strlen(x->prefix) + 8) < 0;
+    probe = xcalloc(strlen(x->cfg.prefix) + 8, 1);
+    bad = hilock_key(x->cfg.prefix, "x", probe, strlen(x->cfg.prefix) + 8) < 0;
     free(probe);
-    if (bad) return usage_error("bad -p PREFIX '%s'", x->prefix);
+    if (bad) return usage_error("bad -p PREFIX '%s'", x->cfg.prefix);
+    if ((x->cfg.tls_cert_file == NULL) != (x->cfg.tls_key_file == NULL))
+        return usage_error("--cert and --key go together (or $HILOCK_CERT and $HILOCK_KEY)");
     if (*scan != NULL && optind < argc) return usage_error("--scan PATTERN takes no NAME");
     if (*scan == NULL && optind == argc) return usage_error("missing NAME");
     for (int i = optind; i < argc; i++) {
@@ -1058,32 +1112,43 @@ static int open_target(ctx *x) {
     return open_redis(x);
 }
 
-int inspect_main(int argc, char **argv, const char *url, const char *prefix) {
+/* The TLS context of a TLS URL, made as the library makes a client's
+ * (hl_tls_make): 0, or -1 after saying why (a file that cannot be loaded;
+ * TLS not built in, and what to build). */
+static int open_tls(ctx *x) {
+    char why[256];
+    if (!x->url.tls || hl_tls_make(&x->cfg, &x->tls, why, sizeof(why)) == 0) return 0;
+    fprintf(stderr, "hilock: inspect: %s\n", why);
+    return -1;
+}
+
+/* The table or the JSON: not when it failed with nothing to show, where a
+ * header alone, or [], would read as "nothing held". */
+static void print_rows(ctx *x) {
+    if (x->nrows == 0 && x->status != 0) return;
+    if (x->json) print_json(x);
+    else print_text(x);
+}
+
+int inspect_main(int argc, char **argv, const hilock_config *defaults) {
     ctx *x = xcalloc(1, sizeof(*x));
     const char *scan = NULL;
     int rc;
 
-    x->prefix = prefix;
-    rc = parse(x, argc, argv, &url, &scan);
-    if (rc < 0 && hl_url_parse(url, &x->url) != 0) rc = usage_error("bad Redis URL '%s'", url);
-    if (rc < 0 && x->url.tls) {
-        /* Its connections are hiredis's blocking ones, without TLS yet: say
-         * so rather than send plain text to a TLS port. */
-        fprintf(stderr, "hilock inspect: TLS URLs are not supported by inspect yet\n");
-        hl_url_free(&x->url);
-        rc = EX_UNAVAILABLE;
-    }
+    x->cfg = *defaults;
+    rc = parse(x, argc, argv, &scan);
+    if (rc < 0 && hl_url_parse(x->cfg.url, &x->url) != 0) rc = usage_error("bad Redis URL '%s'", x->cfg.url);
     if (rc >= 0) { free(x); return rc; }
-    if (open_target(x) != 0) {
+    if (open_tls(x) != 0 || open_target(x) != 0) {
         x->status = EX_UNAVAILABLE;
     } else {
         if (scan != NULL) scan_all(x, scan);
         for (int i = optind; scan == NULL && i < argc; i++) inspect_name(x, argv[i]);
-        if (x->json) print_json(x);
-        else print_text(x);
     }
+    print_rows(x);
     rc = x->status;
     for (int i = 0; i < x->nnodes; i++) node_close(&x->nodes[i]);
+    hl_tls_destroy(x->tls);
     hl_url_free(&x->url);
     free_rows(x);
     free(x);

@@ -184,6 +184,7 @@ void hl_conn_subscribe(hl_conn *k, const char *ch, size_t len, int on);
 int hl_conn_fd(const hl_conn *k);
 
 /* ---- TLS (tls.c; without HILOCK_HAVE_TLS every TLS URL fails) ---------- */
+/* (net/tls.h: the parts that need no hl_net or hl_conn, for inspect too.) */
 
 /* Load the config's CA, certificate and key for net->url's TLS form (a
  * no-op for other URLs): 0, or HILOCK_ETLS / HILOCK_EINVAL with the reason

@@ -9,11 +9,13 @@
  * redisInitiateSSL(), lets us ask for both (SSL_set1_host, the verify
  * result). A command connection's handshake runs inside hiredis (its first
  * write drives SSL_connect); a subscriber connection's is driven by sub.c
- * with hl_tls_step() before hiredis gets the SSL. */
+ * with hl_tls_step() before hiredis gets the SSL. `hilock inspect`'s
+ * blocking connections use the same context and checks (net/tls.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "net/net.h"
+#include "net/tls.h"
 
 #ifdef HILOCK_HAVE_TLS
 
@@ -31,90 +33,89 @@ struct hl_tls {
 
 int hilock_tls_available(void) { return 1; }
 
-/* Say what failed with OpenSSL's reason, and clear its error queue (a
- * later connection's failure must not read this one's). */
-static void tls_error(hl_net *net, const char *fmt, const char *arg) {
-    if (net->loop == NULL) { /* hilock_config_check: nowhere to say it */
-        ERR_clear_error();
-        return;
-    }
+/* Say what failed with OpenSSL's reason into why, and clear its error
+ * queue (a later connection's failure must not read this one's). */
+static void tls_error(char *why, size_t n, const char *what, const char *arg) {
     unsigned long e = ERR_peek_last_error();
-    char why[160];
-    snprintf(why, sizeof(why), "%s", e ? ERR_reason_error_string(e) : "");
+    const char *reason = e ? ERR_reason_error_string(e) : NULL;
+    snprintf(why, n, "TLS: %s%s%s%s", what, arg ? arg : "", reason ? ": " : "", reason ? reason : "");
     ERR_clear_error();
-    hl_set_error(net->loop, "TLS: %s%s%s%s", fmt, arg ? arg : "", *why ? ": " : "", why);
 }
 
 /* Where the server's certificate must lead: the given CA file and/or
  * directory, or the system's default CAs. */
-static int tls_load_cas(hl_net *net, SSL_CTX *ctx, const hilock_config *cfg) {
+static int tls_load_cas(SSL_CTX *ctx, const hilock_config *cfg, char *why, size_t n) {
     if (cfg->tls_ca_file == NULL && cfg->tls_ca_dir == NULL) {
         if (SSL_CTX_set_default_verify_paths(ctx) == 1) return 0;
-        tls_error(net, "cannot load the system's default CAs", NULL);
+        tls_error(why, n, "cannot load the system's default CAs", NULL);
         return HILOCK_ETLS;
     }
     if (SSL_CTX_load_verify_locations(ctx, cfg->tls_ca_file, cfg->tls_ca_dir) == 1) return 0;
-    tls_error(net, "cannot load the CAs of ",
-              cfg->tls_ca_file ? cfg->tls_ca_file : cfg->tls_ca_dir);
+    tls_error(why, n, "cannot load the CAs of ", cfg->tls_ca_file ? cfg->tls_ca_file : cfg->tls_ca_dir);
     return HILOCK_ETLS;
 }
 
-static int tls_load_cert(hl_net *net, SSL_CTX *ctx, const hilock_config *cfg) {
+static int tls_load_cert(SSL_CTX *ctx, const hilock_config *cfg, char *why, size_t n) {
     if (cfg->tls_cert_file == NULL) return 0;
     if (SSL_CTX_use_certificate_chain_file(ctx, cfg->tls_cert_file) != 1) {
-        tls_error(net, "cannot load the client certificate ", cfg->tls_cert_file);
+        tls_error(why, n, "cannot load the client certificate ", cfg->tls_cert_file);
         return HILOCK_ETLS;
     }
     if (SSL_CTX_use_PrivateKey_file(ctx, cfg->tls_key_file, SSL_FILETYPE_PEM) != 1) {
-        tls_error(net, "cannot load the client key ", cfg->tls_key_file);
+        tls_error(why, n, "cannot load the client key ", cfg->tls_key_file);
         return HILOCK_ETLS;
     }
     if (SSL_CTX_check_private_key(ctx) != 1) {
-        tls_error(net, "the client key does not match its certificate ", cfg->tls_cert_file);
+        tls_error(why, n, "the client key does not match its certificate ", cfg->tls_cert_file);
         return HILOCK_ETLS;
     }
     return 0;
 }
 
-int hl_tls_setup(hl_net *net, const hilock_config *cfg) {
-    if (!net->url.tls) return 0;
-    if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL)) {
-        if (net->loop) hl_set_error(net->loop, "TLS: a client certificate needs its key, and a key its certificate");
-        return HILOCK_EINVAL;
-    }
-    /* OpenSSL >= 1.1 initialises itself; hiredis's call covers older ones. */
-    redisInitOpenSSL();
-    struct hl_tls *t = calloc(1, sizeof(*t));
-    if (t == NULL) return HILOCK_ENOMEM;
-    net->tls = t;
+/* The settings into t, whose fields are NULL until set. */
+static int tls_fill(hl_tls *t, const hilock_config *cfg, char *why, size_t n) {
     t->insecure = cfg->tls_insecure != 0;
     if (cfg->tls_server_name && (t->server_name = strdup(cfg->tls_server_name)) == NULL)
         return HILOCK_ENOMEM;
     if ((t->ctx = SSL_CTX_new(TLS_client_method())) == NULL) {
-        tls_error(net, "cannot make an OpenSSL context", NULL);
+        tls_error(why, n, "cannot make an OpenSSL context", NULL);
         return HILOCK_ETLS;
     }
     SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
     SSL_CTX_set_verify(t->ctx, t->insecure ? SSL_VERIFY_NONE : SSL_VERIFY_PEER, NULL);
-    int rc = t->insecure ? 0 : tls_load_cas(net, t->ctx, cfg);
-    if (rc == 0) rc = tls_load_cert(net, t->ctx, cfg);
+    int rc = t->insecure ? 0 : tls_load_cas(t->ctx, cfg, why, n);
+    if (rc == 0) rc = tls_load_cert(t->ctx, cfg, why, n);
     return rc;
 }
 
-void hl_tls_free(hl_net *net) {
-    struct hl_tls *t = net->tls;
+int hl_tls_make(const hilock_config *cfg, hl_tls **out, char *why, size_t n) {
+    *out = NULL;
+    snprintf(why, n, "%s", hilock_strerror(HILOCK_ENOMEM)); /* what an ENOMEM below says */
+    if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL)) {
+        snprintf(why, n, "TLS: a client certificate needs its key, and a key its certificate");
+        return HILOCK_EINVAL;
+    }
+    /* OpenSSL >= 1.1 initialises itself; hiredis's call covers older ones. */
+    redisInitOpenSSL();
+    hl_tls *t = calloc(1, sizeof(*t));
+    if (t == NULL) return HILOCK_ENOMEM;
+    int rc = tls_fill(t, cfg, why, n);
+    if (rc != 0) hl_tls_destroy(t);
+    else *out = t;
+    return rc;
+}
+
+void hl_tls_destroy(hl_tls *t) {
     if (t == NULL) return;
     if (t->ctx) SSL_CTX_free(t->ctx);
     free(t->server_name);
     free(t);
-    net->tls = NULL;
 }
 
-/* The name k's server must prove: SNI for a DNS name, and the certificate
- * checked against it (subjectAltName DNS or IP entries). */
-static int tls_name(hl_conn *k, SSL *ssl) {
-    const struct hl_tls *t = k->net->tls;
-    const char *name = t->server_name ? t->server_name : k->addr->host;
+/* The name host's server must prove: SNI for a DNS name, and the
+ * certificate checked against it (subjectAltName DNS or IP entries). */
+static int tls_name(const hl_tls *t, const char *host, SSL *ssl) {
+    const char *name = t->server_name ? t->server_name : host;
     unsigned char ip[16];
     int is_ip = inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1;
     if (!is_ip && SSL_set_tlsext_host_name(ssl, name) != 1) return -1;
@@ -124,17 +125,57 @@ static int tls_name(hl_conn *k, SSL *ssl) {
     return SSL_set1_host(ssl, name) == 1 ? 0 : -1;
 }
 
-int hl_tls_new(hl_conn *k, int fd) {
-    hl_tls_drop(k);
+/* A new SSL of t for a connection to host on socket fd: NULL with why. */
+static SSL *tls_ssl(const hl_tls *t, const char *host, int fd, char *why, size_t n) {
     ERR_clear_error(); /* what is in the queue from now on is this connection's */
-    SSL *ssl = SSL_new(k->net->tls->ctx);
-    if (ssl == NULL || tls_name(k, ssl) != 0 || SSL_set_fd(ssl, fd) != 1) {
-        tls_error(k->net, "cannot set up the connection to ", k->addr->host);
+    SSL *ssl = SSL_new(t->ctx);
+    if (ssl == NULL || tls_name(t, host, ssl) != 0 || SSL_set_fd(ssl, fd) != 1) {
+        tls_error(why, n, "cannot set up the connection to ", host);
         if (ssl) SSL_free(ssl);
-        return -1;
+        return NULL;
     }
     SSL_set_connect_state(ssl);
-    k->ssl = ssl;
+    return ssl;
+}
+
+/* Hand ssl to c (hiredis then reads and writes through it, and frees it):
+ * 0, or -1 (TLS refused) or HL_TLS_LOST with why (ssl still the
+ * caller's). */
+static int tls_initiate(redisContext *c, SSL *ssl, const char *host, int port, char *why, size_t n) {
+    if (redisInitiateSSL(c, ssl) == REDIS_OK) return 0;
+    /* The handshake may have run to its end already (on loopback; always
+     * for a blocking c). */
+    if (hl_tls_why(ssl, host, port, why, n)) return -1;
+    if (SSL_want_read(ssl) || SSL_want_write(ssl)) { /* a blocking c's timeout */
+        snprintf(why, n, "TLS handshake with %s:%d timed out: does the port speak TLS?", host, port);
+        return -1;
+    }
+    /* The socket failed with no word from TLS (on loopback a refused
+     * connect shows here, in the first write): a server that is down. */
+    snprintf(why, n, "connect to %s:%d: %s", host, port, c->errstr);
+    return HL_TLS_LOST;
+}
+
+int hl_tls_connect(const hl_tls *t, redisContext *c, const char *host, int port,
+                   struct ssl_st **ssl, char *why, size_t n) {
+    SSL *s = tls_ssl(t, host, c->fd, why, n);
+    if (s == NULL) return -1;
+    if (tls_initiate(c, s, host, port, why, n) != 0) {
+        SSL_free(s);
+        return -1;
+    }
+    *ssl = s;
+    return 0;
+}
+
+int hl_tls_new(hl_conn *k, int fd) {
+    char why[256];
+    hl_tls_drop(k);
+    k->ssl = tls_ssl(k->net->tls, k->addr->host, fd, why, sizeof(why));
+    if (k->ssl == NULL) {
+        hl_set_error(k->net->loop, "%s", why);
+        return -1;
+    }
     k->ssl_owned = 1;
     return 0;
 }
@@ -159,16 +200,10 @@ int hl_tls_step(hl_conn *k, int *want) {
 
 int hl_tls_attach(hl_conn *k, redisContext *c) {
     char why[256];
-    if (redisInitiateSSL(c, k->ssl) != REDIS_OK) {
-        /* The handshake may have run to its end already (on loopback), or
-         * the connect failed at once (a server that is down): still ours,
-         * hl_tls_drop frees it. */
-        if (hl_tls_failed(k, why, sizeof(why))) {
-            hl_set_error(k->net->loop, "%s", why);
-            return -1;
-        }
-        hl_set_error(k->net->loop, "connect: %s", c->errstr);
-        return HL_TLS_LOST;
+    int rc = tls_initiate(c, k->ssl, k->addr->host, k->addr->port, why, sizeof(why));
+    if (rc != 0) {
+        hl_set_error(k->net->loop, "%s", why);
+        return rc; /* still ours: hl_tls_drop frees it */
     }
     k->ssl_owned = 0;
     return 0;
@@ -192,21 +227,24 @@ static int tls_peer_shown(const SSL *ssl) {
 }
 
 int hl_tls_failed(hl_conn *k, char *why, size_t n) {
-    if (k->ssl == NULL) return 0;
-    long v = SSL_get_verify_result(k->ssl);
+    return k->ssl != NULL && hl_tls_why(k->ssl, k->addr->host, k->addr->port, why, n);
+}
+
+int hl_tls_why(SSL *ssl, const char *host, int port, char *why, size_t n) {
+    long v = SSL_get_verify_result(ssl);
     unsigned long e = ERR_peek_last_error();
     ERR_clear_error();
     if (v != X509_V_OK) {
         /* Verification ran and refused: the CA, the name, the dates. */
-        snprintf(why, n, "TLS: the certificate of %s:%d is refused: %s", k->addr->host,
-                 k->addr->port, X509_verify_cert_error_string(v));
+        snprintf(why, n, "TLS: the certificate of %s:%d is refused: %s", host, port,
+                 X509_verify_cert_error_string(v));
         return 1;
     }
     if (e != 0 && ERR_GET_LIB(e) == ERR_LIB_SSL) {
         /* E.g. "tlsv13 alert certificate required": the server wanted a
          * client certificate; "wrong version number": the port does not
          * speak TLS. */
-        snprintf(why, n, "TLS handshake with %s:%d failed: %s", k->addr->host, k->addr->port,
+        snprintf(why, n, "TLS handshake with %s:%d failed: %s", host, port,
                  ERR_reason_error_string(e) ? ERR_reason_error_string(e) : "unknown reason");
         return 1;
     }
@@ -216,9 +254,9 @@ int hl_tls_failed(hl_conn *k, char *why, size_t n) {
      * causes often destroys the alert before we read it. What is left to
      * see: the server showed a certificate we accepted, then closed before
      * answering anything. */
-    if (tls_peer_shown(k->ssl)) {
+    if (tls_peer_shown(ssl)) {
         snprintf(why, n, "TLS: %s:%d closed the connection after the handshake: it refused "
-                 "our certificate (none given, or not one it trusts)", k->addr->host, k->addr->port);
+                 "our certificate (none given, or not one it trusts)", host, port);
         return 1;
     }
     return 0;
@@ -228,14 +266,27 @@ int hl_tls_failed(hl_conn *k, char *why, size_t n) {
 
 int hilock_tls_available(void) { return 0; }
 
-int hl_tls_setup(hl_net *net, const hilock_config *cfg) {
+int hl_tls_make(const hilock_config *cfg, hl_tls **out, char *why, size_t n) {
     (void)cfg;
-    if (!net->url.tls) return 0;
-    if (net->loop) hl_set_error(net->loop, "%s", hilock_strerror(HILOCK_ETLS));
+    *out = NULL;
+    snprintf(why, n, "%s", hilock_strerror(HILOCK_ETLS));
     return HILOCK_ETLS;
 }
 
-void hl_tls_free(hl_net *net) { (void)net; }
+void hl_tls_destroy(hl_tls *t) { (void)t; }
+
+int hl_tls_connect(const hl_tls *t, redisContext *c, const char *host, int port,
+                   struct ssl_st **ssl, char *why, size_t n) {
+    (void)t; (void)c; (void)host; (void)port; (void)ssl;
+    snprintf(why, n, "%s", hilock_strerror(HILOCK_ETLS));
+    return -1;
+}
+
+int hl_tls_why(struct ssl_st *ssl, const char *host, int port, char *why, size_t n) {
+    (void)ssl; (void)host; (void)port; (void)why; (void)n;
+    return 0;
+}
+
 int hl_tls_new(hl_conn *k, int fd) { (void)k; (void)fd; return -1; }
 int hl_tls_step(hl_conn *k, int *want) { (void)k; (void)want; return -1; }
 int hl_tls_attach(hl_conn *k, redisContext *c) { (void)k; (void)c; return -1; }
@@ -243,3 +294,17 @@ void hl_tls_drop(hl_conn *k) { k->ssl = NULL; k->ssl_owned = 0; }
 int hl_tls_failed(hl_conn *k, char *why, size_t n) { (void)k; (void)why; (void)n; return 0; }
 
 #endif
+
+/* A client's settings: both builds, through hl_tls_make. */
+int hl_tls_setup(hl_net *net, const hilock_config *cfg) {
+    char why[256];
+    if (!net->url.tls) return 0;
+    int rc = hl_tls_make(cfg, &net->tls, why, sizeof(why));
+    if (rc != 0 && net->loop) hl_set_error(net->loop, "%s", why);
+    return rc;
+}
+
+void hl_tls_free(hl_net *net) {
+    hl_tls_destroy(net->tls);
+    net->tls = NULL;
+}
