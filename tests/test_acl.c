@@ -704,8 +704,6 @@ Test(acl, sentinel_side_rule, .timeout = 90) {
     cr_assert_not_null(old);
     cr_expect_eq(lock_exists(old, "acl-sside"), 1);
     cr_expect_eq(release_now(&e, g.hold), 0);
-    /* The data nodes are not restricted here: their WAIT is the harness's. */
-    cr_assert_geq(test_redis_int(old, "WAIT 1 2000"), 1);
     cr_assert(sentinel_admin(&s.sentinel[0], "SENTINEL FAILOVER " TEST_SENTINEL_NAME));
     test_redis *nm = test_sentinel_wait_new_master(&s, old, 15000);
     cr_assert_not_null(nm, "no new master");

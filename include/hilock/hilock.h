@@ -28,8 +28,9 @@
  *   - A client and its handles are used from the thread that runs its loop;
  *     hilock takes no locks. hilock_strerror(), hilock_version(),
  *     hilock_key() and hilock_key_slot() may be called from any thread.
- *   - hiredis writes with write(2): ignore SIGPIPE in a server, or a write
- *     to a connection that Redis closed kills the process.
+ *   - hiredis (and OpenSSL, over TLS) writes with write(2): ignore SIGPIPE
+ *     in a server, or a write to a connection that Redis closed kills the
+ *     process.
  */
 #ifndef HILOCK_H
 #define HILOCK_H

@@ -69,16 +69,22 @@ static void sub_fail(hl_conn *k, int err) {
     hl_conn_down(k);
 }
 
-/* Connected (and through TLS, if any): AUTH, or ready at once. */
+/* Connected (and through TLS, if any): AUTH, or ready at once; under TLS
+ * a PING first at least, because TLS 1.3 ends the client's handshake
+ * before the server has checked our certificate: its first answer says it
+ * took it, and a refusal is then ETLS (sub_read), not a lost ready
+ * connection. */
 static void sub_greet(hl_conn *k) {
     const hl_url *u = &k->net->url;
+    int auth = u->pass != NULL && !k->bare;
     k->handshake_left = 0;
-    if (u->pass == NULL || k->bare) {
+    if (!auth && k->ssl == NULL) {
         sub_watch(k);
         hl_conn_ready(k);
         return;
     }
-    if (u->user) sub_append(k, "AUTH %s %s", u->user, u->pass);
+    if (!auth) sub_append(k, "PING");
+    else if (u->user) sub_append(k, "AUTH %s %s", u->user, u->pass);
     else sub_append(k, "AUTH %s", u->pass);
     k->handshake_left = 1;
 }
@@ -152,17 +158,23 @@ static void sub_dispatch(hl_conn *k, const redisReply *r) {
     k->ev.push(k->ev.arg, kind->str, ch->str, ch->len, data ? data->str : NULL, data ? data->len : 0);
 }
 
+/* A read or write failed: before the connection was ready, TLS may be why
+ * (e.g. our certificate refused: the server's alert, or its reset). */
+static void sub_broke(hl_conn *k) {
+    char why[256];
+    if (k->state != HL_CONN_READY && hl_tls_failed(k, why, sizeof(why))) {
+        hl_set_error(k->net->loop, "%s", why);
+        sub_fail(k, HILOCK_ETLS);
+        return;
+    }
+    sub_drop(k, HILOCK_ECONN, k->rc->errstr);
+}
+
 static void sub_read(hl_conn *k) {
     redisContext *rc = k->rc;
     unsigned gen = k->gen;
     if (redisBufferRead(rc) != REDIS_OK) {
-        char why[256];
-        if (k->state != HL_CONN_READY && hl_tls_failed(k, why, sizeof(why))) {
-            hl_set_error(k->net->loop, "%s", why); /* e.g. a client certificate refused */
-            sub_fail(k, HILOCK_ETLS);
-            return;
-        }
-        sub_drop(k, HILOCK_ECONN, rc->errstr);
+        sub_broke(k);
         return;
     }
     for (;;) {
@@ -193,7 +205,7 @@ static void sub_io(void *arg, int events) {
     if ((events & HILOCK_IO_WRITE) && k->wpending) {
         int done = 0;
         if (redisBufferWrite(k->rc, &done) != REDIS_OK) {
-            sub_drop(k, HILOCK_ECONN, k->rc->errstr);
+            sub_broke(k);
             return;
         }
         k->wpending = !done;

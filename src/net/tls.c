@@ -146,7 +146,7 @@ static int tls_initiate(redisContext *c, SSL *ssl, const char *host, int port, c
     /* The handshake may have run to its end already (on loopback; always
      * for a blocking c). */
     if (hl_tls_why(ssl, host, port, why, n)) return -1;
-    if (SSL_want_read(ssl) || SSL_want_write(ssl)) { /* a blocking c's timeout */
+    if ((c->flags & REDIS_BLOCK) && (SSL_want_read(ssl) || SSL_want_write(ssl))) { /* its timeout */
         snprintf(why, n, "TLS handshake with %s:%d timed out: does the port speak TLS?", host, port);
         return -1;
     }

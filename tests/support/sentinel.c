@@ -164,6 +164,13 @@ static int entries_ok(const redisReply *rep, size_t n, const char *flags) {
     return 1;
 }
 
+int test_sentinel_replicas_ok(const test_redis *sent, const char *name, size_t n) {
+    redisReply *rep = test_redis_cmd(sent, "SENTINEL REPLICAS %s", name);
+    int ok = entries_ok(rep, n, "slave");
+    if (rep) freeReplyObject(rep);
+    return ok;
+}
+
 /* Sentinel `sent` knows `master` as the master, its replica in step and
  * the two other sentinels, all connected: a failover can be authorised. */
 static int sentinel_ready(const test_sentinel *s, const test_redis *sent, const test_redis *master) {

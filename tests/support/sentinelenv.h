@@ -42,6 +42,11 @@ int test_sentinel_spawn(test_redis *r, const char *name, int master_port, int qu
  * sentinels reconfigure it, about 10 s later). */
 test_redis *test_sentinel_master(test_sentinel *s);
 
+/* Sentinel `sent` knows n replicas of `name`, each flagged just "slave"
+ * (not down, not disconnected) with its master link ok: one it may
+ * promote. */
+int test_sentinel_replicas_ok(const test_redis *sent, const char *name, size_t n);
+
 /* 'm' if ROLE says master, 's' if it says slave, 0 if it cannot be asked. */
 int test_redis_role(const test_redis *r);
 
