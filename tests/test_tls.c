@@ -166,6 +166,19 @@ Test(tls, available_and_checked_at_config, .init = setup_certs, .fini = teardown
     cr_expect_eq(hilock_config_check(&cfg), 0);
 }
 
+/* a lets go of `held`; b's waiter gb must then be granted by the release
+ * message, within 500 ms. Returns gb's status (its hold is the caller's). */
+static int handed_over(hilock_client *a, hilock_hold *held, hilock_client *b, got *gb) {
+    long long released_at = test_now_ms();
+    cr_assert_eq(release_now(&e, held), 0, "%s", hilock_client_errstr(a));
+    test_loop_until(e.base, &gb->calls, 5000);
+    cr_assert_eq(gb->calls, 1);
+    cr_expect_eq(gb->status, 0, "%s: %s", hilock_strerror(gb->status), hilock_client_errstr(b));
+    cr_expect_lt(gb->at_ms - released_at, 500, "woken %lld ms after the release: not by the message",
+                 gb->at_ms - released_at);
+    return gb->status;
+}
+
 /* Server-only TLS: a lock, and a waiter woken by the release (its
  * subscriber connection is TLS too). */
 Test(tls, server_only_lock_and_wake, .init = setup_certs, .fini = teardown_all, .timeout = 30) {
@@ -183,14 +196,7 @@ Test(tls, server_only_lock_and_wake, .init = setup_certs, .fini = teardown_all, 
     while (numsub(&srv.r, "tls") < 1 && test_now_ms() < until) test_loop_for(e.base, 20);
     cr_assert_geq(numsub(&srv.r, "tls"), 1, "the waiter never subscribed: %s", hilock_client_errstr(b));
     cr_expect_eq(gb.calls, 0);
-    long long released_at = test_now_ms();
-    cr_assert_eq(release_now(&e, ga.hold), 0);
-    test_loop_until(e.base, &gb.calls, 5000);
-    cr_assert_eq(gb.calls, 1);
-    cr_expect_eq(gb.status, 0, "%s: %s", hilock_strerror(gb.status), hilock_client_errstr(b));
-    cr_expect_lt(gb.at_ms - released_at, 500, "woken %lld ms after the release: not by the message",
-                 gb.at_ms - released_at);
-    if (gb.status == 0) cr_expect_eq(release_now(&e, gb.hold), 0);
+    if (handed_over(a, ga.hold, b, &gb) == 0) cr_expect_eq(release_now(&e, gb.hold), 0);
     hilock_client_free(a);
     hilock_client_free(b);
 }
@@ -275,13 +281,7 @@ Test(tls, reconnect_after_kill, .init = setup_certs, .fini = teardown_all, .time
     while (numsub(&srv.r, "tls") < 1 && test_now_ms() < until) test_loop_for(e.base, 20);
     cr_assert_geq(numsub(&srv.r, "tls"), 1, "the waiter did not subscribe again: %s",
                   hilock_client_errstr(b));
-    long long released_at = test_now_ms();
-    cr_assert_eq(release_now(&e, ga.hold), 0, "%s", hilock_client_errstr(a));
-    test_loop_until(e.base, &gb.calls, 5000);
-    cr_assert_eq(gb.calls, 1);
-    cr_expect_eq(gb.status, 0, "%s: %s", hilock_strerror(gb.status), hilock_client_errstr(b));
-    cr_expect_lt(gb.at_ms - released_at, 500, "woken %lld ms after the release", gb.at_ms - released_at);
-    if (gb.status == 0) cr_expect_eq(release_now(&e, gb.hold), 0);
+    if (handed_over(a, ga.hold, b, &gb) == 0) cr_expect_eq(release_now(&e, gb.hold), 0);
     hilock_stats st;
     hilock_stats_init(&st);
     cr_assert_eq(hilock_client_stats(b, &st), 0);
@@ -500,14 +500,7 @@ Test(tls_cluster, every_master_and_wakeups) {
         while (!cluster_subscribed_on(m, name, 0) && test_now_ms() < until) test_loop_for(e.base, 20);
         cr_assert(cluster_subscribed_on(m, name, 0), "%s: no sharded subscription on its master: %s", name,
                   hilock_client_errstr(b));
-        long long released_at = test_now_ms();
-        cr_assert_eq(cluster_give_back(&tce, ga.hold), 0);
-        test_loop_until(e.base, &gb.calls, 5000);
-        cr_assert_eq(gb.calls, 1);
-        cr_expect_eq(gb.status, 0, "%s: %s (%s)", name, hilock_strerror(gb.status), hilock_client_errstr(b));
-        cr_expect_lt(gb.at_ms - released_at, 500, "%s: woken %lld ms after the release", name,
-                     gb.at_ms - released_at);
-        if (gb.status == 0) cr_expect_eq(cluster_give_back(&tce, gb.hold), 0);
+        if (handed_over(a, ga.hold, b, &gb) == 0) cr_expect_eq(cluster_give_back(&tce, gb.hold), 0);
     }
     cr_expect_eq(nseen, 3, "names on %d masters of 3", nseen);
     hilock_client_free(a);
@@ -614,13 +607,7 @@ Test(tls, sentinel_failover, .init = setup_certs, .fini = teardown_all, .timeout
     while (numsub(&replica.r, "tls-fo") < 1 && test_now_ms() < until) test_loop_for(e.base, 20);
     cr_assert_geq(numsub(&replica.r, "tls-fo"), 1, "the waiter did not subscribe on the new master: %s",
                   hilock_client_errstr(b));
-    long long released_at = test_now_ms();
-    cr_assert_eq(release_now(&e, ga.hold), 0, "%s", hilock_client_errstr(a));
-    test_loop_until(e.base, &gb.calls, 5000);
-    cr_assert_eq(gb.calls, 1);
-    cr_expect_eq(gb.status, 0, "%s: %s", hilock_strerror(gb.status), hilock_client_errstr(b));
-    cr_expect_lt(gb.at_ms - released_at, 500, "woken %lld ms after the release", gb.at_ms - released_at);
-    if (gb.status == 0) {
+    if (handed_over(a, ga.hold, b, &gb) == 0) {
         cr_expect_eq(lock_exists(&replica.r, "tls-fo"), 1, "not held on the new master");
         cr_expect_eq(release_now(&e, gb.hold), 0);
     }

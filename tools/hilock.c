@@ -33,6 +33,7 @@
 #include "hilock/hilock.h"
 #include <hilock/adapters/libevent.h>
 #include "tools/inspect.h"
+#include "tools/tlsopt.h"
 
 #define DEFAULT_URL    "redis://127.0.0.1:6379"
 #define DEFAULT_PREFIX "hilock:"
@@ -557,9 +558,7 @@ static int start_lock(cli *c, long long wait_ms, long long lease_ms) {
 typedef struct args {
     const char *url;
     const char *prefix;
-    /* TLS: --cacert, --capath, --cert, --key, --sni, --insecure */
-    const char *cacert, *capath, *cert, *key, *sni;
-    int insecure;
+    hilock_config tls;      /* its tls_* fields: --cacert... (tlsopt.h) */
     long long wait_ms;
     long long lease_ms;
     char lock_only;         /* a lock-only option given (-w, -l, -E, -n, -s, -x, -f), or 0 */
@@ -598,37 +597,13 @@ static int parse_operands(cli *c, args *a, int n, char **v) {
     return -1;
 }
 
-/* The long-only options (TLS's). */
-enum { OPT_CACERT = 256, OPT_CAPATH, OPT_CERT, OPT_KEY, OPT_SNI, OPT_INSECURE };
-
-/* The TLS settings' defaults: the environment (an empty variable is unset). */
-static const char *env_or_null(const char *name) {
-    const char *v = getenv(name);
-    return v != NULL && *v ? v : NULL;
-}
-
-static void tls_from_env(args *a) {
-    const char *insecure = env_or_null("HILOCK_INSECURE");
-    a->cacert = env_or_null("HILOCK_CACERT");
-    a->capath = env_or_null("HILOCK_CAPATH");
-    a->cert = env_or_null("HILOCK_CERT");
-    a->key = env_or_null("HILOCK_KEY");
-    a->sni = env_or_null("HILOCK_SNI");
-    a->insecure = insecure != NULL && strcmp(insecure, "0") != 0;
-}
-
 /* Fill c and a from the command line. Returns -1 to go on, or the status
  * to exit with at once (-h, -V, a usage error). */
 static int parse_args(cli *c, args *a, int argc, char **argv) {
     static const struct option longopts[] = {
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
-        { "cacert", required_argument, NULL, OPT_CACERT },
-        { "capath", required_argument, NULL, OPT_CAPATH },
-        { "cert", required_argument, NULL, OPT_CERT },
-        { "key", required_argument, NULL, OPT_KEY },
-        { "sni", required_argument, NULL, OPT_SNI },
-        { "insecure", no_argument, NULL, OPT_INSECURE },
+        TLS_LONGOPTS,
         { NULL, 0, NULL, 0 },
     };
     long long code;
@@ -636,6 +611,7 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
 
     opterr = 0; /* our own messages */
     while ((opt = getopt_long(argc, argv, "+:hVu:w:l:p:E:n:svxf", longopts, NULL)) != -1) {
+        if (tls_option(&a->tls, opt, optarg)) continue;
         switch (opt) {
         case 'h': fputs(usage_text, stdout); return 0;
         case 'V': print_version(); return 0;
@@ -676,12 +652,6 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
             c->mode = (char)opt;
             a->lock_only = (char)opt;
             break;
-        case OPT_CACERT: a->cacert = optarg; break;
-        case OPT_CAPATH: a->capath = optarg; break;
-        case OPT_CERT: a->cert = optarg; break;
-        case OPT_KEY: a->key = optarg; break;
-        case OPT_SNI: a->sni = optarg; break;
-        case OPT_INSECURE: a->insecure = 1; break;
         case ':':
             if (optopt >= OPT_CACERT) return usage_error("option %s needs a value", argv[optind - 1]);
             return usage_error("option -%c needs a value", optopt);
@@ -690,7 +660,7 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
             return usage_error("unknown option %s", argv[optind - 1]);
         }
     }
-    if ((a->cert == NULL) != (a->key == NULL))
+    if ((a->tls.tls_cert_file == NULL) != (a->tls.tls_key_file == NULL))
         return usage_error("--cert and --key go together (or $HILOCK_CERT and $HILOCK_KEY)");
     return parse_operands(c, a, argc - optind, argv + optind);
 }
@@ -701,12 +671,12 @@ static void config_of(const args *a, hilock_config *cfg) {
     hilock_config_init(cfg);
     cfg->url = a->url;
     cfg->prefix = a->prefix;
-    cfg->tls_ca_file = a->cacert;
-    cfg->tls_ca_dir = a->capath;
-    cfg->tls_cert_file = a->cert;
-    cfg->tls_key_file = a->key;
-    cfg->tls_server_name = a->sni;
-    cfg->tls_insecure = a->insecure;
+    cfg->tls_ca_file = a->tls.tls_ca_file;
+    cfg->tls_ca_dir = a->tls.tls_ca_dir;
+    cfg->tls_cert_file = a->tls.tls_cert_file;
+    cfg->tls_key_file = a->tls.tls_key_file;
+    cfg->tls_server_name = a->tls.tls_server_name;
+    cfg->tls_insecure = a->tls.tls_insecure;
 }
 
 /* The event loop and the client. Returns 0, or the status to exit with. */
@@ -762,7 +732,8 @@ int main(int argc, char **argv) {
     a.prefix = DEFAULT_PREFIX;
     a.wait_ms = HILOCK_WAIT_FOREVER;
     a.lease_ms = DEFAULT_LEASE;
-    tls_from_env(&a);
+    hilock_config_init(&a.tls);
+    tls_from_env(&a.tls);
     /* inspect is the subcommand unless -- follows it (a lock named
      * "inspect", as `hilock unlock -- COMMAND`). */
     if (argc >= 2 && strcmp(argv[1], "inspect") == 0 && !(argc >= 3 && strcmp(argv[2], "--") == 0)) {

@@ -25,6 +25,7 @@
 #include "net/net.h"
 #include "net/tls.h"
 #include "tools/inspect.h"
+#include "tools/tlsopt.h"
 
 #define NONE LLONG_MIN      /* a number that is not there ("-", null) */
 #define MAX_NODES 64
@@ -1047,20 +1048,13 @@ static void print_json(ctx *x) {
 /* ---- main -------------------------------------------------------------------- */
 
 /* The long-only options (TLS's, as the rest of the CLI names them). */
-enum { OPT_CACERT = 256, OPT_CAPATH, OPT_CERT, OPT_KEY, OPT_SNI, OPT_INSECURE };
-
 /* Options and operands; -1 to go on, else the status to exit with. */
 static int parse(ctx *x, int argc, char **argv, const char **scan) {
     static const struct option longopts[] = {
         { "help", no_argument, NULL, 'h' },
         { "json", no_argument, NULL, 'j' },
         { "scan", required_argument, NULL, 's' },
-        { "cacert", required_argument, NULL, OPT_CACERT },
-        { "capath", required_argument, NULL, OPT_CAPATH },
-        { "cert", required_argument, NULL, OPT_CERT },
-        { "key", required_argument, NULL, OPT_KEY },
-        { "sni", required_argument, NULL, OPT_SNI },
-        { "insecure", no_argument, NULL, OPT_INSECURE },
+        TLS_LONGOPTS,
         { NULL, 0, NULL, 0 },
     };
     char *probe;
@@ -1069,18 +1063,13 @@ static int parse(ctx *x, int argc, char **argv, const char **scan) {
     optind = 1;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, ":hu:p:", longopts, NULL)) != -1) {
+        if (tls_option(&x->cfg, opt, optarg)) continue;
         switch (opt) {
         case 'h': fputs(inspect_usage, stdout); return 0;
         case 'u': x->cfg.url = optarg; break;
         case 'p': x->cfg.prefix = optarg; break;
         case 'j': x->json = 1; break;
         case 's': *scan = optarg; break;
-        case OPT_CACERT: x->cfg.tls_ca_file = optarg; break;
-        case OPT_CAPATH: x->cfg.tls_ca_dir = optarg; break;
-        case OPT_CERT: x->cfg.tls_cert_file = optarg; break;
-        case OPT_KEY: x->cfg.tls_key_file = optarg; break;
-        case OPT_SNI: x->cfg.tls_server_name = optarg; break;
-        case OPT_INSECURE: x->cfg.tls_insecure = 1; break;
         case ':': /* for a long option, optopt is its val: name it as given */
             if (strncmp(argv[optind - 1], "--", 2) == 0)
                 return usage_error("option %s needs a value", argv[optind - 1]);

@@ -129,22 +129,14 @@ static inline int cluster_subscribed_on(const test_redis *r, const char *name, i
     return n > 0;
 }
 
-/* One acquire (default options) run to its callback. */
+/* One acquire (default options), one release, each run to its callback
+ * (10 s: a failover may come between). */
 static inline got cluster_take(clusterenv *e, hilock_client *c, const char *name) {
-    got g = {0, 0, NULL, 0};
-    cr_assert_eq(hilock_acquire(c, name, NULL, got_cb, &g, NULL), 0);
-    test_loop_until(e->base, &g.calls, 10000);
-    cr_assert_eq(g.calls, 1, "no callback for %s", name);
-    return g;
+    return acquire_loop(e->base, c, name, NULL, 10000);
 }
 
-/* A release run to its callback: its status. */
 static inline int cluster_give_back(clusterenv *e, hilock_hold *h) {
-    rel r = {0, 0};
-    cr_assert_eq(hilock_release(h, rel_cb, &r), 0);
-    test_loop_until(e->base, &r.calls, 10000);
-    cr_assert_eq(r.calls, 1);
-    return r.status;
+    return release_loop(e->base, h, 10000);
 }
 
 /* ---- Contention with the exclusion invariant ------------------------------ */

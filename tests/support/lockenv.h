@@ -192,22 +192,30 @@ static inline const char *prim_key(const char *name, const char *suffix) {
     return p;
 }
 
-/* Acquire and run the loop until the callback came (or 5 s). */
-static inline got acquire_now(lockenv *e, hilock_client *c, const char *name,
-                              const hilock_acquire_opts *o) {
+/* Acquire and run base's loop until the callback came (or ms). */
+static inline got acquire_loop(struct event_base *base, hilock_client *c, const char *name,
+                               const hilock_acquire_opts *o, int ms) {
     got g = {0, 0, NULL, 0};
     cr_assert_eq(hilock_acquire(c, name, o, got_cb, &g, NULL), 0);
-    test_loop_until(e->base, &g.calls, 5000);
+    test_loop_until(base, &g.calls, ms);
     cr_assert_eq(g.calls, 1, "acquire of %s got no callback", name);
     return g;
 }
 
-static inline int release_now(lockenv *e, hilock_hold *h) {
+/* Release and run base's loop until the callback came (or ms): its status. */
+static inline int release_loop(struct event_base *base, hilock_hold *h, int ms) {
     rel r = {0, 0};
     cr_assert_eq(hilock_release(h, rel_cb, &r), 0);
-    test_loop_until(e->base, &r.calls, 5000);
+    test_loop_until(base, &r.calls, ms);
     cr_assert_eq(r.calls, 1);
     return r.status;
 }
+
+static inline got acquire_now(lockenv *e, hilock_client *c, const char *name,
+                              const hilock_acquire_opts *o) {
+    return acquire_loop(e->base, c, name, o, 5000);
+}
+
+static inline int release_now(lockenv *e, hilock_hold *h) { return release_loop(e->base, h, 5000); }
 
 #endif
