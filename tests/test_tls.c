@@ -206,6 +206,35 @@ Test(tls, mutual_with_client_certificate, .init = setup_certs, .fini = teardown_
     cr_expect_eq(rc, 0, "%s: %s", hilock_strerror(rc), why);
 }
 
+/* The default user with nothing but the README's one-server rule (no
+ * +ping): the TLS subscriber's greeting (HELLO, as any ACL allows) passes,
+ * and the waiter is woken by the message. */
+Test(tls, default_user_with_the_acl_rule, .init = setup_certs, .fini = teardown_all, .timeout = 30) {
+    start("no");
+    redisReply *rep = test_redis_cmd(&srv.r, "ACL SETUSER default on nopass resetkeys ~hilock:* resetchannels "
+                                     "&hilock:* -@all +eval +evalsha +info +subscribe +unsubscribe +publish "
+                                     "+time +get +set +del +exists +pexpire +pexpireat +pttl +hget +hset "
+                                     "+hmget +hdel +hexists +hincrby +zadd +zcard +zpopmin +zrange "
+                                     "+zrangebyscore +zrem +zremrangebyscore +zscore");
+    cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "ACL SETUSER");
+    freeReplyObject(rep);
+    hilock_config cfg = tls_cfg();
+    cfg.linger_ms = 2000;
+    hilock_client *a = lockenv_client_cfg(&e, &cfg), *b = lockenv_client_cfg(&e, &cfg);
+    got ga = acquire_now(&e, a, "tls-acl", NULL);
+    cr_assert_eq(ga.status, 0, "%s: %s", hilock_strerror(ga.status), hilock_client_errstr(a));
+    got gb = {0, 0, NULL, 0};
+    hilock_acquire_opts o = opts_wait(10000);
+    cr_assert_eq(hilock_acquire(b, "tls-acl", &o, got_cb, &gb, NULL), 0);
+    test_loop_for(e.base, 300); /* b subscribes (PUBSUB is not ours to ask now) */
+    cr_expect_eq(gb.calls, 0);
+    if (handed_over(a, ga.hold, b, &gb) == 0) cr_expect_eq(release_now(&e, gb.hold), 0);
+    hilock_stats st = stats_of(b);
+    cr_expect_geq(st.wakeups, 1, "not woken by the message");
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
 /* Each refusal ends the try at once with HILOCK_ETLS and says why; nothing
  * waits for a timeout. */
 static void expect_refused(const hilock_config *cfg, const char *because, const char *says) {

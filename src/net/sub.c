@@ -70,10 +70,11 @@ static void sub_fail(hl_conn *k, int err) {
 }
 
 /* Connected (and through TLS, if any): AUTH, or ready at once; under TLS
- * a PING first at least, because TLS 1.3 ends the client's handshake
- * before the server has checked our certificate: its first answer says it
- * took it, and a refusal is then ETLS (sub_read), not a lost ready
- * connection. */
+ * a HELLO 2 at least, because TLS 1.3 ends the client's handshake before
+ * the server has checked our certificate: its first answer says it took
+ * it, and a refusal is then ETLS (sub_broke), not a lost ready connection.
+ * HELLO, as AUTH, passes any ACL (PING may be refused), and every server
+ * with TLS (6.0 on) knows it. */
 static void sub_greet(hl_conn *k) {
     const hl_url *u = &k->net->url;
     int auth = u->pass != NULL && !k->bare;
@@ -83,7 +84,7 @@ static void sub_greet(hl_conn *k) {
         hl_conn_ready(k);
         return;
     }
-    if (!auth) sub_append(k, "PING");
+    if (!auth) sub_append(k, "HELLO 2");
     else if (u->user) sub_append(k, "AUTH %s %s", u->user, u->pass);
     else sub_append(k, "AUTH %s", u->pass);
     k->handshake_left = 1;
