@@ -92,6 +92,13 @@ Test(tls, not_built_in_refuses_every_tls_url) {
 
 #else /* HILOCK_HAVE_TLS */
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <openssl/ssl.h>
+
 static test_tls certs;
 static test_tls_redis srv;
 static lockenv e;
@@ -377,6 +384,66 @@ Test(tls, nobody_listening_is_econn, .init = setup_certs, .fini = teardown_all, 
     int rc = lock_once(&cfg, why, sizeof(why));
     cr_expect_eq(rc, HILOCK_ECONN, "%s: %s", hilock_strerror(rc), why);
     cr_expect_not_null(strstr(why, "refused"), "errstr: %s", why);
+}
+
+/* A server that takes the TLS handshake (asking no client certificate),
+ * then closes at once, as one that goes down at that moment: the process
+ * on *port, to be stopped with test_reap-style kill by the caller. */
+static pid_t tls_closer_start(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    cr_assert_geq(fd, 0);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(fd, 16), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+        if (ctx == NULL || SSL_CTX_use_certificate_chain_file(ctx, certs.server_cert) != 1 ||
+            SSL_CTX_use_PrivateKey_file(ctx, certs.server_key, SSL_FILETYPE_PEM) != 1)
+            _exit(2);
+        for (;;) {
+            int c = accept(fd, NULL, NULL);
+            if (c < 0) continue;
+            SSL *ssl = SSL_new(ctx);
+            SSL_set_fd(ssl, c);
+            SSL_accept(ssl);
+            SSL_free(ssl); /* no close_notify: it just goes */
+            close(c);
+        }
+    }
+    close(fd);
+    return pid;
+}
+
+/* A TLS 1.3 server that closes right after the handshake without having
+ * asked for our certificate went down: ECONN (waited out, tried again),
+ * not a refusal of our certificate (ETLS). One that asked is the refusal
+ * (mutual_without_client_certificate). */
+Test(tls, closed_after_handshake_without_asking_is_econn, .init = setup_certs, .fini = teardown_all,
+     .timeout = 30) {
+    char url[64], why[256];
+    int port = 0;
+    pid_t closer = tls_closer_start(&port);
+    hilock_config cfg;
+    lockenv_config(&cfg, NULL);
+    snprintf(url, sizeof(url), "rediss://127.0.0.1:%d", port);
+    cfg.url = url;
+    cfg.tls_ca_file = certs.ca;
+    cfg.log_cb = log_stderr;
+    int rc = lock_once(&cfg, why, sizeof(why));
+    kill(closer, SIGKILL);
+    waitpid(closer, NULL, 0);
+    cr_expect(rc == HILOCK_ECONN || rc == HILOCK_EDEADLINE, "%s: %s", hilock_strerror(rc), why);
+    /* Not a refusal on any connection, the subscriber's included. */
+    cr_expect_null(strstr(why, "refused"), "errstr: %s", why);
+    cr_expect_null(strstr(why, "failed"), "errstr: %s", why);
+    cr_log_info("closed after the handshake: %s: %s", hilock_strerror(rc), why);
 }
 
 /* redlocks://: Redlock over three TLS masters. */

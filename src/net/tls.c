@@ -20,6 +20,7 @@
 #ifdef HILOCK_HAVE_TLS
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -72,6 +73,23 @@ static int tls_load_cert(SSL_CTX *ctx, const hilock_config *cfg, char *why, size
     return 0;
 }
 
+/* Whether the server asked for our certificate (a CertificateRequest), kept
+ * on each SSL: under TLS 1.3 that is what tells a server that refused our
+ * certificate and closed from one that went down (hl_tls_why). The index
+ * is made once for the process, whichever thread makes the first client. */
+static int asked_index = -1;
+static pthread_once_t asked_once = PTHREAD_ONCE_INIT;
+
+static void asked_init(void) { asked_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL); }
+
+static void tls_msg(int write_p, int version, int content_type, const void *buf, size_t len, SSL *ssl,
+                    void *arg) {
+    (void)version; (void)arg;
+    if (!write_p && content_type == SSL3_RT_HANDSHAKE && len > 0 &&
+        ((const unsigned char *)buf)[0] == SSL3_MT_CERTIFICATE_REQUEST)
+        SSL_set_ex_data(ssl, asked_index, (void *)1);
+}
+
 /* The settings into t, whose fields are NULL until set. */
 static int tls_fill(hl_tls *t, const hilock_config *cfg, char *why, size_t n) {
     t->insecure = cfg->tls_insecure != 0;
@@ -83,6 +101,8 @@ static int tls_fill(hl_tls *t, const hilock_config *cfg, char *why, size_t n) {
     }
     SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
     SSL_CTX_set_verify(t->ctx, t->insecure ? SSL_VERIFY_NONE : SSL_VERIFY_PEER, NULL);
+    pthread_once(&asked_once, asked_init);
+    if (asked_index >= 0) SSL_CTX_set_msg_callback(t->ctx, tls_msg);
     int rc = t->insecure ? 0 : tls_load_cas(t->ctx, cfg, why, n);
     if (rc == 0) rc = tls_load_cert(t->ctx, cfg, why, n);
     return rc;
@@ -240,6 +260,11 @@ int hl_tls_why(SSL *ssl, const char *host, int port, char *why, size_t n) {
                  X509_verify_cert_error_string(v));
         return 1;
     }
+#ifdef SSL_R_UNEXPECTED_EOF_WHILE_READING
+    /* OpenSSL 3's word for a close without close_notify: no refusal in
+     * itself (see below). */
+    if (e != 0 && ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING) e = 0;
+#endif
     if (e != 0 && ERR_GET_LIB(e) == ERR_LIB_SSL) {
         /* E.g. "tlsv13 alert certificate required": the server wanted a
          * client certificate; "wrong version number": the port does not
@@ -252,9 +277,10 @@ int hl_tls_why(SSL *ssl, const char *host, int port, char *why, size_t n) {
      * has checked the client's certificate; a server that refuses it sends
      * an alert and closes, and the reset that our unread-by-it request
      * causes often destroys the alert before we read it. What is left to
-     * see: the server showed a certificate we accepted, then closed before
-     * answering anything. */
-    if (tls_peer_shown(ssl)) {
+     * see: the server asked for our certificate, showed one we accepted,
+     * then closed before answering anything. (One that asked nothing and
+     * closed went down: a lost connection, not a refusal.) */
+    if (tls_peer_shown(ssl) && asked_index >= 0 && SSL_get_ex_data(ssl, asked_index) != NULL) {
         snprintf(why, n, "TLS: %s:%d closed the connection after the handshake: it refused "
                  "our certificate (none given, or not one it trusts)", host, port);
         return 1;
