@@ -292,12 +292,7 @@ static void send_handshake(hl_conn *k) {
     }
 }
 
-/* A TLS connection that broke before it was ready, because of TLS (a
- * certificate refused either way, a port that does not speak TLS): that
- * will not fix itself at the next attempt, so what waits fails now, with
- * the reason, as after a refused AUTH. The reconnects go on with their
- * backoff (a certificate may be fixed on the server). */
-static int tls_refused(hl_conn *k) {
+int hl_conn_tls_refused(hl_conn *k) {
     char why[256];
     if (k->ssl == NULL || k->state == HL_CONN_READY || !hl_tls_failed(k, why, sizeof(why)))
         return 0;
@@ -314,12 +309,12 @@ static void on_connect(const redisAsyncContext *ac, int status) {
     if (status != REDIS_OK) {
         /* hiredis frees the context after this returns. hiredis 1.x may
          * see the TCP connect done only after TLS ran (and failed). */
-        if (!tls_refused(k)) {
+        if (!hl_conn_tls_refused(k)) {
             hl_set_error(l, "connect: %s", ac->errstr);
             k->last_err = HILOCK_ECONN;
         }
         k->ac = NULL;
-        hl_tls_drop(k);
+        k->ssl = NULL; /* freed with the context */
         conn_count_down(k, k->state);
         k->state = HL_CONN_DOWN;
         hl_timer_stop(l, &k->connect_to);
@@ -337,7 +332,7 @@ static void on_connect(const redisAsyncContext *ac, int status) {
 void hl_conn_down(hl_conn *k) {
     int was = k->state;
     k->ac = NULL;
-    hl_tls_drop(k); /* hiredis freed it with the context, or it was never attached */
+    k->ssl = NULL; /* hiredis freed it with the context */
     k->state = HL_CONN_DOWN;
     hl_timer_stop(k->net->loop, &k->connect_to);
     if (k->net->loop->freeing || k->net->loop->forked) return;
@@ -348,7 +343,7 @@ void hl_conn_down(hl_conn *k) {
 
 static void on_disconnect(const redisAsyncContext *ac, int status) {
     hl_conn *k = conn_of(ac);
-    if (status != REDIS_OK && tls_refused(k)) {
+    if (status != REDIS_OK && hl_conn_tls_refused(k)) {
         /* said why */
     } else if (status != REDIS_OK) {
         if (ac->err == REDIS_ERR_PROTOCOL) k->last_err = HILOCK_EPROTO;
@@ -456,13 +451,10 @@ void hl_conn_connect(hl_conn *k) {
     }
     /* TLS before the TCP connect completes: hiredis's first write after it
      * runs the handshake (SSL_connect wants to write until then). */
-    int tls = net->tls != NULL && k->addr->host != NULL;
-    int rc = tls ? hl_tls_new(k, ac->c.fd) : 0;
-    if (rc == 0 && tls) rc = hl_tls_attach(k, &ac->c);
+    int rc = net->tls != NULL && k->addr->host != NULL ? hl_tls_begin(k, &ac->c) : 0;
     if (rc != 0) {
         char why[sizeof(l->errstr)];
         snprintf(why, sizeof(why), "%s", l->errstr);
-        hl_tls_drop(k);
         redisAsyncFree(ac);
         hl_conn_open_failed(k, rc == HL_TLS_LOST ? HILOCK_ECONN : HILOCK_ETLS, why);
         return;

@@ -133,9 +133,8 @@ typedef struct hl_conn {
     hilock_loop_io *io;      /* rc's socket, watched by the event loop */
     unsigned gen;            /* bumped when rc goes */
     int wpending;            /* rc has output not written yet */
-    struct ssl_st *ssl;      /* TLS: the connection's SSL (hiredis owns it once
-                                attached; ours while sub.c shakes hands) */
-    int ssl_owned;           /* ssl is not attached to rc/ac yet: free it */
+    struct ssl_st *ssl;      /* TLS: the connection's SSL, rc's or ac's (hiredis
+                                owns and frees it), NULL when there is none */
     int tls_want;            /* sub.c's TLS handshake waits for HILOCK_IO_* */
     int is_sub;
     int bare;           /* a sentinel's: no handshake (AUTH, SELECT, INFO are the
@@ -191,9 +190,11 @@ int hl_conn_fd(const hl_conn *k);
  * in net->loop's errstr (when `net->loop` is set). */
 int hl_tls_setup(hl_net *net, const hilock_config *cfg);
 void hl_tls_free(hl_net *net);
-/* A new SSL for k's socket `fd` (k->ssl, owned): 0, or -1 with the reason
- * in errstr. */
-int hl_tls_new(hl_conn *k, int fd);
+/* TLS on hiredis's context c, just connected (or connecting) for k: a new
+ * SSL with k's server name to check, handed to c (k->ssl; hiredis reads
+ * and writes through it, starts the handshake at once, and frees it). 0,
+ * -1 TLS refused, or HL_TLS_LOST, with the reason in errstr (k->ssl NULL). */
+int hl_tls_begin(hl_conn *k, redisContext *c);
 /* Drive k->ssl's handshake: 1 done, 0 waiting for *want (HILOCK_IO_*), -1
  * TLS refused (HILOCK_ETLS), or HL_TLS_LOST, with the reason in errstr. */
 int hl_tls_step(hl_conn *k, int *want);
@@ -201,12 +202,13 @@ int hl_tls_step(hl_conn *k, int *want);
  * refused connect, a server going down): a lost connection, as over TCP
  * (HILOCK_ECONN, tried again), not a refusal. */
 #define HL_TLS_LOST (-2)
-/* Hand k->ssl to hiredis's context c (which then reads and writes through
- * it and frees it; hiredis starts the handshake at once): 0, -1 TLS
- * refused, or HL_TLS_LOST, with the reason in errstr. */
-int hl_tls_attach(hl_conn *k, redisContext *c);
-/* Free k->ssl if it is still ours; forget it either way. */
-void hl_tls_drop(hl_conn *k);
+/* A TLS connection k that broke before it was ready, because of TLS (a
+ * certificate refused either way, a port that does not speak TLS): that
+ * will not fix itself at the next attempt, so what waits fails now, with
+ * the reason in errstr and HILOCK_ETLS in last_err, as after a refused
+ * AUTH; 1. Else 0, nothing done. The reconnects go on with their backoff
+ * (a certificate may be fixed on the server). */
+int hl_conn_tls_refused(hl_conn *k);
 /* A TLS connection that broke before it was ready: whether TLS is why (a
  * certificate refused, an alert from the server), with the reason in
  * `why`. Clears OpenSSL's error queue. */

@@ -32,7 +32,7 @@ static void sub_watch(hl_conn *k) {
 void hl_sub_close(hl_conn *k) {
     if (k->rc == NULL) return;
     k->net->loop->ev.io_free(k->io); /* before the socket closes */
-    hl_tls_drop(k); /* ours mid-handshake; else redisFree frees it */
+    k->ssl = NULL; /* redisFree frees it */
     k->tls_want = 0;
     redisFree(k->rc);
     k->rc = NULL;
@@ -123,8 +123,7 @@ static void sub_connected(hl_conn *k) {
     }
     k->state = HL_CONN_HANDSHAKE;
     if (k->net->tls != NULL && k->addr->host != NULL) {
-        int rc = hl_tls_new(k, k->rc->fd);
-        if (rc == 0) rc = hl_tls_attach(k, k->rc);
+        int rc = hl_tls_begin(k, k->rc);
         if (rc != 0) {
             sub_fail(k, rc == HL_TLS_LOST ? HILOCK_ECONN : HILOCK_ETLS);
             return;
@@ -162,13 +161,8 @@ static void sub_dispatch(hl_conn *k, const redisReply *r) {
 /* A read or write failed: before the connection was ready, TLS may be why
  * (e.g. our certificate refused: the server's alert, or its reset). */
 static void sub_broke(hl_conn *k) {
-    char why[256];
-    if (k->state != HL_CONN_READY && hl_tls_failed(k, why, sizeof(why))) {
-        hl_set_error(k->net->loop, "%s", why);
-        sub_fail(k, HILOCK_ETLS);
-        return;
-    }
-    sub_drop(k, HILOCK_ECONN, k->rc->errstr);
+    if (hl_conn_tls_refused(k)) sub_fail(k, HILOCK_ETLS);
+    else sub_drop(k, HILOCK_ECONN, k->rc->errstr);
 }
 
 static void sub_read(hl_conn *k) {

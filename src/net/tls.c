@@ -180,24 +180,21 @@ int hl_tls_connect(const hl_tls *t, redisContext *c, const char *host, int port,
                    struct ssl_st **ssl, char *why, size_t n) {
     SSL *s = tls_ssl(t, host, c->fd, why, n);
     if (s == NULL) return -1;
-    if (tls_initiate(c, s, host, port, why, n) != 0) {
+    int rc = tls_initiate(c, s, host, port, why, n);
+    if (rc != 0) {
         SSL_free(s);
-        return -1;
+        return rc;
     }
     *ssl = s;
     return 0;
 }
 
-int hl_tls_new(hl_conn *k, int fd) {
+int hl_tls_begin(hl_conn *k, redisContext *c) {
     char why[256];
-    hl_tls_drop(k);
-    k->ssl = tls_ssl(k->net->tls, k->addr->host, fd, why, sizeof(why));
-    if (k->ssl == NULL) {
-        hl_set_error(k->net->loop, "%s", why);
-        return -1;
-    }
-    k->ssl_owned = 1;
-    return 0;
+    k->ssl = NULL;
+    int rc = hl_tls_connect(k->net->tls, c, k->addr->host, k->addr->port, &k->ssl, why, sizeof(why));
+    if (rc != 0) hl_set_error(k->net->loop, "%s", why);
+    return rc;
 }
 
 int hl_tls_step(hl_conn *k, int *want) {
@@ -216,23 +213,6 @@ int hl_tls_step(hl_conn *k, int *want) {
                      k->addr->port);
         return HL_TLS_LOST;
     }
-}
-
-int hl_tls_attach(hl_conn *k, redisContext *c) {
-    char why[256];
-    int rc = tls_initiate(c, k->ssl, k->addr->host, k->addr->port, why, sizeof(why));
-    if (rc != 0) {
-        hl_set_error(k->net->loop, "%s", why);
-        return rc; /* still ours: hl_tls_drop frees it */
-    }
-    k->ssl_owned = 0;
-    return 0;
-}
-
-void hl_tls_drop(hl_conn *k) {
-    if (k->ssl != NULL && k->ssl_owned) SSL_free(k->ssl);
-    k->ssl = NULL;
-    k->ssl_owned = 0;
 }
 
 /* Whether the server presented its certificate on this connection. */
@@ -313,10 +293,8 @@ int hl_tls_why(struct ssl_st *ssl, const char *host, int port, char *why, size_t
     return 0;
 }
 
-int hl_tls_new(hl_conn *k, int fd) { (void)k; (void)fd; return -1; }
+int hl_tls_begin(hl_conn *k, redisContext *c) { (void)k; (void)c; return -1; }
 int hl_tls_step(hl_conn *k, int *want) { (void)k; (void)want; return -1; }
-int hl_tls_attach(hl_conn *k, redisContext *c) { (void)k; (void)c; return -1; }
-void hl_tls_drop(hl_conn *k) { k->ssl = NULL; k->ssl_owned = 0; }
 int hl_tls_failed(hl_conn *k, char *why, size_t n) { (void)k; (void)why; (void)n; return 0; }
 
 #endif
