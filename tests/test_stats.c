@@ -18,19 +18,6 @@ static lockenv e;
 static void setup(void) { lockenv_start_debuggable(&e); }
 static void teardown(void) { lockenv_stop(&e); }
 
-/* The Prometheus text of `n` snapshots, checked by promtool; the caller
- * frees it. */
-static char *exposition(const hilock_stats *const *s, const char *const *labels, size_t n) {
-    int len = hilock_stats_prometheus(NULL, 0, s, labels, n);
-    cr_assert_gt(len, 0);
-    char *text = malloc((size_t)len + 1), out[4096];
-    cr_assert_eq(hilock_stats_prometheus(text, (size_t)len + 1, s, labels, n), len);
-    cr_assert_eq(strlen(text), (size_t)len);
-    int st = promcheck(text, (size_t)len, out, sizeof(out));
-    cr_assert_eq(st, 0, "promtool check metrics: status %d: %s\n%s", st, out, text);
-    return text;
-}
-
 /* ---- Pure logic ---------------------------------------------------------- */
 
 TestSuite(stats_text, .timeout = 30);
@@ -73,7 +60,7 @@ Test(stats_text, two_clients_pass_promtool) {
     snprintf(b.node[0].addr, sizeof(b.node[0].addr), "127.0.0.1:6379");
     const hilock_stats *s[] = {&a, &b};
     const char *labels[] = {"worker=\"0\"", "worker=\"1\""};
-    char *text = exposition(s, labels, 2);
+    char *text = prom_exposition(s, labels, 2);
     cr_expect(strstr(text, "hilock_acquires_total{worker=\"0\",outcome=\"granted\"} 7\n"), "%s", text);
     cr_expect(strstr(text, "hilock_acquires_total{worker=\"1\",outcome=\"granted\"} 5\n"));
     cr_expect(strstr(text, "hilock_errors_total{worker=\"0\",code=\"ETIMEDOUT\"} 2\n"));
@@ -203,7 +190,7 @@ Test(stats, every_outcome_counted_and_gauges_back_to_zero) {
 
     const hilock_stats *both[] = {&sa, &s};
     const char *labels[] = {"client=\"a\"", "client=\"b\""};
-    free(exposition(both, labels, 2));
+    free(prom_exposition(both, labels, 2));
 
     /* A forked child reads its copy. */
     pid_t pid = fork();

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/wait.h>
+#include <criterion/criterion.h>
+#include "hilock/hilock.h"
 
 /* Run `promtool check metrics` on `text` (len bytes). Returns its exit
  * status (0: valid and lint-clean; -1: it could not be run) and what it
@@ -31,6 +33,19 @@ static inline int promcheck(const char *text, size_t len, char *out, size_t n) {
     unlink(out_path);
     if (st == -1 || !WIFEXITED(st)) return -1;
     return WEXITSTATUS(st) == 127 ? -1 : WEXITSTATUS(st);
+}
+
+/* hilock_stats_prometheus() of `n` snapshots, sized as snprintf is, and
+ * checked by promtool (a failure stops the test); the caller frees it. */
+static inline char *prom_exposition(const hilock_stats *const *s, const char *const *labels, size_t n) {
+    int len = hilock_stats_prometheus(NULL, 0, s, labels, n);
+    cr_assert_gt(len, 0);
+    char *text = malloc((size_t)len + 1), out[4096];
+    cr_assert_eq(hilock_stats_prometheus(text, (size_t)len + 1, s, labels, n), len);
+    cr_assert_eq(strlen(text), (size_t)len);
+    int st = promcheck(text, (size_t)len, out, sizeof(out));
+    cr_assert_eq(st, 0, "promtool check metrics: status %d: %s\n%s", st, out, text);
+    return text;
 }
 
 #endif
