@@ -809,6 +809,32 @@ Test(cli, unlock_without_a_name, .timeout = 30) {
     cr_expect_not_null(strstr(out, "missing NAME after unlock"), "said: %s", out);
 }
 
+/* A URL's user and password never reach stderr, which ends up in logs: not
+ * in the usage error of a bad URL (hilock and hilock inspect, the URL
+ * given or from $HILOCK_URL), and not in -v's "connecting to", also when
+ * the password holds an '@' (the userinfo ends at the last '@'). */
+Test(cli, url_password_is_never_printed, .timeout = 30) {
+    char out[4096];
+
+    cr_assert_eq(RUN("-u", "redis://u:s3cr3t@127.0.0.1:99999", "pw", "--", "true"), 64);
+    test_slurp(tmp("out"), out, sizeof(out));
+    cr_assert_not_null(strstr(out, "hilock: bad Redis URL 'redis://***@127.0.0.1:99999'\n"), "%s", out);
+    cr_assert_null(strstr(out, "s3cr3t"), "the password was printed: %s", out);
+
+    cr_assert_eq(cli_run_env("HILOCK_URL=redis://u:s3cr3t@127.0.0.1:99999", ARGS("pw", "--", "true")), 64);
+    cr_assert_null(strstr(test_slurp(tmp("out"), out, sizeof(out)), "s3cr3t"), "the password was printed: %s", out);
+
+    cr_assert_eq(RUN("inspect", "-u", "redis://u:s3cr3t@127.0.0.1:99999", "pw"), 64);
+    test_slurp(tmp("out"), out, sizeof(out));
+    cr_assert_not_null(strstr(out, "bad Redis URL 'redis://***@127.0.0.1:99999'"), "%s", out);
+    cr_assert_null(strstr(out, "s3cr3t"), "inspect printed the password: %s", out);
+
+    cr_assert_eq(RUN("-u", "redis://u:p@s3cr3t@127.0.0.1:1", "-v", "pw", "--", "true"), 69);
+    test_slurp(tmp("out"), out, sizeof(out));
+    cr_assert_not_null(strstr(out, "hilock: connecting to redis://***@127.0.0.1:1\n"), "%s", out);
+    cr_assert_null(strstr(out, "s3cr3t"), "-v printed a piece of the password: %s", out);
+}
+
 /* ---- Usage --------------------------------------------------------------- */
 
 Test(cli, usage_errors_exit_64, .timeout = 60) {

@@ -34,6 +34,7 @@
 #include <hilock/adapters/libevent.h>
 #include "tools/inspect.h"
 #include "tools/tlsopt.h"
+#include "tools/urlshow.h"
 
 #define DEFAULT_URL    "redis://127.0.0.1:6379"
 #define DEFAULT_PREFIX "hilock:"
@@ -208,18 +209,6 @@ static int parse_num(const char *s, long long min, long long max, long long *out
     if (errno != 0 || *end != '\0' || v < min || v > max) return -1;
     *out = v;
     return 0;
-}
-
-/* Print a URL for -v without its password. */
-static void print_url(const char *url) {
-    const char *auth = strstr(url, "://");
-    const char *at = auth ? strchr(auth + 3, '@') : NULL;
-    const char *slash = auth ? strchr(auth + 3, '/') : NULL;
-
-    if (at != NULL && (slash == NULL || at < slash))
-        fprintf(stderr, "%.*s***%s", (int)(auth + 3 - url), url, at);
-    else
-        fputs(url, stderr);
 }
 
 /* ---- Handing over to COMMAND ------------------------------------------ */
@@ -683,6 +672,7 @@ static void config_of(const args *a, hilock_config *cfg) {
 static int open_client(cli *c, const args *a) {
     hilock_loop loop;
     hilock_config cfg;
+    char shown[4096];
     int rc;
 
     c->base = event_base_new();
@@ -698,7 +688,7 @@ static int open_client(cli *c, const args *a) {
     rc = hilock_client_new(&c->client, &cfg, &loop);
     if (rc != 0) {
         c->client = NULL;
-        if (rc == HILOCK_EURL) return usage_error("bad Redis URL '%s'", a->url);
+        if (rc == HILOCK_EURL) return usage_error("bad Redis URL '%s'", url_shown(a->url, shown, sizeof(shown)));
         if (rc == HILOCK_EINVAL) return usage_error("bad -p PREFIX '%s'", a->prefix);
         if (rc == HILOCK_ETLS) {
             /* Not built in, or a file that cannot be loaded: say which. */
@@ -710,11 +700,8 @@ static int open_client(cli *c, const args *a) {
         fprintf(stderr, "hilock: %s\n", hilock_strerror(rc));
         return EX_SOFTWARE;
     }
-    if (c->verbose) {
-        fputs("hilock: connecting to ", stderr);
-        print_url(a->url);
-        fputc('\n', stderr);
-    }
+    if (c->verbose)
+        fprintf(stderr, "hilock: connecting to %s\n", url_shown(a->url, shown, sizeof(shown)));
     return 0;
 }
 
