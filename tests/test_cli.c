@@ -883,6 +883,11 @@ Test(cli, usage_errors_exit_64, .timeout = 60) {
         { "-u", srv.url, "-x", "-f", "name", "--", "touch", ran, NULL },
         { "-u", srv.url, "-n", NULL },
         { "-u", srv.url, "-f", "name", "--", NULL },              /* missing COMMAND */
+        /* Redlock serves the mutex only. */
+        { "-u", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "-n", "2", "name", "--", "touch", ran, NULL },
+        { "-u", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "-s", "name", "--", "touch", ran, NULL },
+        { "-u", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "-x", "name", "--", "touch", ran, NULL },
+        { "-u", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "-f", "name", "--", "touch", ran, NULL },
     };
     static const char hint[] = "Try 'hilock --help' for more information.\n";
     char out[4096];
@@ -903,6 +908,10 @@ Test(cli, usage_errors_exit_64, .timeout = 60) {
     cr_assert_eq(cli_run_env(NULL, cases[1]), 64);
     cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)),
                      "hilock: missing -- between NAME and COMMAND\n"
+                     "Try 'hilock --help' for more information.\n");
+    cr_assert_eq(cli_run_env(NULL, cases[sizeof(cases) / sizeof(cases[0]) - 1]), 64); /* -f over Redlock */
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)),
+                     "hilock: -f does not work over Redlock (a redlock:// URL): only the plain mutex does\n"
                      "Try 'hilock --help' for more information.\n");
     cr_assert_eq(RUN("--help"), 0);
     cr_assert(strncmp(test_slurp(tmp("out"), out, sizeof(out)), "Usage: hilock", 13) == 0, "%s", out);

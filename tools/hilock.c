@@ -512,7 +512,18 @@ static void say_waiting(const cli *c, long long wait_ms) {
     else fprintf(stderr, "hilock: waiting for %s, up to %lld ms\n", c->name, wait_ms);
 }
 
-static int start_lock(cli *c, long long wait_ms, long long lease_ms) {
+/* -n, -s, -x or -f, as given; 0 for the mutex. */
+static char mode_option(const cli *c) {
+    return c->permits_total > 0 ? 'n' : c->mode;
+}
+
+/* Whether url is Redlock's (redlock:// or redlocks://), which serves the
+ * mutex only: the library refuses the other primitives there. */
+static int is_redlock(const char *url) {
+    return strncmp(url, "redlock://", 10) == 0 || strncmp(url, "redlocks://", 11) == 0;
+}
+
+static int start_lock(cli *c, const char *url, long long wait_ms, long long lease_ms) {
     hilock_acquire_opts opts;
     int rc = catch_signals(c);
 
@@ -533,6 +544,9 @@ static int start_lock(cli *c, long long wait_ms, long long lease_ms) {
         rc = hilock_fair_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
     else
         rc = hilock_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
+    if (rc == HILOCK_EINVAL && mode_option(c) != 0 && is_redlock(url))
+        return usage_error("-%c does not work over Redlock (a redlock:// URL): only the plain "
+                           "mutex does", mode_option(c));
     if (rc != 0) {
         fprintf(stderr, "hilock: cannot lock %s: %s\n", c->name, hilock_strerror(rc));
         return rc == HILOCK_EINVAL ? EX_USAGE : EX_SOFTWARE;
@@ -740,7 +754,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     rc = open_client(&c, &a);
-    if (rc == 0) rc = a.unlock ? start_unlock(&c) : start_lock(&c, a.wait_ms, a.lease_ms);
+    if (rc == 0) rc = a.unlock ? start_unlock(&c) : start_lock(&c, a.url, a.wait_ms, a.lease_ms);
     if (rc == 0) {
         c.status = EX_SOFTWARE; /* finish() sets the real one; a loop that ran dry is a bug */
         event_base_dispatch(c.base);
