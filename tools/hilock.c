@@ -702,7 +702,8 @@ static int open_client(cli *c, const args *a) {
     rc = hilock_client_new(&c->client, &cfg, &loop);
     if (rc != 0) {
         c->client = NULL;
-        if (rc == HILOCK_EURL) return usage_error("bad Redis URL '%s'", url_shown(a->url, shown, sizeof(shown)));
+        if (rc == HILOCK_EURL)
+            return usage_error("bad Redis URL '%s'", url_shown(a->url, shown, sizeof(shown)));
         if (rc == HILOCK_EINVAL) return usage_error("bad -p PREFIX '%s'", a->prefix);
         if (rc == HILOCK_ETLS) {
             /* Not built in, or a file that cannot be loaded: say which. */
