@@ -110,11 +110,11 @@ $(BUILD)/hilock.pc: hilock.pc.in Makefile
 
 # Programs link the static library so they run from the build tree.
 # inspect.c alone reaches into src/ (-Isrc): for the library's URL parser.
-$(BUILD)/obj/tools/inspect.o: tools/inspect.c tools/inspect.h tools/tlsopt.h $(HDRS)
+$(BUILD)/obj/tools/inspect.o: tools/inspect.c tools/inspect.h tools/tlsopt.h tools/urlshow.h $(HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -Isrc -c $< -o $@
 
-$(CLI): tools/hilock.c tools/inspect.h tools/tlsopt.h $(BUILD)/obj/tools/inspect.o $(STATIC) $(HDRS)
+$(CLI): tools/hilock.c tools/inspect.h tools/tlsopt.h tools/urlshow.h $(BUILD)/obj/tools/inspect.o $(STATIC) $(HDRS)
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/obj/tools/inspect.o $(STATIC) $(LDLIBS_LIB)
 
 $(BUILD)/examples/%: examples/%.c $(STATIC) $(HDRS)

@@ -809,6 +809,32 @@ Test(cli, unlock_without_a_name, .timeout = 30) {
     cr_expect_not_null(strstr(out, "missing NAME after unlock"), "said: %s", out);
 }
 
+/* A URL's user and password never reach stderr, which ends up in logs: not
+ * in the usage error of a bad URL (hilock and hilock inspect, the URL
+ * given or from $HILOCK_URL), and not in -v's "connecting to", also when
+ * the password holds an '@' (the userinfo ends at the last '@'). */
+Test(cli, url_password_is_never_printed, .timeout = 30) {
+    char out[4096];
+
+    cr_assert_eq(RUN("-u", "redis://u:s3cr3t@127.0.0.1:99999", "pw", "--", "true"), 64);
+    test_slurp(tmp("out"), out, sizeof(out));
+    cr_assert_not_null(strstr(out, "hilock: bad Redis URL 'redis://***@127.0.0.1:99999'\n"), "%s", out);
+    cr_assert_null(strstr(out, "s3cr3t"), "the password was printed: %s", out);
+
+    cr_assert_eq(cli_run_env("HILOCK_URL=redis://u:s3cr3t@127.0.0.1:99999", ARGS("pw", "--", "true")), 64);
+    cr_assert_null(strstr(test_slurp(tmp("out"), out, sizeof(out)), "s3cr3t"), "the password was printed: %s", out);
+
+    cr_assert_eq(RUN("inspect", "-u", "redis://u:s3cr3t@127.0.0.1:99999", "pw"), 64);
+    test_slurp(tmp("out"), out, sizeof(out));
+    cr_assert_not_null(strstr(out, "bad Redis URL 'redis://***@127.0.0.1:99999'"), "%s", out);
+    cr_assert_null(strstr(out, "s3cr3t"), "inspect printed the password: %s", out);
+
+    cr_assert_eq(RUN("-u", "redis://u:p@s3cr3t@127.0.0.1:1", "-v", "pw", "--", "true"), 69);
+    test_slurp(tmp("out"), out, sizeof(out));
+    cr_assert_not_null(strstr(out, "hilock: connecting to redis://***@127.0.0.1:1\n"), "%s", out);
+    cr_assert_null(strstr(out, "s3cr3t"), "-v printed a piece of the password: %s", out);
+}
+
 /* ---- Usage --------------------------------------------------------------- */
 
 Test(cli, usage_errors_exit_64, .timeout = 60) {
@@ -849,6 +875,19 @@ Test(cli, usage_errors_exit_64, .timeout = 60) {
         { "-u", srv.url, "-f", "-s", "name", "--", "touch", ran, NULL },
         { "-u", srv.url, "-n", "2", "-f", "name", "--", "touch", ran, NULL },
         { "-u", srv.url, "-f", "unlock", "name", NULL },
+        { "-u", srv.url, "-s", "unlock", "name", NULL },
+        { "-u", srv.url, "-n", "-1", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-n", "3x", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-n", "", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-s", "-n", "2", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-x", "-f", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "-n", NULL },
+        { "-u", srv.url, "-f", "name", "--", NULL },              /* missing COMMAND */
+        /* Redlock serves the mutex only. */
+        { "-u", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "-n", "2", "name", "--", "touch", ran, NULL },
+        { "-u", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "-s", "name", "--", "touch", ran, NULL },
+        { "-u", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "-x", "name", "--", "touch", ran, NULL },
+        { "-u", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "-f", "name", "--", "touch", ran, NULL },
     };
     static const char hint[] = "Try 'hilock --help' for more information.\n";
     char out[4096];
@@ -869,6 +908,10 @@ Test(cli, usage_errors_exit_64, .timeout = 60) {
     cr_assert_eq(cli_run_env(NULL, cases[1]), 64);
     cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)),
                      "hilock: missing -- between NAME and COMMAND\n"
+                     "Try 'hilock --help' for more information.\n");
+    cr_assert_eq(cli_run_env(NULL, cases[sizeof(cases) / sizeof(cases[0]) - 1]), 64); /* -f over Redlock */
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)),
+                     "hilock: -f does not work over Redlock (a redlock:// URL): only the plain mutex does\n"
                      "Try 'hilock --help' for more information.\n");
     cr_assert_eq(RUN("--help"), 0);
     cr_assert(strncmp(test_slurp(tmp("out"), out, sizeof(out)), "Usage: hilock", 13) == 0, "%s", out);
@@ -1290,4 +1333,88 @@ Test(cli, fair_waiters_run_in_order, .timeout = 60) {
     for (int i = 0; i < 3; i++) cr_assert_eq(cli_wait(w[i], 5000), 0, "waiter %d", i);
     test_slurp(tmp("order"), order, sizeof(order));
     cr_assert_str_eq(order, "123", "ran in the order %s", order);
+}
+
+/* ---- A wait of -n, -x or -f given up ------------------------------------- */
+
+/* Subscribers of a channel (a waiting hilock holds one). */
+static long long numsub_of(const char *channel) {
+    redisContext *rc = test_redis_connect(&srv);
+    redisReply *r;
+    long long n = -1;
+
+    if (rc == NULL) return -1;
+    r = redisCommand(rc, "PUBSUB NUMSUB %s", channel);
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+        n = r->element[1]->integer;
+    if (r != NULL) freeReplyObject(r);
+    redisFree(rc);
+    return n;
+}
+
+/* SIGTERM while waiting ends -n, -x and -f waits as it ends the mutex's
+ * (128+15, COMMAND not run), and what the wait had put in Redis goes at
+ * once: a -f waiter's place in the queue (else the next -f -w 0 would be
+ * busy for up to 5 s), a -x waiter's "writer waiting" marker (else new -s
+ * holders would wait up to 3 s), and a -n waiter takes no permit. */
+Test(cli, sigterm_ends_a_wait_of_every_kind_and_leaves_nothing, .timeout = 60) {
+    static const struct {
+        const char *holder, *waiter; /* their mode options */
+        const char *n;               /* -n's N, or NULL */
+        const char *name, *channel;
+    } kinds[] = {
+        { "-f", "-f", NULL, "kf", "hilock:{kf}:fair:ch" },
+        { "-s", "-x", NULL, "kx", "hilock:{kx}:rw:ch" },
+        { "-n", "-n", "1", "kn", "hilock:{kn}:sem:ch" },
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        const char *name = kinds[i].name;
+        char ready[16], go[16];
+        pid_t h, w;
+
+        snprintf(ready, sizeof(ready), "ready%zu", i);
+        snprintf(go, sizeof(go), "go%zu", i);
+        if (kinds[i].n != NULL) {
+            h = cli_start("h", NULL, ARGS("-u", srv.url, "-n", kinds[i].n, name, "--", UNTIL_GO(ready, go)));
+        } else {
+            h = cli_start("h", NULL, ARGS("-u", srv.url, kinds[i].holder, name, "--", UNTIL_GO(ready, go)));
+        }
+        WAIT_UNTIL(file_exists(tmp(ready)), 5000);
+        cr_assert(file_exists(tmp(ready)), "%s: the holder never ran", name);
+        if (kinds[i].n != NULL)
+            w = cli_start("w", NULL, ARGS("-u", srv.url, "-n", kinds[i].n, name, "--", "touch", tmp("ran")));
+        else
+            w = cli_start("w", NULL, ARGS("-u", srv.url, kinds[i].waiter, name, "--", "touch", tmp("ran")));
+        if (i == 0) {
+            WAIT_UNTIL(test_redis_int(&srv, "ZCARD hilock:{kf}:fair:q") == 1, 5000);
+            cr_assert_eq(test_redis_int(&srv, "ZCARD hilock:{kf}:fair:q"), 1, "the -f waiter never queued");
+        } else if (i == 1) {
+            WAIT_UNTIL(test_redis_int(&srv, "EXISTS hilock:{kx}:rww") == 1, 5000);
+            cr_assert_eq(test_redis_int(&srv, "EXISTS hilock:{kx}:rww"), 1, "the -x waiter left no marker");
+        } else {
+            WAIT_UNTIL(numsub_of(kinds[i].channel) >= 1, 5000);
+            cr_assert_geq(numsub_of(kinds[i].channel), 1, "the -n waiter never subscribed");
+        }
+        kill(w, SIGTERM);
+        cr_assert_eq(cli_wait(w, 5000), 128 + SIGTERM, "%s: the waiter's status", name);
+        cr_assert(!file_exists(tmp("ran")), "%s: COMMAND ran", name);
+        if (i == 0) {
+            cr_assert_eq(test_redis_int(&srv, "ZCARD hilock:{kf}:fair:q"), 0, "a place outlived the -f waiter");
+        } else if (i == 1) {
+            cr_assert_eq(test_redis_int(&srv, "EXISTS hilock:{kx}:rww"), 0, "the marker outlived the -x waiter");
+            cr_assert_eq(RUN("-u", srv.url, "-s", "-w", "0", name, "--", "true"), 0,
+                         "a new -s is held off by a -x that is gone");
+        } else {
+            cr_assert_eq(test_redis_int(&srv, "ZCARD hilock:{kn}:sem"), 1, "the -n waiter took a permit");
+        }
+        cr_assert_eq(close(open(tmp(go), O_WRONLY | O_CREAT, 0600)), 0);
+        cr_assert_eq(cli_wait(h, 5000), 0, "%s: the holder's status", name);
+        if (i == 0)
+            cr_assert_eq(RUN("-u", srv.url, "-f", "-w", "0", name, "--", "true"), 0,
+                         "-f -w 0 is busy behind a waiter that is gone");
+        else if (i == 2)
+            cr_assert_eq(test_redis_int(&srv, "EXISTS hilock:{kn}:sem"), 0, "permits left behind");
+    }
 }

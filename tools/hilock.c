@@ -34,6 +34,7 @@
 #include <hilock/adapters/libevent.h>
 #include "tools/inspect.h"
 #include "tools/tlsopt.h"
+#include "tools/urlshow.h"
 
 #define DEFAULT_URL    "redis://127.0.0.1:6379"
 #define DEFAULT_PREFIX "hilock:"
@@ -208,18 +209,6 @@ static int parse_num(const char *s, long long min, long long max, long long *out
     if (errno != 0 || *end != '\0' || v < min || v > max) return -1;
     *out = v;
     return 0;
-}
-
-/* Print a URL for -v without its password. */
-static void print_url(const char *url) {
-    const char *auth = strstr(url, "://");
-    const char *at = auth ? strchr(auth + 3, '@') : NULL;
-    const char *slash = auth ? strchr(auth + 3, '/') : NULL;
-
-    if (at != NULL && (slash == NULL || at < slash))
-        fprintf(stderr, "%.*s***%s", (int)(auth + 3 - url), url, at);
-    else
-        fputs(url, stderr);
 }
 
 /* ---- Handing over to COMMAND ------------------------------------------ */
@@ -523,7 +512,18 @@ static void say_waiting(const cli *c, long long wait_ms) {
     else fprintf(stderr, "hilock: waiting for %s, up to %lld ms\n", c->name, wait_ms);
 }
 
-static int start_lock(cli *c, long long wait_ms, long long lease_ms) {
+/* -n, -s, -x or -f, as given; 0 for the mutex. */
+static char mode_option(const cli *c) {
+    return c->permits_total > 0 ? 'n' : c->mode;
+}
+
+/* Whether url is Redlock's (redlock:// or redlocks://), which serves the
+ * mutex only: the library refuses the other primitives there. */
+static int is_redlock(const char *url) {
+    return strncmp(url, "redlock://", 10) == 0 || strncmp(url, "redlocks://", 11) == 0;
+}
+
+static int start_lock(cli *c, const char *url, long long wait_ms, long long lease_ms) {
     hilock_acquire_opts opts;
     int rc = catch_signals(c);
 
@@ -544,6 +544,9 @@ static int start_lock(cli *c, long long wait_ms, long long lease_ms) {
         rc = hilock_fair_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
     else
         rc = hilock_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
+    if (rc == HILOCK_EINVAL && mode_option(c) != 0 && is_redlock(url))
+        return usage_error("-%c does not work over Redlock (a redlock:// URL): only the plain "
+                           "mutex does", mode_option(c));
     if (rc != 0) {
         fprintf(stderr, "hilock: cannot lock %s: %s\n", c->name, hilock_strerror(rc));
         return rc == HILOCK_EINVAL ? EX_USAGE : EX_SOFTWARE;
@@ -683,6 +686,7 @@ static void config_of(const args *a, hilock_config *cfg) {
 static int open_client(cli *c, const args *a) {
     hilock_loop loop;
     hilock_config cfg;
+    char shown[4096];
     int rc;
 
     c->base = event_base_new();
@@ -698,7 +702,8 @@ static int open_client(cli *c, const args *a) {
     rc = hilock_client_new(&c->client, &cfg, &loop);
     if (rc != 0) {
         c->client = NULL;
-        if (rc == HILOCK_EURL) return usage_error("bad Redis URL '%s'", a->url);
+        if (rc == HILOCK_EURL)
+            return usage_error("bad Redis URL '%s'", url_shown(a->url, shown, sizeof(shown)));
         if (rc == HILOCK_EINVAL) return usage_error("bad -p PREFIX '%s'", a->prefix);
         if (rc == HILOCK_ETLS) {
             /* Not built in, or a file that cannot be loaded: say which. */
@@ -710,11 +715,8 @@ static int open_client(cli *c, const args *a) {
         fprintf(stderr, "hilock: %s\n", hilock_strerror(rc));
         return EX_SOFTWARE;
     }
-    if (c->verbose) {
-        fputs("hilock: connecting to ", stderr);
-        print_url(a->url);
-        fputc('\n', stderr);
-    }
+    if (c->verbose)
+        fprintf(stderr, "hilock: connecting to %s\n", url_shown(a->url, shown, sizeof(shown)));
     return 0;
 }
 
@@ -753,7 +755,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     rc = open_client(&c, &a);
-    if (rc == 0) rc = a.unlock ? start_unlock(&c) : start_lock(&c, a.wait_ms, a.lease_ms);
+    if (rc == 0) rc = a.unlock ? start_unlock(&c) : start_lock(&c, a.url, a.wait_ms, a.lease_ms);
     if (rc == 0) {
         c.status = EX_SOFTWARE; /* finish() sets the real one; a loop that ran dry is a bug */
         event_base_dispatch(c.base);

@@ -26,6 +26,7 @@
 #include "net/tls.h"
 #include "tools/inspect.h"
 #include "tools/tlsopt.h"
+#include "tools/urlshow.h"
 
 #define NONE LLONG_MIN      /* a number that is not there ("-", null) */
 #define MAX_NODES 64
@@ -1122,11 +1123,13 @@ static void print_rows(ctx *x) {
 int inspect_main(int argc, char **argv, const hilock_config *defaults) {
     ctx *x = xcalloc(1, sizeof(*x));
     const char *scan = NULL;
+    char shown[4096];
     int rc;
 
     x->cfg = *defaults;
     rc = parse(x, argc, argv, &scan);
-    if (rc < 0 && hl_url_parse(x->cfg.url, &x->url) != 0) rc = usage_error("bad Redis URL '%s'", x->cfg.url);
+    if (rc < 0 && hl_url_parse(x->cfg.url, &x->url) != 0)
+        rc = usage_error("bad Redis URL '%s'", url_shown(x->cfg.url, shown, sizeof(shown)));
     if (rc >= 0) { free(x); return rc; }
     if (open_tls(x) != 0 || open_target(x) != 0) {
         x->status = EX_UNAVAILABLE;

@@ -558,8 +558,10 @@ HILOCK_API int hilock_fair_acquire(hilock_client *c, const char *name,
 /* ---- Holds -------------------------------------------------------------- */
 
 /* The fencing token of this acquisition: strictly increasing per name (a
- * reentrant acquire shares its hold's token). Pass it to the resource you
- * protect so it can reject a stale holder.
+ * reentrant acquire shares its hold's token; a read hold of a read-write
+ * lock has the fence of the last write grant, which the readers share: see
+ * hilock_read_acquire). Pass it to the resource you protect so it can
+ * reject a stale holder.
  *
  * A fence is max(previous fence + 1, the server's clock in microseconds
  * from TIME), and the key that keeps the previous one expires fence_ttl_s
