@@ -613,22 +613,6 @@ static char *ngx_http_hilock_merge_loc_conf(ngx_conf_t *cf, void *parent, void *
     return NGX_CONF_OK;
 }
 
-/* A malformed URL fails `nginx -t`, not the first request. */
-static ngx_int_t ngx_http_hilock_url_check(ngx_conf_t *cf, ngx_str_t *url) {
-    hilock_config cfg;
-    int rc;
-    u_char *s = ngx_pnalloc(cf->pool, url->len + 1);
-    if (s == NULL) return NGX_ERROR;
-    ngx_memcpy(s, url->data, url->len);
-    s[url->len] = '\0';
-    hilock_config_init(&cfg);
-    cfg.url = (const char *)s;
-    rc = hilock_config_check(&cfg);
-    if (rc == 0) return NGX_OK;
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "hilock_redis \"%V\": %s", url, hilock_strerror(rc));
-    return NGX_ERROR;
-}
-
 /* The statistics' redis="..." of a hilock_redis without name=: its URL
  * without the user and password (all up to the last '@', as a password
  * may hold any character): a scrape must never show a password. */
@@ -647,6 +631,25 @@ static ngx_int_t ngx_http_hilock_url_label(ngx_pool_t *pool, ngx_str_t *url, ngx
     q = ngx_cpymem(label->data, url->data, (size_t)(p - url->data));
     ngx_memcpy(q, at + 1, (size_t)(end - (at + 1)));
     return NGX_OK;
+}
+
+/* A malformed URL fails `nginx -t`, not the first request; the message
+ * shows it without its user and password (a log must not carry them). */
+static ngx_int_t ngx_http_hilock_url_check(ngx_conf_t *cf, ngx_str_t *url) {
+    hilock_config cfg;
+    ngx_str_t shown; /* the URL in the message, without its password */
+    int rc;
+    u_char *s = ngx_pnalloc(cf->pool, url->len + 1);
+    if (s == NULL) return NGX_ERROR;
+    ngx_memcpy(s, url->data, url->len);
+    s[url->len] = '\0';
+    hilock_config_init(&cfg);
+    cfg.url = (const char *)s;
+    rc = hilock_config_check(&cfg);
+    if (rc == 0) return NGX_OK;
+    if (ngx_http_hilock_url_label(cf->pool, url, &shown) != NGX_OK) return NGX_ERROR;
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "hilock_redis \"%V\": %s", &shown, hilock_strerror(rc));
+    return NGX_ERROR;
 }
 
 /* A parameter "KEY=TIME" (ms; `min` the least allowed): NGX_OK with *out
@@ -807,8 +810,10 @@ static ngx_int_t ngx_http_hilock_init_process(ngx_cycle_t *cycle) {
         if (redis[i].fence_ttl) cfg.fence_ttl_s = (uint32_t)redis[i].fence_ttl;
         rc = hilock_client_new(&ngx_http_hilock_clients[i], &cfg, &loop);
         if (rc != 0) {
+            ngx_str_t shown = redis[i].url;
+            (void)ngx_http_hilock_url_label(cycle->pool, &redis[i].url, &shown);
             ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "hilock: client for \"%V\": %s",
-                          &redis[i].url, hilock_strerror(rc));
+                          &shown, hilock_strerror(rc));
             ngx_http_hilock_clients[i] = NULL;
         }
     }

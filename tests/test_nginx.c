@@ -486,6 +486,11 @@ Test(nginx, bad_configuration_fails_nginx_t) {
     cr_expect_eq(test_nginx_check(2, "hilock_redis redis://127.0.0.1:1 name=orders;",
                                   "location = /metrics { hilock_stats; }", out, sizeof(out)),
                  0, "a good hilock_stats configuration fails:\n%s", out);
+    /* The message names the URL, but never its password. */
+    cr_expect_eq(test_nginx_check(1, "hilock_redis redis://u:s3cr@t@h:99999;", "", out, sizeof(out)), 1,
+                 "a malformed URL passed nginx -t:\n%s", out);
+    cr_expect(strstr(out, "\"redis://h:99999\"") != NULL, "no masked URL in:\n%s", out);
+    cr_expect(strstr(out, "s3cr") == NULL, "the password is in:\n%s", out);
 }
 
 /* ---- hilock_stats --------------------------------------------------------- */
