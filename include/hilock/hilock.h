@@ -420,8 +420,10 @@ HILOCK_API int hilock_wait_cancel(hilock_wait *w);
  *
  * With an owner, an acquire of a semaphore that the owner holds re-uses
  * that hold (counted, nothing sent) if it asks for no more permits than
- * the hold has; asking for more returns HILOCK_EINVAL at once (a hold does
- * not grow). With try once (wait_ms 0), HILOCK_EBUSY also when waiters of
+ * the hold has, of the same permits_total; asking for more returns
+ * HILOCK_EINVAL at once (a hold does not grow), and another permits_total
+ * is sent to Redis, which ends it with HILOCK_EPERMITS as it would any
+ * other's while the hold is there. With try once (wait_ms 0), HILOCK_EBUSY also when waiters of
  * this client are queued ahead for the name. Fairness: this client's
  * waiters are served in order (one that asks for many permits holds back
  * those behind it); across clients there is no order, and a waiter for
