@@ -557,8 +557,9 @@ static void try_answered(hilock_wait *w, const hl_try *t, const hl_req *r) {
         if (w->state == HL_WAIT_QUEUED && w->try_once) hl_wait_finish(w, HILOCK_EBUSY, NULL);
         /* A wait that ended without a grant while its try was out: the
          * try may have run after its abandon (sent again after NOSCRIPT,
-         * behind it) and left it a place (hl_prim.joins). */
-        else if (w->state == HL_WAIT_DONE && !w->own_grant && n->prim->joins) wait_abandon(w);
+         * behind it) and left what the abandon undoes: a place
+         * (hl_prim.joins), a writer's marker (the read-write lock). */
+        else if (w->state == HL_WAIT_DONE && !w->own_grant) wait_abandon(w);
         try_found_holder(n, t, r);
         try_later(n, t->retry_ms);
     }
