@@ -167,3 +167,288 @@ Test(prim_attack, rw_writer_cancelled_across_script_flush_leaves_no_marker) {
     hilock_client_free(a);
     hilock_client_free(b);
 }
+
+/* ---- A server stalled longer than the lease ------------------------------------- */
+
+/* A holds (1 of 1, or the write lock) with a 300 ms lease and B waits; the
+ * server sleeps 1.2 s. A is told once that it lost the lock, before B gets
+ * it; B's fence is above A's (a reader's is A's: the last write's); A's release says HILOCK_ELOST; nothing is
+ * left. B's requests may wait the whole stall (request_timeout_ms 5000):
+ * a waiter whose try times out fails by design. */
+static void stall_past_the_lease(int rw) {
+    hilock_config cfg;
+    lockenv_config(&cfg, e.r.url);
+    cfg.request_timeout_ms = 5000;
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client_cfg(&e, &cfg);
+    lostrec lost = {0, 0, 0};
+    hilock_acquire_opts o = opts_wait_lease(2000, 300);
+    o.lost_cb = lost_cb;
+    o.lost_data = &lost;
+    got ga = rw ? rw_now(a, 1, "stall", &o) : sem_now(a, "stall", 1, 1, &o);
+    cr_assert_eq(ga.status, 0);
+    got gb;
+    if (rw) rw_start(b, 0, "stall", NULL, &gb, NULL);
+    else sem_start(b, "stall", 1, 1, NULL, &gb, NULL);
+    test_loop_for(e.base, 400); /* A renews meanwhile */
+    cr_assert_eq(gb.calls, 0);
+    cr_assert_eq(lost.calls, 0);
+    pid_t sleeper = test_redis_debug_sleep(&e.r, "1.2");
+    cr_assert(test_loop_until(e.base, &gb.calls, 6000));
+    cr_expect_eq(gb.status, 0, "B: %s", hilock_strerror(gb.status));
+    cr_expect_eq(lost.calls, 1, "A was not told before B held");
+    cr_expect_eq(lost.why, HILOCK_ELOST);
+    cr_expect_leq(lost.at_ms, gb.at_ms);
+    cr_expect(hilock_hold_lost(ga.hold));
+    /* A reader gets the last write's fence: A's. */
+    if (gb.status == 0 && rw) cr_expect_eq(hilock_hold_fence(gb.hold), hilock_hold_fence(ga.hold));
+    if (gb.status == 0 && !rw) cr_expect_gt(hilock_hold_fence(gb.hold), hilock_hold_fence(ga.hold));
+    int st;
+    cr_expect_eq(waitpid(sleeper, &st, 0), sleeper);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "DEBUG SLEEP failed");
+    cr_expect_eq(release_now(&e, ga.hold), HILOCK_ELOST);
+    test_loop_for(e.base, 300);
+    cr_expect_eq(lost.calls, 1, "lost told %d times", lost.calls);
+    if (gb.status == 0) {
+        cr_expect(!hilock_hold_lost(gb.hold));
+        cr_expect_eq(release_now(&e, gb.hold), 0);
+    }
+    cr_expect_eq(keys_left(), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+Test(prim_attack, sem_server_stalled_past_the_lease) { stall_past_the_lease(0); }
+Test(prim_attack, rw_server_stalled_past_the_lease) { stall_past_the_lease(1); }
+
+/* ---- The subscriber connection killed at a release ------------------------------- */
+
+/* B waits behind A's hold (30 s lease: B's fallback timer is that far);
+ * B's subscriber connection is killed and A releases in the same instant,
+ * so B's release message is lost. B must still get the lock at once: its
+ * subscription comes back and its ack makes it try. */
+static void sub_killed_at_release(int rw) {
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
+    got ga = rw ? rw_now(a, 1, "subkill", NULL) : sem_now(a, "subkill", 2, 2, NULL);
+    cr_assert_eq(ga.status, 0);
+    got gb;
+    if (rw) rw_start(b, 0, "subkill", NULL, &gb, NULL);
+    else sem_start(b, "subkill", 2, 1, NULL, &gb, NULL);
+    test_loop_for(e.base, 200);
+    cr_assert_eq(gb.calls, 0);
+    cr_assert_geq(test_redis_int(&e.r, "CLIENT KILL TYPE pubsub"), 1);
+    rel r = {0, 0};
+    cr_assert_eq(hilock_release(ga.hold, rel_cb, &r), 0);
+    long long t0 = test_now_ms();
+    cr_assert(test_loop_until(e.base, &gb.calls, 5000), "the wakeup was lost");
+    cr_expect_eq(gb.status, 0);
+    cr_expect_lt(gb.at_ms - t0, 3000, "woken after %lld ms", gb.at_ms - t0);
+    test_loop_until(e.base, &r.calls, 2000);
+    cr_expect_eq(r.calls, 1);
+    cr_expect_eq(r.status, 0);
+    if (gb.status == 0) cr_expect_eq(release_now(&e, gb.hold), 0);
+    cr_expect_eq(keys_left(), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+Test(prim_attack, sem_subscriber_killed_at_a_release) { sub_killed_at_release(0); }
+Test(prim_attack, rw_subscriber_killed_at_a_release) { sub_killed_at_release(1); }
+
+/* ---- Freed from a callback, closed with everything pending ----------------------- */
+
+typedef struct freer {
+    hilock_client *c;
+    got g;
+} freer;
+
+static void free_in_cb(hilock_hold *h, int status, void *data) {
+    freer *f = data;
+    got_cb(h, status, &f->g);
+    hilock_client_free(f->c);
+}
+
+/* Client c waits on a semaphore (two waits, one of them for 2 permits) and
+ * on a read-write lock (readers and a writer), all held off by x; the
+ * grant of another of its waits frees c from its callback. Every other
+ * wait gets HILOCK_ECANCELED once, before hilock_client_free returns. */
+Test(prim_attack, freed_from_a_callback_with_waiters_of_both) {
+    hilock_client *x = lockenv_client(&e), *c = lockenv_client(&e);
+    got xs = sem_now(x, "fs", 2, 2, NULL);
+    got xw = rw_now(x, 1, "fr", NULL);
+    got xt = rw_now(x, 1, "ft", NULL);
+    cr_assert(xs.status == 0 && xw.status == 0 && xt.status == 0);
+    got w[5];
+    sem_start(c, "fs", 2, 1, NULL, &w[0], NULL);
+    sem_start(c, "fs", 2, 2, NULL, &w[1], NULL);
+    rw_start(c, 0, "fr", NULL, &w[2], NULL);
+    rw_start(c, 1, "fr", NULL, &w[3], NULL);
+    rw_start(c, 0, "fr", NULL, &w[4], NULL);
+    freer f = {c, {0, 0, NULL, 0}};
+    hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 300);
+    cr_assert_eq(hilock_write_acquire(c, "ft", &o, free_in_cb, &f, NULL), 0);
+    test_loop_for(e.base, 200);
+    for (int i = 0; i < 5; i++) cr_assert_eq(w[i].calls, 0);
+    cr_assert_eq(release_now(&e, xt.hold), 0);
+    cr_assert(test_loop_until(e.base, &f.g.calls, 3000));
+    cr_expect_eq(f.g.status, 0);
+    for (int i = 0; i < 5; i++) {
+        cr_expect_eq(w[i].calls, 1, "wait %d: %d callbacks", i, w[i].calls);
+        cr_expect_eq(w[i].status, HILOCK_ECANCELED, "wait %d: %s", i, hilock_strerror(w[i].status));
+    }
+    cr_expect_eq(release_now(&e, xs.hold), 0);
+    cr_expect_eq(release_now(&e, xw.hold), 0);
+    test_loop_for(e.base, 400); /* the abandoned hold's 300 ms lease */
+    for (int i = 0; i < 5; i++) cr_expect_eq(w[i].calls, 1);
+    cr_expect_eq(f.g.calls, 1);
+    cr_expect_eq(keys_left(), 0);
+    hilock_client_free(x);
+}
+
+static void closed_cb(void *data) { *(int *)data = 1; }
+
+/* hilock_client_close with a semaphore hold and wait, a read hold, and a
+ * writer that left its marker: the holds are released and the marker goes
+ * with the writer's wait, at once (x's reader and x's permit stay). */
+Test(prim_attack, close_releases_holds_and_markers_of_both) {
+    hilock_client *x = lockenv_client(&e), *c = lockenv_client(&e), *y = lockenv_client(&e);
+    got xs = sem_now(x, "cs", 2, 1, NULL);
+    got xr = rw_now(x, 0, "cr", NULL);
+    got cs = sem_now(c, "cs", 2, 1, NULL);
+    got cr = rw_now(c, 0, "cr2", NULL);
+    cr_assert(xs.status == 0 && xr.status == 0 && cs.status == 0 && cr.status == 0);
+    got ws, ww;
+    sem_start(c, "cs", 2, 1, NULL, &ws, NULL);
+    rw_start(c, 1, "cr", NULL, &ww, NULL);
+    test_loop_for(e.base, 200);
+    cr_assert_eq(key_exists("cr", ":rww"), 1, "the writer left no marker");
+    int closed = 0;
+    hilock_client_close(c, closed_cb, &closed);
+    cr_assert(test_loop_until(e.base, &closed, 3000));
+    cr_expect_eq(ws.calls, 1);
+    cr_expect_eq(ws.status, HILOCK_ECANCELED);
+    cr_expect_eq(ww.calls, 1);
+    cr_expect_eq(ww.status, HILOCK_ECANCELED);
+    cr_expect_eq(key_exists("cr", ":rww"), 0, "the closed writer's marker stays");
+    cr_expect_eq(key_exists("cr2", ":rwr"), 0, "the closed reader stays");
+    hilock_acquire_opts once = opts_wait(0);
+    got ys = sem_now(y, "cs", 2, 1, &once);
+    cr_expect_eq(ys.status, 0, "the closed client's permit stays: %s", hilock_strerror(ys.status));
+    got yr = rw_now(y, 0, "cr", &once);
+    cr_expect_eq(yr.status, 0, "a reader held off: %s", hilock_strerror(yr.status));
+    if (ys.status == 0) release_now(&e, ys.hold);
+    if (yr.status == 0) release_now(&e, yr.hold);
+    cr_expect_eq(release_now(&e, xs.hold), 0);
+    cr_expect_eq(release_now(&e, xr.hold), 0);
+    cr_expect_eq(keys_left(), 0);
+    hilock_client_free(x);
+    hilock_client_free(y);
+}
+
+/* ---- Names and counts at the edges --------------------------------------------------- */
+
+/* A waiter is woken by the release message of a name whose bytes are
+ * anything but NUL (braces, '%', controls, bytes >= 0x80), also at the
+ * longest name, whose key and channel are three times as long. */
+static void odd_name(const char *name) {
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
+    for (int rw = 0; rw < 2; rw++) {
+        got ga = rw ? rw_now(a, 1, name, NULL) : sem_now(a, name, 1, 1, NULL);
+        cr_assert_eq(ga.status, 0, "%s", hilock_strerror(ga.status));
+        cr_expect_str_eq(hilock_hold_name(ga.hold), name);
+        got gb;
+        if (rw) rw_start(b, 0, name, NULL, &gb, NULL);
+        else sem_start(b, name, 1, 1, NULL, &gb, NULL);
+        test_loop_for(e.base, 150);
+        cr_assert_eq(gb.calls, 0);
+        long long t0 = test_now_ms();
+        cr_assert_eq(release_now(&e, ga.hold), 0);
+        cr_assert(test_loop_until(e.base, &gb.calls, 5000));
+        cr_expect_eq(gb.status, 0);
+        cr_expect_lt(gb.at_ms - t0, 2000, "not woken by the release message");
+        cr_expect_eq(release_now(&e, gb.hold), 0);
+    }
+    cr_expect_eq(keys_left(), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+Test(prim_attack, odd_bytes_in_names) {
+    odd_name("a b\r\n\t*$3 {x}%7B%}{\x01\x7f\x80\xfe\xff");
+}
+
+Test(prim_attack, longest_name_of_braces) {
+    static char name[HILOCK_NAME_MAX + 1];
+    for (int i = 0; i < HILOCK_NAME_MAX; i++) name[i] = "{}%"[i % 3];
+    odd_name(name);
+    char longer[HILOCK_NAME_MAX + 2];
+    memcpy(longer, name, HILOCK_NAME_MAX);
+    longer[HILOCK_NAME_MAX] = 'y';
+    longer[HILOCK_NAME_MAX + 1] = '\0';
+    hilock_client *c = lockenv_client(&e);
+    got g;
+    cr_expect_eq(hilock_semaphore_acquire(c, longer, 1, 1, NULL, got_cb, &g, NULL), HILOCK_EINVAL);
+    cr_expect_eq(hilock_read_acquire(c, longer, NULL, got_cb, &g, NULL), HILOCK_EINVAL);
+    hilock_client_free(c);
+}
+
+/* The largest count, all of it at once, one more refused; then a release
+ * twice (the second refused, one callback). */
+Test(prim_attack, sem_largest_count_and_release_twice) {
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
+    got ga = sem_now(a, "max", HILOCK_PERMITS_MAX, HILOCK_PERMITS_MAX, NULL);
+    cr_assert_eq(ga.status, 0);
+    hilock_acquire_opts once = opts_wait(0);
+    cr_expect_eq(sem_now(b, "max", HILOCK_PERMITS_MAX, 1, &once).status, HILOCK_EBUSY);
+    rel r1 = {0, 0}, r2 = {0, 0};
+    cr_assert_eq(hilock_release(ga.hold, rel_cb, &r1), 0);
+    cr_expect_eq(hilock_release(ga.hold, rel_cb, &r2), HILOCK_EINVAL);
+    cr_assert(test_loop_until(e.base, &r1.calls, 2000));
+    test_loop_for(e.base, 50);
+    cr_expect_eq(r1.calls, 1);
+    cr_expect_eq(r1.status, 0);
+    cr_expect_eq(r2.calls, 0);
+    got gb = sem_now(b, "max", HILOCK_PERMITS_MAX, HILOCK_PERMITS_MAX - 1, &once);
+    cr_expect_eq(gb.status, 0);
+    got gc = sem_now(a, "max", HILOCK_PERMITS_MAX, 1, &once);
+    cr_expect_eq(gc.status, 0, "the last permit: %s", hilock_strerror(gc.status));
+    cr_expect_eq(sem_now(a, "max", HILOCK_PERMITS_MAX, 1, &once).status, HILOCK_EBUSY);
+    if (gb.status == 0) release_now(&e, gb.hold);
+    if (gc.status == 0) release_now(&e, gc.hold);
+    cr_expect_eq(keys_left(), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* ---- Keys deleted under a holder ------------------------------------------------------ */
+
+/* The semaphore's hash (its count and its holders' permits) deleted under a
+ * holder, as an operator or an eviction may: the holder learns at its next
+ * renewal that it lost its permits (they cannot be counted any more), and
+ * an acquire meanwhile must not end with HILOCK_EPERMITS ("acquired with 0
+ * permits in all": nobody did), as the mutex whose key was deleted is
+ * simply free. */
+Test(prim_attack, sem_hash_deleted_under_a_holder) {
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
+    lostrec lost = {0, 0, 0};
+    hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 600);
+    o.lost_cb = lost_cb;
+    o.lost_data = &lost;
+    got ga = sem_now(a, "gone", 1, 1, &o);
+    cr_assert_eq(ga.status, 0);
+    const char *h = prim_key("gone", ":sem:h");
+    cr_assert_eq(test_redis_int(&e.r, "DEL %b", h, strlen(h)), 1);
+    hilock_acquire_opts w = opts_wait(2000);
+    got gb = sem_now(b, "gone", 1, 1, &w);
+    cr_expect_eq(gb.status, 0, "after the hash went: %s (%s)", hilock_strerror(gb.status),
+                 hilock_client_errstr(b));
+    cr_assert(test_loop_until(e.base, &lost.calls, 2000), "the holder was not told");
+    cr_expect_eq(lost.why, HILOCK_ELOST);
+    cr_expect_eq(release_now(&e, ga.hold), HILOCK_ELOST);
+    if (gb.status == 0) {
+        cr_expect(!hilock_hold_lost(gb.hold));
+        cr_expect_eq(release_now(&e, gb.hold), 0);
+    }
+    cr_expect_eq(keys_left(), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
