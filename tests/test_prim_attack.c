@@ -452,3 +452,56 @@ Test(prim_attack, sem_hash_deleted_under_a_holder) {
     hilock_client_free(a);
     hilock_client_free(b);
 }
+
+/* ---- Cancel from inside a grant's callback ------------------------------------------- */
+
+typedef struct canceller {
+    got g;
+    hilock_wait *victim;
+    int rc;
+} canceller;
+
+static void cancel_in_cb(hilock_hold *h, int status, void *data) {
+    canceller *k = data;
+    got_cb(h, status, &k->g);
+    k->rc = hilock_wait_cancel(k->victim);
+}
+
+/* Three waits of one client on a free semaphore of 3 go in one after the
+ * other (each grant lets the next try at once); the first one's callback
+ * cancels the second, whose try may be out already (or granted, not yet
+ * delivered). Whatever it raced, Redis keeps exactly the permits of the
+ * holds that were delivered. Then the same with readers. */
+static void cancel_from_a_grant(int rw) {
+    hilock_client *c = lockenv_client(&e);
+    canceller k = {{0, 0, NULL, 0}, NULL, 99};
+    got g2, g3;
+    if (rw) {
+        cr_assert_eq(hilock_read_acquire(c, "cancb", NULL, cancel_in_cb, &k, NULL), 0);
+        rw_start(c, 0, "cancb", NULL, &g2, &k.victim);
+        rw_start(c, 0, "cancb", NULL, &g3, NULL);
+    } else {
+        cr_assert_eq(hilock_semaphore_acquire(c, "cancb", 3, 1, NULL, cancel_in_cb, &k, NULL), 0);
+        sem_start(c, "cancb", 3, 1, NULL, &g2, &k.victim);
+        sem_start(c, "cancb", 3, 1, NULL, &g3, NULL);
+    }
+    cr_assert(test_loop_until(e.base, &g3.calls, 3000));
+    test_loop_for(e.base, 200); /* a grant given back, if the cancel raced one */
+    cr_expect_eq(k.g.status, 0);
+    cr_expect_eq(g3.status, 0);
+    cr_expect_eq(g2.calls, 1);
+    int delivered = 2 + (g2.status == 0);
+    if (k.rc == 0) cr_expect_eq(g2.status, HILOCK_ECANCELED);
+    else cr_expect_eq(g2.status, 0, "the cancel said %d", k.rc);
+    const char *key = prim_key("cancb", rw ? ":rwr" : ":sem");
+    cr_expect_eq(test_redis_int(&e.r, "ZCARD %b", key, strlen(key)), delivered,
+                 "holders in Redis for %d delivered holds", delivered);
+    release_now(&e, k.g.hold);
+    release_now(&e, g3.hold);
+    if (g2.status == 0) release_now(&e, g2.hold);
+    cr_expect_eq(keys_left(), 0);
+    hilock_client_free(c);
+}
+
+Test(prim_attack, sem_cancel_from_a_grant_callback) { cancel_from_a_grant(0); }
+Test(prim_attack, rw_cancel_from_a_grant_callback) { cancel_from_a_grant(1); }
