@@ -52,12 +52,8 @@ int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
     w->data = data;
     /* Reentrancy: the owner's live hold of this name serves, if the
      * primitive admits the wait beside it. */
-    hilock_hold *mine = given.owner ? hl_owner_hold(given.owner, n, now) : NULL;
-    /* A semaphore hold of another permits_total does not serve: the wait
-     * goes to Redis, which refuses the count (HILOCK_EPERMITS, by its
-     * callback) while that hold is among the holders. 0 for the others. */
-    if (mine != NULL && mine->terms.permits_total != w->terms.permits_total) mine = NULL;
-    rc = p->admit ? p->admit(w, mine) : 0;
+    hilock_hold *mine;
+    rc = hl_wait_admit(w, now, &mine);
     if (rc != 0) {
         free(w);
         hl_name_maybe_free(n);
