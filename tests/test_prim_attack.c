@@ -505,3 +505,107 @@ static void cancel_from_a_grant(int rw) {
 
 Test(prim_attack, sem_cancel_from_a_grant_callback) { cancel_from_a_grant(0); }
 Test(prim_attack, rw_cancel_from_a_grant_callback) { cancel_from_a_grant(1); }
+
+/* ---- An owner's queued waits after the one that was to serve them ended --------------- */
+
+/* An owner queues write, read, write behind another reader: no upgrade
+ * (hilock.h), the first write's grant was to serve all three. That write
+ * is cancelled: the read is then granted alone, and the second write would
+ * wait for its own owner's read, its marker holding every other reader
+ * off. It must end instead (HILOCK_EINVAL, the upgrade's refusal), and
+ * leave no marker. */
+Test(prim_attack, rw_owner_write_behind_its_read_after_its_first_write_ended) {
+    hilock_client *a = lockenv_client(&e), *x = lockenv_client(&e);
+    hilock_owner *o = hilock_owner_new(a);
+    hilock_acquire_opts opt = opts_wait(HILOCK_WAIT_FOREVER);
+    opt.owner = o;
+    got xr = rw_now(x, 0, "upc", NULL);
+    cr_assert_eq(xr.status, 0);
+    got w1, r1, w2;
+    hilock_wait *hw1;
+    rw_start(a, 1, "upc", &opt, &w1, &hw1);
+    rw_start(a, 0, "upc", &opt, &r1, NULL);
+    rw_start(a, 1, "upc", &opt, &w2, NULL);
+    test_loop_for(e.base, 100);
+    cr_assert_eq(hilock_wait_cancel(hw1), 0);
+    cr_assert(test_loop_until(e.base, &r1.calls, 2000));
+    cr_expect_eq(r1.status, 0);
+    cr_assert(test_loop_until(e.base, &w2.calls, 2000), "the owner's write waits for its own read");
+    cr_expect_eq(w2.status, HILOCK_EINVAL, "%s", hilock_strerror(w2.status));
+    test_loop_for(e.base, 100);
+    cr_expect_eq(key_exists("upc", ":rww"), 0, "its marker holds readers off");
+    hilock_acquire_opts once = opts_wait(0);
+    got y = rw_now(x, 0, "upc", &once);
+    cr_expect_eq(y.status, 0, "another reader: %s", hilock_strerror(y.status));
+    if (y.status == 0) release_now(&e, y.hold);
+    if (w2.status == 0) release_now(&e, w2.hold);
+    cr_expect_eq(release_now(&e, r1.hold), 0);
+    cr_expect_eq(release_now(&e, xr.hold), 0);
+    cr_expect_eq(keys_left(), 0);
+    hilock_owner_free(o);
+    hilock_client_free(a);
+    hilock_client_free(x);
+}
+
+/* The same for a semaphore of 3: an owner's waits for 1 and then 3, queued
+ * behind a holder of all 3, were admitted (no hold yet). The 1 is granted;
+ * the 3 would wait for its owner's own permit, for ever: it ends as an
+ * acquire beside that hold does (HILOCK_EINVAL: a hold does not grow). */
+Test(prim_attack, sem_owner_wait_for_more_behind_its_own_grant) {
+    hilock_client *a = lockenv_client(&e), *x = lockenv_client(&e);
+    hilock_owner *o = hilock_owner_new(a);
+    hilock_acquire_opts opt = opts_wait(HILOCK_WAIT_FOREVER);
+    opt.owner = o;
+    got xs = sem_now(x, "grow", 3, 3, NULL);
+    cr_assert_eq(xs.status, 0);
+    got g1, g3;
+    sem_start(a, "grow", 3, 1, &opt, &g1, NULL);
+    sem_start(a, "grow", 3, 3, &opt, &g3, NULL);
+    test_loop_for(e.base, 100);
+    cr_assert_eq(release_now(&e, xs.hold), 0);
+    cr_assert(test_loop_until(e.base, &g1.calls, 2000));
+    cr_expect_eq(g1.status, 0);
+    cr_assert(test_loop_until(e.base, &g3.calls, 2000), "3 of 3 waits for its owner's own permit");
+    cr_expect_eq(g3.status, HILOCK_EINVAL, "%s", hilock_strerror(g3.status));
+    if (g3.status == 0) release_now(&e, g3.hold);
+    cr_expect_eq(release_now(&e, g1.hold), 0);
+    cr_expect_eq(keys_left(), 0);
+    hilock_owner_free(o);
+    hilock_client_free(a);
+    hilock_client_free(x);
+}
+
+/* The readers' set deleted under two readers: a writer gets in at once (as
+ * after a mutex's key is deleted), and each reader is told once, at its
+ * next renewal, that it lost the lock; its release says so. */
+Test(prim_attack, rw_readers_deleted_under_them) {
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
+    lostrec l1 = {0, 0, 0}, l2 = {0, 0, 0};
+    hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 600);
+    o.lost_cb = lost_cb;
+    o.lost_data = &l1;
+    got r1 = rw_now(a, 0, "rdel", &o);
+    o.lost_data = &l2;
+    got r2 = rw_now(a, 0, "rdel", &o);
+    cr_assert(r1.status == 0 && r2.status == 0);
+    const char *k = prim_key("rdel", ":rwr");
+    cr_assert_eq(test_redis_int(&e.r, "DEL %b", k, strlen(k)), 1);
+    hilock_acquire_opts once = opts_wait(0);
+    got w = rw_now(b, 1, "rdel", &once);
+    cr_expect_eq(w.status, 0, "%s", hilock_strerror(w.status));
+    cr_assert(test_loop_until(e.base, &l1.calls, 2000));
+    cr_assert(test_loop_until(e.base, &l2.calls, 2000));
+    test_loop_for(e.base, 400); /* more renewal rounds: told once */
+    cr_expect_eq(l1.calls, 1);
+    cr_expect_eq(l2.calls, 1);
+    cr_expect_eq(l1.why, HILOCK_ELOST);
+    cr_expect_eq(release_now(&e, r1.hold), HILOCK_ELOST);
+    cr_expect_eq(release_now(&e, r2.hold), HILOCK_ELOST);
+    if (w.status == 0) {
+        cr_expect(!hilock_hold_lost(w.hold));
+        cr_expect_eq(release_now(&e, w.hold), 0);
+    }
+    cr_expect_eq(keys_left(), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
