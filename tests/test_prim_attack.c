@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "support/lockenv.h"
+#include "support/rwcheck.h"
+#include "support/semload.h"
 
 static lockenv e;
 static void setup(void) { lockenv_start_debuggable(&e); }
@@ -608,4 +610,95 @@ Test(prim_attack, rw_readers_deleted_under_them) {
     cr_expect_eq(keys_left(), 0);
     hilock_client_free(a);
     hilock_client_free(b);
+}
+
+/* ---- SCRIPT FLUSH under contention ------------------------------------------------------ */
+
+typedef struct flusher {
+    struct event *ev;
+    int flushes;
+} flusher;
+
+static void flush_tick(evutil_socket_t fd, short what, void *data) {
+    flusher *f = data;
+    (void)fd; (void)what;
+    redisReply *r = test_redis_cmd(&e.r, "SCRIPT FLUSH");
+    if (r) freeReplyObject(r);
+    f->flushes++;
+    struct timeval tv = {0, 40 * 1000};
+    evtimer_add(f->ev, &tv);
+}
+
+static void flusher_start(flusher *f) {
+    f->flushes = 0;
+    f->ev = evtimer_new(e.base, flush_tick, f);
+    struct timeval tv = {0, 40 * 1000};
+    evtimer_add(f->ev, &tv);
+}
+
+static void flusher_stop(flusher *f) {
+    evtimer_del(f->ev);
+    event_free(f->ev);
+}
+
+#define FL_CLIENTS 3
+#define FL_SLOTS 3
+
+/* Slots of 1 and 2 permits of 3 on three clients, scripts flushed every
+ * 40 ms (each flush makes every client's next script NOSCRIPT, re-sent as
+ * EVAL, possibly behind later requests): never more than 3 permits held,
+ * no error, nothing left. */
+Test(prim_attack, sem_contention_across_script_flushes) {
+    static semres res;
+    static semslot s[FL_CLIENTS * FL_SLOTS];
+    hilock_client *c[FL_CLIENTS];
+    volatile int active = FL_CLIENTS * FL_SLOTS, done = 0;
+    memset(&res, 0, sizeof(res));
+    for (int i = 0; i < FL_CLIENTS; i++) c[i] = lockenv_client(&e);
+    for (int i = 0; i < FL_CLIENTS * FL_SLOTS; i++)
+        s[i] = (semslot){&res, c[i % FL_CLIENTS], e.base, "flc", 0, 3, 1 + (unsigned)(i % 2), 12, 5,
+                         0, NULL, &active, &done, 0};
+    flusher f;
+    flusher_start(&f);
+    for (int i = 0; i < FL_CLIENTS * FL_SLOTS; i++) semslot_go(&s[i]);
+    cr_assert(test_loop_until(e.base, &done, 20000), "the slots did not finish");
+    flusher_stop(&f);
+    cr_expect_gt(f.flushes, 2);
+    cr_expect_eq(res.over, 0, "more than 3 permits held");
+    cr_expect_eq(res.errors, 0, "%ld errors, the first %s", res.errors, hilock_strerror(res.first_error));
+    cr_expect_eq(res.stale, 0);
+    cr_expect_eq(semload_duplicates(&res), 0);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(keys_left(), 0);
+    for (int i = 0; i < FL_CLIENTS; i++) hilock_client_free(c[i]);
+}
+
+/* Readers and writers on three clients, scripts flushed every 40 ms:
+ * never a writer beside anyone, write fences increasing, no error, no
+ * marker or holder left. */
+Test(prim_attack, rw_contention_across_script_flushes) {
+    static rwshared sh;
+    rwproc p = {&sh, e.base, 0, 0};
+    static rwturn t[FL_CLIENTS * FL_SLOTS * 8];
+    hilock_client *c[FL_CLIENTS];
+    memset(&sh, 0, sizeof(sh));
+    for (int i = 0; i < FL_CLIENTS; i++) c[i] = lockenv_client(&e);
+    flusher f;
+    flusher_start(&f);
+    int n = (int)(sizeof(t) / sizeof(t[0]));
+    for (int i = 0; i < n; i++) {
+        t[i] = (rwturn){&p, i % 3 == 0, 5, NULL};
+        cr_assert_eq(rwturn_start(c[i % FL_CLIENTS], "flrw", &t[i]), 0);
+    }
+    cr_assert(test_loop_until(e.base, &p.done, 20000), "%d turns left", p.left);
+    flusher_stop(&f);
+    cr_expect_gt(f.flushes, 2);
+    cr_expect_eq(sh.violations, 0);
+    cr_expect_eq(sh.fence_regressions, 0);
+    cr_expect_eq(sh.stale_reads, 0);
+    cr_expect_eq(sh.errors, 0, "%ld errors, the first %s", sh.errors, hilock_strerror(sh.first_error));
+    cr_expect_eq(sh.writes, n / 3);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(keys_left(), 0);
+    for (int i = 0; i < FL_CLIENTS; i++) hilock_client_free(c[i]);
 }
