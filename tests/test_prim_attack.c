@@ -706,3 +706,28 @@ Test(prim_attack, rw_contention_across_script_flushes) {
     cr_expect_eq(keys_left(), 0);
     for (int i = 0; i < FL_CLIENTS; i++) hilock_client_free(c[i]);
 }
+
+/* The SCRIPT FLUSH case again, the writer's wait ended by
+ * hilock_client_close: the close ends, once, and leaves no marker (the
+ * try, re-sent behind the close's release, is undone once answered). */
+Test(prim_attack, rw_close_while_a_writer_try_is_resent_after_flush) {
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
+    got r = rw_now(b, 0, "clflush", NULL);
+    cr_assert_eq(r.status, 0);
+    got r0 = rw_now(a, 0, "clflush0", NULL); /* rw_acquire loaded on a's connection */
+    cr_assert_eq(r0.status, 0);
+    cr_assert_eq(test_redis_int(&e.r, "SCRIPT FLUSH"), -1);
+    got w;
+    rw_start(a, 1, "clflush", NULL, &w, NULL);
+    int closed = 0;
+    hilock_client_close(a, closed_cb, &closed);
+    cr_assert(test_loop_until(e.base, &closed, 3000));
+    cr_expect_eq(w.calls, 1);
+    cr_expect_eq(w.status, HILOCK_ECANCELED);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(closed, 1);
+    cr_expect_eq(key_exists("clflush", ":rww"), 0, "the closed writer's marker stays");
+    cr_expect_eq(release_now(&e, r.hold), 0);
+    cr_expect_eq(keys_left(), 0);
+    hilock_client_free(b);
+}
