@@ -368,6 +368,9 @@ HILOCK_API void hilock_acquire_opts_init_size(hilock_acquire_opts *opts, size_t 
  *                     address never looks like a busy lock;
  *   HILOCK_EREADONLY, HILOCK_EOOM, HILOCK_ELOADING, HILOCK_ESCRIPT,
  *   HILOCK_EREPLY     Redis refused the try;
+ *   HILOCK_EINVAL     an owner's queued wait that its owner's hold, granted
+ *                     meanwhile, cannot serve (a semaphore's or read-write
+ *                     lock's: see there);
  *   HILOCK_ECANCELED  hilock_wait_cancel(), or the client was closed or freed
  *                     (also for a grant not yet delivered when that began). */
 typedef void (*hilock_acquire_cb)(hilock_hold *hold, int status, void *data);
@@ -420,8 +423,13 @@ HILOCK_API int hilock_wait_cancel(hilock_wait *w);
  *
  * With an owner, an acquire of a semaphore that the owner holds re-uses
  * that hold (counted, nothing sent) if it asks for no more permits than
- * the hold has; asking for more returns HILOCK_EINVAL at once (a hold does
- * not grow). With try once (wait_ms 0), HILOCK_EBUSY also when waiters of
+ * the hold has, of the same permits_total; asking for more returns
+ * HILOCK_EINVAL at once (a hold does not grow), and another permits_total
+ * is sent to Redis, which ends it with HILOCK_EPERMITS as it would any
+ * other's while the hold is there. A wait of the owner queued before its
+ * hold was granted (say for 1, then 3) is asked the same when its turn
+ * comes: one for more permits than the owner's hold ends with
+ * HILOCK_EINVAL (its callback) rather than wait for that hold. With try once (wait_ms 0), HILOCK_EBUSY also when waiters of
  * this client are queued ahead for the name. Fairness: this client's
  * waiters are served in order (one that asks for many permits holds back
  * those behind it); across clients there is no order, and a waiter for
@@ -481,7 +489,11 @@ HILOCK_API int hilock_semaphore_acquire(hilock_client *c, const char *name,
  * holds the read lock gets the read lock again the same way. An owner that
  * holds the read lock, or has a read acquire queued, and asks for the
  * write lock is refused at once with HILOCK_EINVAL (no upgrade: it would
- * wait for its own read; release the read lock first). Without an owner,
+ * wait for its own read; release the read lock first). A write queued
+ * behind the owner's own queued write and read is no upgrade (that write's
+ * grant serves all three); but if that first write ends without a grant
+ * (cancelled, timed out), the read goes in alone, and the later write then
+ * ends with HILOCK_EINVAL (its callback) when its turn comes. Without an owner,
  * nested acquires are independent: a reader that asks for the read lock
  * again while a writer waits waits behind that writer, which waits for the
  * first read: use an owner for nested reads.

@@ -257,6 +257,11 @@ struct hilock_wait {
 /* Queue a new wait (filled by the caller) on its name and try if it is
  * alone. A reentrant grant (hold != NULL) is delivered without a try. */
 void hl_wait_start(hilock_wait *w, hilock_hold *reentrant, uint64_t now);
+/* May `w` (its terms filled) wait beside its owner's live hold of its name
+ * (hl_prim.admit)? 0 and that hold, if it serves w, in *mine (else NULL),
+ * or the primitive's error. Asked at the acquire, and again before each
+ * try of a head with an owner. */
+int hl_wait_admit(const hilock_wait *w, uint64_t now, hilock_hold **mine);
 void hl_wait_finish(hilock_wait *w, int status, hilock_hold *h);
 int hl_wait_cancel(hilock_wait *w);
 /* Client teardown: every queued wait ends with HILOCK_ECANCELED. */

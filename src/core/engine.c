@@ -348,6 +348,34 @@ static void wait_run(hl_defer *d, int cancel) {
     if (w->req == NULL) wait_free(w);
 }
 
+int hl_wait_admit(const hilock_wait *w, uint64_t now, hilock_hold **mine) {
+    hilock_owner *o = w->terms.owner;
+    *mine = o != NULL ? hl_owner_hold(o, w->name, now) : NULL;
+    /* A semaphore hold of another permits_total does not serve: the wait
+     * goes to Redis, which refuses the count (HILOCK_EPERMITS, by its
+     * callback) while that hold is among the holders. 0 for the others. */
+    if (*mine != NULL && (*mine)->terms.permits_total != w->terms.permits_total) *mine = NULL;
+    return w->name->prim->admit != NULL ? w->name->prim->admit(w, *mine) : 0;
+}
+
+/* A head that its owner's hold does not admit any more ends with the
+ * primitive's error (1), instead of waiting for that hold, which its owner
+ * may keep until this wait ends. It was admitted beside a queued wait of
+ * the same owner whose grant was to serve it, and that ended without one:
+ * a read-write lock's write queued behind its owner's write and read (the
+ * read, granted alone, is then an upgrade's), a semaphore's wait for more
+ * permits than its owner's earlier wait got (a hold does not grow). */
+static int head_refused(hilock_wait *w) {
+    hilock_hold *mine;
+    int rc = w->terms.owner != NULL ? hl_wait_admit(w, hl_now_ms(), &mine) : 0;
+    if (rc == 0) return 0;
+    hl_name *n = w->name;
+    int more = n->nwaiters > 1; /* else n may go with w's end */
+    hl_wait_finish(w, rc, NULL);
+    if (more) hl_engine_kick(n);
+    return 1;
+}
+
 void hl_engine_kick(hl_name *n) {
     if (n->nwaiters == 0) return;
     if (n->trying) { n->woken = 1; return; }
@@ -361,6 +389,7 @@ void hl_engine_kick(hl_name *n) {
         n->woken = 0;
         return;
     }
+    if (head_refused(head)) return;
     try_send(head);
 }
 
@@ -557,8 +586,9 @@ static void try_answered(hilock_wait *w, const hl_try *t, const hl_req *r) {
         if (w->state == HL_WAIT_QUEUED && w->try_once) hl_wait_finish(w, HILOCK_EBUSY, NULL);
         /* A wait that ended without a grant while its try was out: the
          * try may have run after its abandon (sent again after NOSCRIPT,
-         * behind it) and left it a place (hl_prim.joins). */
-        else if (w->state == HL_WAIT_DONE && !w->own_grant && n->prim->joins) wait_abandon(w);
+         * behind it) and left what the abandon undoes: a place
+         * (hl_prim.joins), a writer's marker (the read-write lock). */
+        else if (w->state == HL_WAIT_DONE && !w->own_grant) wait_abandon(w);
         try_found_holder(n, t, r);
         try_later(n, t->retry_ms);
     }

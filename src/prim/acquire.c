@@ -52,8 +52,8 @@ int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
     w->data = data;
     /* Reentrancy: the owner's live hold of this name serves, if the
      * primitive admits the wait beside it. */
-    hilock_hold *mine = given.owner ? hl_owner_hold(given.owner, n, now) : NULL;
-    rc = p->admit ? p->admit(w, mine) : 0;
+    hilock_hold *mine;
+    rc = hl_wait_admit(w, now, &mine);
     if (rc != 0) {
         free(w);
         hl_name_maybe_free(n);

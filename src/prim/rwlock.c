@@ -146,7 +146,10 @@ static int rw_upgrade(hilock_owner *o, const hl_name *n, const hilock_hold *mine
     return 0;
 }
 
-/* A write by an owner that reads is an upgrade: refused, never a deadlock. */
+/* A write by an owner that reads is an upgrade: refused, never a deadlock.
+ * Asked again when the wait is its name's head (core: hl_wait_admit): a
+ * write queued behind its owner's write and read becomes an upgrade when
+ * that first write ends without a grant and the read goes in alone. */
 static int rw_admit(const hilock_wait *w, const hilock_hold *mine) {
     if (!w->terms.write || w->terms.owner == NULL || !rw_upgrade(w->terms.owner, w->name, mine))
         return 0;

@@ -52,10 +52,12 @@ static int sem_try_parse(hilock_client *c, const redisReply *reply, hl_try *out)
 }
 
 /* Reentrancy: acquires by the same owner queued behind the winner that ask
- * for no more permits than it got. */
+ * for no more permits than it got, of the same permits_total (Redis would
+ * refuse another count while the winner holds). */
 static int sem_shares(const hilock_wait *w, const hilock_wait *o) {
     return w->terms.owner != NULL && o->terms.owner == w->terms.owner &&
-           o->terms.permits <= w->terms.permits;
+           o->terms.permits <= w->terms.permits &&
+           o->terms.permits_total == w->terms.permits_total;
 }
 
 /* An owner's hold of fewer permits cannot grow. */

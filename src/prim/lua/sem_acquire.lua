@@ -4,6 +4,8 @@
 -- ARGV[3] fence_ttl_s, ARGV[4] permits_total, ARGV[5] permits
 -- Holders whose lease ran out (by the server's clock) are dropped first.
 -- No holder left: the stored count is forgotten, and ARGV[4] becomes it.
+-- Holders without the hash (deleted or evicted under them) are dropped too:
+-- their permits can no longer be counted, and their renewals fail.
 -- A count that differs from the holders' -> {-1, their count}.
 -- Ours already (a retry whose reply was lost): refresh -> {1, same fence, free}.
 -- Enough permits free: take them with a new fence -> {1, fence, free after}.
@@ -25,8 +27,8 @@ for i = 1, #dead do
 end
 local total = tonumber(ARGV[4])
 local want = tonumber(ARGV[5])
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[2])
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[2], 'n') == 0 then
+  redis.call('DEL', KEYS[1], KEYS[2])
 else
   local stored = tonumber(redis.call('HGET', KEYS[2], 'n'))
   if stored ~= total then return {-1, stored or 0} end
