@@ -296,7 +296,11 @@ HILOCK_API int hilock_client_new(hilock_client **out, const hilock_config *cfg,
 /* Free a client at once. Every pending wait gets its callback with
  * HILOCK_ECANCELED before this returns (the one exception to deferral: the
  * client is gone afterwards), and so does a pending close's callback. Holds
- * are abandoned, not released: their keys expire after their lease. All
+ * are abandoned, not released: their keys expire after their lease. Nothing
+ * is sent, so what waits leave in Redis stays until it expires too: a
+ * waiting writer's marker (up to 3 s, new readers wait meanwhile), a fair
+ * lock's queue places (skipped once the client has been silent 5 s). Use
+ * hilock_client_close() to give all of it back at once. All
  * handles of the client become invalid. Safe to call from inside any hilock
  * callback. In a forked child it frees the copy and runs no callback. */
 HILOCK_API void hilock_client_free(hilock_client *c);
