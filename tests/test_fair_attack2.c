@@ -441,3 +441,58 @@ Test(fair_attack2, odd_and_longest_names_hand_over_by_message) {
     }
     for (int i = 0; i < 3; i++) hilock_client_free(c[i]);
 }
+
+/* ---- A no_renew grant shorter than the claim window --------------------------------- */
+
+/* s's w1 (no_renew, lease 300 ms) and w2 queue, then x's x1. m's release
+ * grants w1 by message, for its 300 ms: a hold that short and no_renew
+ * sends nothing (no claim), so Redis hears nothing from s, whose time the
+ * grant cut to those 300 ms. w1 is delivered and its key expires, as
+ * no_renew says; s's loop then pauses 400 ms (well below the 5 s that
+ * costs a client its places). The next script (y's try once) must find
+ * w2 alive and grant it, not skip it as a dead client's and give x1,
+ * which came after it, the lock. */
+Test(fair_attack2, a_short_no_renew_grant_keeps_its_clients_other_places) {
+    hilock_client *m = lockenv_client(&e), *x = lockenv_client(&e), *y = lockenv_client(&e);
+    side s;
+    side_start(&s);
+    hilock_acquire_opts nr = opts_wait_lease(HILOCK_WAIT_FOREVER, 300), once = opts_wait(0);
+    nr.no_renew = 1;
+    got gm = fair_now(m, "nr", NULL), g1, g2, gx;
+    fair_start(s.c, "nr", &nr, &g1, NULL);
+    test_loop_for(s.base, 50);
+    fair_start(s.c, "nr", NULL, &g2, NULL);
+    test_loop_for(s.base, 50);
+    fair_start(x, "nr", NULL, &gx, NULL);
+    test_loop_for(e.base, 100);
+    cr_assert_eq(queued("nr"), 3);
+    cr_assert_eq(release_now(&e, gm.hold), 0); /* grants w1 */
+    cr_assert(test_loop_until(s.base, &g1.calls, 1000), "w1 never got the lock");
+    cr_assert_eq(g1.status, 0, "%s", hilock_strerror(g1.status));
+    test_loop_for(s.base, 20);
+    test_loop_for(e.base, 400); /* w1's key expires; s's loop pauses */
+    cr_expect_eq(held("nr"), 0, "a no_renew hold of 300 ms still held");
+    got gy = fair_now(y, "nr", &once); /* the lock is free: its script grants the next */
+    cr_expect_eq(gy.status, HILOCK_EBUSY, "%s", hilock_strerror(gy.status));
+    cr_assert(both_until(&s, &g2.calls, 3000) || gx.calls, "nobody got the lock");
+    int x_first = gx.calls != 0;
+    cr_expect_eq(x_first, 0, "x1 got the lock before w2, which came first: w2 was skipped as dead");
+    if (x_first) {
+        cr_expect_eq(both_release(&s, gx.hold), 0);
+        cr_assert(both_until(&s, &g2.calls, 3000), "w2 never got the lock");
+    }
+    cr_expect_eq(g2.status, 0, "%s", hilock_strerror(g2.status));
+    cr_expect_eq(both_release(&s, g2.hold), 0);
+    if (!x_first) {
+        cr_assert(both_until(&s, &gx.calls, 3000), "x1 never got the lock");
+        cr_expect_eq(gx.status, 0);
+        cr_expect_eq(both_release(&s, gx.hold), 0);
+    }
+    both_for(&s, 100);
+    cr_expect_eq(held("nr"), 0);
+    cr_expect_eq(queued("nr"), 0);
+    side_stop(&s);
+    hilock_client_free(y);
+    hilock_client_free(x);
+    hilock_client_free(m);
+}

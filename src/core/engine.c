@@ -430,6 +430,16 @@ static uint64_t grant_time(const hl_name *n, const hilock_wait *w, uint64_t serv
     return at < now ? at : now;
 }
 
+/* The head of n's waits sends a try after this instant: a join of its
+ * that is out, adopted as the name's try, may have run before it. */
+static void kick_fresh(hl_name *n) {
+    if (n->nwaiters == 0) return;
+    hilock_wait *head = HL_CONTAINER(n->waiters.next, hilock_wait, link);
+    int adopts = head->joining && !n->trying;
+    hl_engine_kick(n); /* a try out already: woken, another follows it */
+    if (adopts) n->woken = 1;
+}
+
 /* A grant by message (the fair lock): the releaser's script gave the lock
  * to one of our waits, for a short claim window; the hold's watchdog
  * claims it with its first renewal. A token that is not waiting here is
@@ -446,7 +456,14 @@ static void grant_message(hl_name *n, const hl_grant *g) {
         return;
     }
     uint64_t now = hl_now_ms();
+    int silent = w->terms.no_renew && g->ttl_ms >= w->terms.lease_ms;
     grant(w, g->fence, grant_time(n, w, g->server_ms, now), min_lease(g->ttl_ms, w));
+    /* The grant cut this client's time in the queue to its window, which
+     * its claim gives back (hl_prim.grant_msg). A hold that sends nothing
+     * (no_renew, its whole lease within the window) claims nothing: the
+     * head of the waits left tries now (its refresh, brought forward), or
+     * their places count as a dead client's once that hold's key expires. */
+    if (silent) kick_fresh(n);
     hl_name_check(n);
 }
 
