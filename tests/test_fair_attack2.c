@@ -9,6 +9,8 @@
  * its own (side), which the test runs only when it says, so a grant
  * published meanwhile waits in its socket. */
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "support/fairenv.h"
@@ -556,4 +558,171 @@ Test(fair_attack2, a_short_no_renew_grant_found_by_a_try_keeps_the_other_places)
     hilock_client_free(y);
     hilock_client_free(x);
     hilock_client_free(m);
+}
+
+/* ---- Order across processes ------------------------------------------------------------ */
+
+#define XP_PROCS 3
+#define XP_WAITS 4
+#define XP_N (XP_PROCS * XP_WAITS)
+#define XP_GAP_MS 30
+/* Arrival a is cancelled while it waits when a % 4 == 1; a no_renew hold
+ * of 300 ms left to expire (never released) when a % 5 == 3. */
+#define XP_CANCELLED(a) ((a) % 4 == 1)
+#define XP_SHORT(a) ((a) % 5 == 3)
+
+typedef struct xpres {
+    volatile long long t0;
+    volatile int ready, n, inside, overlaps, errors, first_error, cancels;
+    volatile int order[XP_N];
+    volatile unsigned long long fence[XP_N];
+} xpres;
+
+typedef struct xpwait {
+    xpres *res;
+    hilock_client *c;
+    struct event_base *base;
+    int arrival;
+    hilock_wait *w;
+    hilock_hold *h;
+    volatile int *left;
+} xpwait;
+
+static void xp_error(xpres *r, int status) {
+    if (__atomic_fetch_add(&r->errors, 1, __ATOMIC_SEQ_CST) == 0) r->first_error = status;
+}
+
+static void xp_released(int status, void *data) {
+    xpwait *w = data;
+    if (status != 0) xp_error(w->res, status);
+    --*w->left;
+}
+
+static void xp_release(evutil_socket_t fd, short what, void *data) {
+    xpwait *w = data;
+    (void)fd; (void)what;
+    __atomic_sub_fetch(&w->res->inside, 1, __ATOMIC_SEQ_CST);
+    if (hilock_release(w->h, xp_released, w) != 0) --*w->left;
+}
+
+static void xp_granted(hilock_hold *h, int status, void *data) {
+    xpwait *w = data;
+    xpres *r = w->res;
+    if (status == HILOCK_ECANCELED && XP_CANCELLED(w->arrival)) {
+        __atomic_add_fetch(&r->cancels, 1, __ATOMIC_SEQ_CST);
+        --*w->left;
+        return;
+    }
+    if (status != 0) {
+        xp_error(r, status);
+        --*w->left;
+        return;
+    }
+    int i = __atomic_fetch_add(&r->n, 1, __ATOMIC_SEQ_CST);
+    r->order[i] = w->arrival;
+    r->fence[i] = hilock_hold_fence(h);
+    w->h = h;
+    if (XP_SHORT(w->arrival)) { /* left to expire: no overlap count for it */
+        --*w->left;
+        return;
+    }
+    if (__atomic_add_fetch(&r->inside, 1, __ATOMIC_SEQ_CST) > 1)
+        __atomic_add_fetch(&r->overlaps, 1, __ATOMIC_SEQ_CST);
+    struct timeval tv = {0, 2000};
+    event_base_once(w->base, -1, EV_TIMEOUT, xp_release, w, &tv);
+}
+
+static void xp_cancel(evutil_socket_t fd, short what, void *data) {
+    xpwait *w = data;
+    (void)fd; (void)what;
+    if (hilock_wait_cancel(w->w) != 0) xp_error(w->res, HILOCK_EINVAL);
+}
+
+static void xp_arrive(evutil_socket_t fd, short what, void *data) {
+    xpwait *w = data;
+    hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, XP_SHORT(w->arrival) ? 300 : 0);
+    (void)fd; (void)what;
+    o.no_renew = XP_SHORT(w->arrival);
+    if (hilock_fair_acquire(w->c, "xp", &o, xp_granted, w, &w->w) != 0) {
+        --*w->left;
+        return;
+    }
+    struct timeval tv = {0, 40 * 1000};
+    if (XP_CANCELLED(w->arrival)) event_base_once(w->base, -1, EV_TIMEOUT, xp_cancel, w, &tv);
+}
+
+/* Process p's waits arrive at t0 + (k * PROCS + p) * GAP. */
+static void xp_child(xpres *r, int p) {
+    lockenv ce = lockenv_child(&e);
+    hilock_client *c = lockenv_client(&ce);
+    xpwait w[XP_WAITS];
+    volatile int left = XP_WAITS;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    __atomic_add_fetch(&r->ready, 1, __ATOMIC_SEQ_CST);
+    while (r->t0 == 0) test_msleep(1);
+    for (int k = 0; k < XP_WAITS; k++) {
+        w[k] = (xpwait){r, c, ce.base, k * XP_PROCS + p, NULL, NULL, &left};
+        long long due = r->t0 + w[k].arrival * XP_GAP_MS - test_now_ms();
+        struct timeval tv = {0, due > 0 ? (int)due * 1000 : 0};
+        event_base_once(ce.base, -1, EV_TIMEOUT, xp_arrive, &w[k], &tv);
+    }
+    long long until = test_now_ms() + 15000;
+    while (left > 0 && test_now_ms() < until) event_base_loop(ce.base, EVLOOP_ONCE);
+    /* Stay on until every process is served: this one's places (and the
+     * grants it may still get) must not outlive it. */
+    while (r->n + r->cancels + r->errors < XP_N && test_now_ms() < until)
+        event_base_loop(ce.base, EVLOOP_NONBLOCK), test_msleep(2);
+    hilock_client_free(c);
+    event_base_free(ce.base);
+    _exit(left == 0 ? 0 : 3);
+}
+
+/* 12 waits of 3 processes arrive 30 ms apart, interleaved, behind a
+ * holder; a quarter are cancelled while they wait, and two get no_renew
+ * holds of 300 ms that they leave to expire (the next grant then comes
+ * from a refresh). The others are granted exactly in the order they
+ * arrived, with growing fences, one at a time. */
+Test(fair_attack2, order_across_processes_with_cancels_and_short_holds) {
+    xpres *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(r, MAP_FAILED);
+    memset((void *)r, 0, sizeof(*r));
+    hilock_client *c = lockenv_client(&e);
+    got holder = fair_now(c, "xp", NULL);
+    cr_assert_eq(holder.status, 0);
+    pid_t kids[XP_PROCS];
+    for (int p = 0; p < XP_PROCS; p++) {
+        kids[p] = fork();
+        cr_assert_geq(kids[p], 0);
+        if (kids[p] == 0) xp_child(r, p);
+    }
+    while (r->ready < XP_PROCS) test_msleep(1);
+    r->t0 = test_now_ms() + 100;
+    test_loop_for(e.base, 100 + XP_N * XP_GAP_MS + 300);
+    int expect[XP_N], nexpect = 0;
+    for (int a = 0; a < XP_N; a++)
+        if (!XP_CANCELLED(a)) expect[nexpect++] = a;
+    cr_expect_eq(queued("xp"), nexpect);
+    cr_assert_eq(release_now(&e, holder.hold), 0);
+    int bad = 0;
+    for (int p = 0; p < XP_PROCS; p++) {
+        int st;
+        waitpid(kids[p], &st, 0);
+        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    cr_expect_eq(bad, 0, "a process did not see all its waits end");
+    cr_expect_eq(r->errors, 0, "first error: %s", hilock_strerror(r->first_error));
+    cr_expect_eq(r->overlaps, 0, "two holders at once");
+    cr_expect_eq(r->cancels, XP_N - nexpect);
+    cr_assert_eq(r->n, nexpect);
+    char order[256] = "";
+    int wrong = 0;
+    for (int i = 0; i < r->n; i++) {
+        wrong += r->order[i] != expect[i];
+        snprintf(order + strlen(order), sizeof(order) - strlen(order), " %d", r->order[i]);
+        if (i > 0) cr_expect_gt(r->fence[i], r->fence[i - 1], "fence %d not above the one before", i);
+    }
+    cr_expect_eq(wrong, 0, "granted out of order:%s", order);
+    cr_expect_eq(queued("xp"), 0);
+    hilock_client_free(c);
+    munmap((void *)r, sizeof(*r));
 }
