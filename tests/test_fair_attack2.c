@@ -726,3 +726,46 @@ Test(fair_attack2, order_across_processes_with_cancels_and_short_holds) {
     hilock_client_free(c);
     munmap((void *)r, sizeof(*r));
 }
+
+/* ---- A grant message lost with the subscriber connection ------------------------------ */
+
+/* s's subscriber connection is killed just before the release that
+ * grants s's wait, with x queued behind it: the grant's message is lost,
+ * and s's resubscription's try must find the lock in its name within the
+ * claim window, so that the grant neither lapses nor passes to x. */
+Test(fair_attack2, a_grant_lost_with_the_subscriber_is_found_before_it_lapses) {
+    hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e), *x = lockenv_client(&e);
+    for (int round = 0; round < 3; round++) {
+        char name[16];
+        snprintf(name, sizeof(name), "gl%d", round);
+        got gm = fair_now(m, name, NULL), gs, gx;
+        fair_start(s, name, NULL, &gs, NULL);
+        test_loop_for(e.base, 100);
+        fair_start(x, name, NULL, &gx, NULL);
+        test_loop_for(e.base, 100 + 250 * round); /* at different points of s's refresh */
+        cr_assert_eq(queued(name), 2);
+        redisReply *k = test_redis_cmd(&e.r, "CLIENT KILL TYPE pubsub");
+        cr_assert(k != NULL);
+        freeReplyObject(k);
+        long long t0 = test_now_ms();
+        rel r = {0, 0};
+        cr_assert_eq(hilock_release(gm.hold, rel_cb, &r), 0); /* before anyone reconnects */
+        cr_assert(test_loop_until(e.base, &gs.calls, 3000), "round %d: s never got it", round);
+        cr_expect_eq(gs.status, 0, "round %d: %s", round, hilock_strerror(gs.status));
+        cr_expect_lt(gs.at_ms - t0, 1000, "round %d: found %lld ms after the release", round,
+                     gs.at_ms - t0);
+        cr_expect_eq(gx.calls, 0, "round %d: x got the lock first", round);
+        test_loop_for(e.base, 500); /* claimed */
+        cr_expect_eq(held_fence(name), hilock_hold_fence(gs.hold), "round %d", round);
+        cr_expect_eq(hilock_hold_lost(gs.hold), 0);
+        cr_expect_eq(release_now(&e, gs.hold), 0);
+        cr_assert(test_loop_until(e.base, &gx.calls, 3000), "round %d: x never got it", round);
+        cr_expect_eq(gx.status, 0);
+        cr_expect_eq(release_now(&e, gx.hold), 0);
+        cr_expect_eq(held(name), 0);
+        cr_expect_eq(queued(name), 0);
+    }
+    hilock_client_free(x);
+    hilock_client_free(s);
+    hilock_client_free(m);
+}
