@@ -500,12 +500,14 @@ Test(fair_attack2, a_short_no_renew_grant_keeps_its_clients_other_places) {
     hilock_client_free(m);
 }
 
-/* The same grant made by s's own try: s's w1 lost its place (taken out
- * of the queue), so its next try finds the lock free with s's w2 (no_renew,
- * 300 ms) first, grants it by message in that script and names it as the
- * holder (the client grants it from the reply). s's w3 and then x's x1
- * queue behind w2. When w2's key expires, a third client's try (y's, while
- * s's loop pauses 400 ms) must grant w3, not skip it for x1. */
+/* The same grant made by s's own try: s's w1 stands behind its other
+ * waits in the queue (moved there by hand: it keeps a place, so nothing
+ * says the queue was lost), so its next try finds the lock free with s's
+ * w2 (no_renew, 300 ms) first, grants it by message in that script and
+ * names it as the holder (the client grants it from the reply). s's w3
+ * and then x's x1 queue behind w2. When w2's key expires, a third
+ * client's try (y's, while s's loop pauses 400 ms) must grant w3, not
+ * skip it for x1. */
 Test(fair_attack2, a_short_no_renew_grant_found_by_a_try_keeps_the_other_places) {
     hilock_client *m = lockenv_client(&e), *x = lockenv_client(&e), *y = lockenv_client(&e);
     side s;
@@ -522,9 +524,16 @@ Test(fair_attack2, a_short_no_renew_grant_found_by_a_try_keeps_the_other_places)
     test_loop_for(e.base, 100);
     cr_assert_eq(queued("nt"), 4);
     redisReply *first = test_redis_cmd(&e.r, "ZRANGE %s 0 0", fkey("nt", ":q"));
+    redisReply *last = test_redis_cmd(&e.r, "ZRANGE %s -1 -1 WITHSCORES", fkey("nt", ":q"));
     cr_assert(first && first->type == REDIS_REPLY_ARRAY && first->elements == 1);
-    test_redis_int(&e.r, "ZREM %s %s", fkey("nt", ":q"), first->element[0]->str); /* w1's */
+    cr_assert(last && last->type == REDIS_REPLY_ARRAY && last->elements == 2);
+    /* w1's place moves to the tail (a place is its number * 1024 + its
+     * claim window). */
+    long long tail = strtoll(last->element[1]->str, NULL, 10) / 1024 + 1;
+    cr_assert_eq(test_redis_int(&e.r, "ZADD %s XX CH %lld %s", fkey("nt", ":q"), tail * 1024 + 1000,
+                                first->element[0]->str), 1);
     freeReplyObject(first);
+    freeReplyObject(last);
     cr_assert_eq(test_redis_int(&e.r, "DEL %s", fkey("nt", "")), 1); /* free, and nobody told */
     cr_assert(test_loop_until(s.base, &g2.calls, 2000), "w1's try never granted w2");
     cr_assert_eq(g2.status, 0, "%s", hilock_strerror(g2.status));
@@ -766,6 +775,47 @@ Test(fair_attack2, a_grant_lost_with_the_subscriber_is_found_before_it_lapses) {
         cr_expect_eq(queued(name), 0);
     }
     hilock_client_free(x);
+    hilock_client_free(s);
+    hilock_client_free(m);
+}
+
+/* The queue's key alone is lost (DEL; or a failover to a replica that
+ * had the clients' alive times but not the latest joins) while s's w1 and
+ * w2 and then y's y1 queue. Every wait learns it at its client's next
+ * try, and all of a client's waits join again in their order (hilock.h):
+ * w2, called before y1, is not left out of the queue until it is s's head
+ * (when y1 would have gone ahead of it). */
+Test(fair_attack2, after_the_queue_key_alone_is_lost_every_wait_joins_again) {
+    hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e), *y = lockenv_client(&e);
+    got gm = fair_now(m, "ql", NULL), g1, g2, gy;
+    fair_start(s, "ql", NULL, &g1, NULL);
+    fair_start(s, "ql", NULL, &g2, NULL);
+    test_loop_for(e.base, 100);
+    fair_start(y, "ql", NULL, &gy, NULL);
+    test_loop_for(e.base, 100);
+    cr_assert_eq(queued("ql"), 3);
+    cr_assert_eq(test_redis_int(&e.r, "DEL %s", fkey("ql", ":q")), 1);
+    test_loop_for(e.base, 1300); /* every client's head tries again */
+    cr_expect_eq(queued("ql"), 3, "a wait is left out of the queue");
+    cr_assert_eq(release_now(&e, gm.hold), 0);
+    cr_assert(test_loop_until(e.base, &g1.calls, 3000), "w1 never got the lock");
+    cr_assert_eq(g1.status, 0);
+    cr_expect_eq(release_now(&e, g1.hold), 0);
+    cr_assert(test_loop_until(e.base, &g2.calls, 3000) || gy.calls, "nobody got the lock");
+    int y_first = gy.calls != 0;
+    cr_expect_eq(y_first, 0, "y1 got the lock before w2, which came first");
+    if (y_first) cr_expect_eq(release_now(&e, gy.hold), 0);
+    cr_assert(test_loop_until(e.base, &g2.calls, 3000), "w2 never got the lock");
+    cr_expect_eq(g2.status, 0);
+    cr_expect_eq(release_now(&e, g2.hold), 0);
+    if (!y_first) {
+        cr_assert(test_loop_until(e.base, &gy.calls, 3000), "y1 never got the lock");
+        cr_expect_eq(gy.status, 0);
+        cr_expect_eq(release_now(&e, gy.hold), 0);
+    }
+    cr_expect_eq(held("ql"), 0);
+    cr_expect_eq(queued("ql"), 0);
+    hilock_client_free(y);
     hilock_client_free(s);
     hilock_client_free(m);
 }

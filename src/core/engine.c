@@ -289,6 +289,7 @@ static int wait_retry(hilock_wait *w, uint64_t now) {
     w->own_grant = 0; /* that grant was the old token's */
     if (again) {
         hl_token_new(w->c, w->token);
+        w->placed = 0; /* the new token has no place yet */
         wait_enqueue(w, 1, now);
         hl_engine_kick(w->name);
         hl_name_check(w->name);
@@ -685,6 +686,7 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
         n->srv_at = r->submitted_at;
         n->srv_ms = t.server_ms;
     }
+    if (err == 0 && req_has_token(r, w->token)) w->placed = 1;
     if (!req_has_token(r, w->token)) {
         stale_answered(n, r, &t, err, w->terms.lease_ms);
         if (!joined) try_later(n, 0);
