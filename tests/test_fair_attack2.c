@@ -191,7 +191,7 @@ Test(fair_attack2, a_client_freed_with_its_grant_unread_leaves_no_lock) {
     }
     cr_assert(test_loop_until(e.base, &gx.calls, 4000), "x never got the lock");
     cr_expect_eq(gx.status, 0, "%s", hilock_strerror(gx.status));
-    cr_expect_lt(gx.at_ms - t0, 2500, "the freed client held the lock %lld ms", gx.at_ms - t0);
+    cr_expect_lt(gx.at_ms - t0, 3000, "the freed client held the lock %lld ms", gx.at_ms - t0);
     cr_expect_eq(queued("fu"), 0);
     cr_expect_eq(release_now(&e, gx.hold), 0);
     side_stop(&s);
@@ -391,9 +391,11 @@ Test(fair_attack2, a_stall_past_the_claim_window_loses_the_grant_cleanly) {
     pid_t k = test_redis_debug_sleep(&e.r, "1.5");
     cr_assert_gt(k, 0);
     cr_assert(test_loop_until(e.base, &ls.calls, 2500), "s never heard its grant lapsed");
-    cr_expect_leq(ls.at_ms - granted, 1100, "lost %lld ms after the grant", ls.at_ms - granted);
+    /* By its own clock, while the server still sleeps (1.5 s). */
+    cr_expect_lt(ls.at_ms - granted, 1400, "lost %lld ms after the grant", ls.at_ms - granted);
     cr_expect_eq(hilock_hold_lost(gs.hold), 1);
     cr_assert(test_loop_until(e.base, &gx.calls, 4000), "x never got the lock");
+    cr_expect_lt(ls.at_ms, gx.at_ms, "x got the lock before s heard it lost it");
     cr_expect_eq(gx.status, 0, "%s", hilock_strerror(gx.status));
     cr_expect_gt(hilock_hold_fence(gx.hold), hilock_hold_fence(gs.hold));
     test_loop_for(e.base, 500);
