@@ -822,3 +822,43 @@ Test(fair_attack2, after_the_queue_key_alone_is_lost_every_wait_joins_again) {
     hilock_client_free(s);
     hilock_client_free(m);
 }
+
+/* ---- Close with a grant unread -------------------------------------------------------- */
+
+static void closed_cb(void *data) { *(int *)data = 1; }
+
+/* s closes (gracefully) with a grant to its first wait unread and a second
+ * wait queued: both end with ECANCELED, their releases hand the lock on
+ * (the first's to s's second, the second's to x) in one round trip each,
+ * not after a claim window, and nothing of s stays in Redis. */
+Test(fair_attack2, a_close_with_a_grant_unread_hands_the_lock_on_at_once) {
+    hilock_client *m = lockenv_client(&e), *x = lockenv_client(&e);
+    side s;
+    side_start(&s);
+    got gm = fair_now(m, "cl", NULL), g1, g2, gx;
+    fair_start(s.c, "cl", NULL, &g1, NULL);
+    fair_start(s.c, "cl", NULL, &g2, NULL);
+    test_loop_for(s.base, 100);
+    fair_start(x, "cl", NULL, &gx, NULL);
+    test_loop_for(e.base, 100);
+    cr_assert_eq(queued("cl"), 3);
+    cr_assert_eq(release_now(&e, gm.hold), 0); /* grants w1, unread */
+    int closed = 0;
+    long long t0 = test_now_ms();
+    hilock_client_close(s.c, closed_cb, &closed);
+    cr_assert(both_until(&s, &closed, 3000), "the close never ended");
+    s.c = NULL; /* freed by the close */
+    cr_expect_eq(g1.calls, 1);
+    cr_expect_eq(g1.status, HILOCK_ECANCELED);
+    cr_expect_eq(g2.calls, 1);
+    cr_expect_eq(g2.status, HILOCK_ECANCELED);
+    cr_assert(test_loop_until(e.base, &gx.calls, 3000), "x never got the lock");
+    cr_expect_eq(gx.status, 0);
+    cr_expect_lt(gx.at_ms - t0, 800, "x waited out a claim window: %lld ms", gx.at_ms - t0);
+    cr_expect_eq(queued("cl"), 0);
+    cr_expect_eq(release_now(&e, gx.hold), 0);
+    cr_expect_eq(held("cl"), 0);
+    side_stop(&s);
+    hilock_client_free(x);
+    hilock_client_free(m);
+}
