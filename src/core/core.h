@@ -249,6 +249,9 @@ struct hilock_wait {
     unsigned tried : 1;    /* a try of it was sent (abandon has work) */
     unsigned joining : 1;  /* req is its join, not its name's try (hl_prim.joins) */
     unsigned own_grant : 1;/* granted with its own token (not shared) */
+    unsigned placed : 1;   /* a try or join of its token was answered: it has
+                              had a place in the queue (hl_prim.joins; read
+                              by the prim's try_req) */
     unsigned rejoining : 1;/* the join being built goes to the queue's tail
                               (hl_try.rejoin; read by the prim's try_req) */
     char token[HL_TOKEN_LEN + 1];

@@ -289,6 +289,7 @@ static int wait_retry(hilock_wait *w, uint64_t now) {
     w->own_grant = 0; /* that grant was the old token's */
     if (again) {
         hl_token_new(w->c, w->token);
+        w->placed = 0; /* the new token has no place yet */
         wait_enqueue(w, 1, now);
         hl_engine_kick(w->name);
         hl_name_check(w->name);
@@ -459,6 +460,30 @@ static uint64_t grant_time(const hl_name *n, const hilock_wait *w, uint64_t serv
     return at < now ? at : now;
 }
 
+/* The head of n's waits sends a try after this instant: a join of its
+ * that is out, adopted as the name's try, may have run before it. */
+static void kick_fresh(hl_name *n) {
+    if (n->nwaiters == 0) return;
+    hilock_wait *head = HL_CONTAINER(n->waiters.next, hilock_wait, link);
+    int adopts = head->joining && !n->trying;
+    hl_engine_kick(n); /* a try out already: woken, another follows it */
+    if (adopts) n->woken = 1;
+}
+
+/* A grant made in Redis for a window (a grant by message, found by its
+ * message or by a try that names its holder): it cut this client's time
+ * in the queue to that window, which the hold's claim gives back
+ * (_fair.lua). A hold that sends nothing in it (no_renew, its whole lease
+ * within the window) claims nothing: the head of the waits left tries
+ * now (its refresh, brought forward), or their places count as a dead
+ * client's once that hold's key expires, and a later waiter goes first. */
+static void grant_windowed(hilock_wait *w, uint64_t fence, uint64_t at, uint64_t window_ms) {
+    hl_name *n = w->name;
+    int silent = w->terms.no_renew && window_ms >= w->terms.lease_ms;
+    grant(w, fence, at, min_lease(window_ms, w));
+    if (silent) kick_fresh(n);
+}
+
 /* A grant by message (the fair lock): the releaser's script gave the lock
  * to one of our waits, for a short claim window; the hold's watchdog
  * claims it with its first renewal. A token that is not waiting here is
@@ -475,7 +500,7 @@ static void grant_message(hl_name *n, const hl_grant *g) {
         return;
     }
     uint64_t now = hl_now_ms();
-    grant(w, g->fence, grant_time(n, w, g->server_ms, now), min_lease(g->ttl_ms, w));
+    grant_windowed(w, g->fence, grant_time(n, w, g->server_ms, now), g->ttl_ms);
     hl_name_check(n);
 }
 
@@ -561,7 +586,7 @@ static void try_found_holder(hl_name *n, const hl_try *t, const hl_req *r) {
     hilock_wait *o = t->holder ? wait_by_token(n, t->holder) : NULL;
     if (o == NULL || t->holder_ms == 0) return;
     if (replicas_short(n->c, r)) hl_wait_finish(o, HILOCK_EREPLICAS, NULL); /* abandon gives it back */
-    else grant(o, t->fence, r->submitted_at, min_lease(t->holder_ms, o));
+    else grant_windowed(o, t->fence, r->submitted_at, t->holder_ms);
 }
 
 static void try_answered(hilock_wait *w, const hl_try *t, const hl_req *r) {
@@ -691,6 +716,7 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
         n->srv_at = r->submitted_at;
         n->srv_ms = t.server_ms;
     }
+    if (err == 0 && req_has_token(r, w->token)) w->placed = 1;
     if (!req_has_token(r, w->token)) {
         stale_answered(n, r, &t, err, w->terms.lease_ms);
         if (!joined) try_later(n, 0);

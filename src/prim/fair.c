@@ -41,8 +41,10 @@ static const hl_cmd release_cmd = {&hl_script_fair_release, 4,
 static const hl_cmd renew_cmd = {&hl_script_fair_renew, 2, {":fair", ":fair:p"}};
 
 /* acquire(lock, queue, clients, fence; token, lease_ms, fence_ttl_s, once
- * (or 2: join again at the tail, w->rejoining), channel, PUBLISH or
- * SPUBLISH (added by net)). `owner` is the wait. */
+ * (or 2: join again at the tail, w->rejoining; 3: a try of a token that
+ * has had its place, w->placed, so that a place found gone is a queue
+ * lost; 0: a first try), channel, PUBLISH or SPUBLISH (added by net)).
+ * `owner` is the wait. */
 static hl_req *fair_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_req_done done,
                             void *owner) {
     const hilock_wait *w = owner;
@@ -51,7 +53,7 @@ static hl_req *fair_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl
     hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
     hl_req_arg_u64(r, lease_ms);
     hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
-    hl_req_arg(r, w->try_once ? "1" : w->rejoining ? "2" : "0", 1, "", 0);
+    hl_req_arg(r, w->try_once ? "1" : w->rejoining ? "2" : w->placed ? "3" : "0", 1, "", 0);
     hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
     r->publishes = 1; /* a try that finds the lock free may grant the first waiter */
     return r;

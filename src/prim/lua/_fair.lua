@@ -41,12 +41,14 @@ local function alive(procs, token)
   return new
 end
 
--- Join the queue at its tail, unless there already.
+-- Join the queue at its tail, unless there already. Returns true if it
+-- joined.
 local function join(token, lease_ms)
-  if redis.call('ZSCORE', KEYS[2], token) then return end
+  if redis.call('ZSCORE', KEYS[2], token) then return false end
   local last = tonumber(redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2] or '0')
   local claim = math.min(tonumber(lease_ms), CLAIM_MS)
   redis.call('ZADD', KEYS[2], (math.floor(last / 1024) + 1) * 1024 + claim, token)
+  return true
 end
 
 -- `token`'s process spoke, and has time left: it counts for ALIVE_MS more

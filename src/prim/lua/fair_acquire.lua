@@ -1,6 +1,7 @@
 -- acquire: KEYS as in _fair.lua (lock, queue, processes, fence);
 -- ARGV[1] token, ARGV[2] lease_ms, ARGV[3] fence_ttl_s, ARGV[4] '1' to try
--- once (without joining the queue), '0', or '2' to join again at the tail
+-- once (without joining the queue), '0' (the token's first try), '3' (a
+-- later try: the token had its place), or '2' to join again at the tail
 -- (after this client's places were lost: its waits join again in their
 -- order, whatever places some of them kept), ARGV[5] channel, ARGV[6]
 -- PUBLISH or SPUBLISH.
@@ -16,8 +17,9 @@
 --     waits, whose grant message was missed) for n ms more (the lock was
 --     free, and this try granted it to the first live entry, by message,
 --     when n is the claim window);
---   flags has 2 when our process had no time left (see alive()): its
---     other waits must join again.
+--   flags has 2 when our process had no time left (see alive()), or a
+--     later try ('3') found its place gone: its other waits must join
+--     again.
 -- `now` is the server's clock (ms): fair.c dates grants by message with it.
 -- #include "_fence.lua"
 -- #include "_fair.lua"
@@ -31,7 +33,12 @@ if held == token then
   return {1, held_fence, now, '', 0, 1 + lost}
 end
 if ARGV[4] == '2' then redis.call('ZREM', KEYS[2], token) end
-if ARGV[4] ~= '1' then join(token, ARGV[2]) end
+-- A token that had its place ('3') and has none, though it does not hold
+-- the lock, lost it with the queue (its key deleted, or a failover to a
+-- replica without the latest joins), which alive() does not see when the
+-- process's time was kept: the other places of the process may be gone
+-- too, and they join again, as after a silence.
+if ARGV[4] ~= '1' and join(token, ARGV[2]) and ARGV[4] == '3' then lost = 2 end
 redis.call('PEXPIRE', KEYS[2], ALIVE_MS)
 if held then
   return {0, redis.call('PTTL', KEYS[1]), now, held, held_fence, lost}
