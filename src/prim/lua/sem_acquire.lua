@@ -27,11 +27,11 @@ for i = 1, #dead do
 end
 local total = tonumber(ARGV[4])
 local want = tonumber(ARGV[5])
-if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[2], 'n') == 0 then
+local stored = redis.call('EXISTS', KEYS[1]) == 1 and redis.call('HGET', KEYS[2], 'n')
+if not stored then
   redis.call('DEL', KEYS[1], KEYS[2])
-else
-  local stored = tonumber(redis.call('HGET', KEYS[2], 'n'))
-  if stored ~= total then return {-1, stored or 0} end
+elseif tonumber(stored) ~= total then
+  return {-1, tonumber(stored) or 0}
 end
 local used = tonumber(redis.call('HGET', KEYS[2], 'u') or '0') or 0
 local expiry = string.format('%.0f', now + tonumber(ARGV[2]))
