@@ -1,0 +1,466 @@
+/* Attacks on the mutex core and the client's edges, against a real
+ * redis-server: callbacks re-entering the API (release and close from a
+ * lost callback, close from its own callback), leases that a stalled
+ * server outlives, replies later than request_timeout_ms, connections
+ * killed with releases and extensions in flight, a thousand waiters
+ * cancelled in random order while the lock passes around, and reentrant
+ * holds that are lost. Each checks callbacks exactly once, exclusion,
+ * fences, and what is left in Redis. */
+#include <sys/wait.h>
+#include <unistd.h>
+#include "support/lockenv.h"
+
+static lockenv e;
+
+static void setup(void) { lockenv_start_debuggable(&e); }
+static void teardown(void) { lockenv_stop(&e); }
+
+TestSuite(core_attack, .init = setup, .fini = teardown, .timeout = 40);
+
+/* A client whose connections are up. */
+static hilock_client *ready_client_cfg(const hilock_config *cfg) {
+    hilock_client *c = lockenv_client_cfg(&e, cfg);
+    got g = acquire_now(&e, c, "warm-up", NULL);
+    cr_assert_eq(g.status, 0);
+    cr_assert_eq(release_now(&e, g.hold), 0);
+    return c;
+}
+
+static hilock_client *ready_client(void) {
+    hilock_config cfg;
+    lockenv_config(&cfg, e.r.url);
+    return ready_client_cfg(&cfg);
+}
+
+/* Keys under the prefix that are not fence keys (SCAN). */
+static long long nonfence_keys(void) {
+    redisContext *k = test_redis_connect(&e.r);
+    long long n = 0;
+    char cursor[32] = "0";
+    do {
+        redisReply *rep = redisCommand(k, "SCAN %s MATCH hilock:* COUNT 1000", cursor);
+        cr_assert(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2);
+        snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
+        for (size_t i = 0; i < rep->element[1]->elements; i++) {
+            const char *key = rep->element[1]->element[i]->str;
+            size_t len = strlen(key);
+            if (len < 6 || strcmp(key + len - 6, ":fence") != 0) n++;
+        }
+        freeReplyObject(rep);
+    } while (strcmp(cursor, "0") != 0);
+    redisFree(k);
+    return n;
+}
+
+static void ctl_check(redisReply *rep, const char *cmd) {
+    cr_assert_not_null(rep, "%s: no reply", cmd);
+    cr_assert_neq(rep->type, REDIS_REPLY_ERROR, "%s: %s", cmd, rep->str);
+    freeReplyObject(rep);
+}
+/* A command whose words are split by hiredis (a literal format). */
+#define ctl(cmd) ctl_check(test_redis_cmd(&e.r, cmd), cmd)
+
+/* ---- Re-entering the API from callbacks ------------------------------- */
+
+typedef struct relost {
+    int lost_calls, lost_why, extend_rc, release_rc, again_rc;
+    rel r;
+} relost;
+
+static void release_in_lost(hilock_hold *h, int why, void *data) {
+    relost *x = data;
+    x->lost_calls++;
+    x->lost_why = why;
+    x->extend_rc = hilock_hold_extend(h, 5000, NULL, NULL);
+    x->release_rc = hilock_release(h, rel_cb, &x->r);
+    x->again_rc = hilock_release(h, rel_cb, &x->r);
+}
+
+/* The lost callback releases its hold (and tries to extend it): the
+ * release reports the loss once, and nothing is left behind. */
+Test(core_attack, release_from_the_lost_callback) {
+    hilock_client *c = ready_client();
+    relost x;
+    memset(&x, 0, sizeof(x));
+    hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 300);
+    o.lost_cb = release_in_lost;
+    o.lost_data = &x;
+    got g = acquire_now(&e, c, "rl", &o);
+    cr_assert_eq(g.status, 0);
+    cr_assert_eq(test_redis_int(&e.r, "DEL hilock:{rl}"), 1);
+    cr_assert(test_loop_until(e.base, &x.r.calls, 3000));
+    test_loop_for(e.base, 300);
+    cr_expect_eq(x.lost_calls, 1);
+    cr_expect_eq(x.lost_why, HILOCK_ELOST);
+    cr_expect_eq(x.extend_rc, HILOCK_ELOST);
+    cr_expect_eq(x.release_rc, 0);
+    cr_expect_eq(x.again_rc, HILOCK_EINVAL);
+    cr_expect_eq(x.r.calls, 1);
+    cr_expect_eq(x.r.status, HILOCK_ELOST);
+    hilock_stats s = stats_of(c);
+    cr_expect_eq(s.holds, 0);
+    cr_expect_eq(s.holds_lost, 1);
+    hilock_client_free(c);
+    cr_expect_eq(nonfence_keys(), 0);
+}
+
+typedef struct closes {
+    hilock_client *c;
+    int first, second, third;
+} closes;
+
+static void third_closed(void *data) { ((closes *)data)->third++; }
+static void second_closed(void *data) { ((closes *)data)->second++; }
+
+static void first_closed(void *data) {
+    closes *k = data;
+    k->first++;
+    /* From inside its own callback: a close adds its callback (it runs
+     * once, with this close's), and a free ends it all. */
+    hilock_client_close(k->c, second_closed, k);
+    hilock_client_free(k->c);
+    hilock_client_close(k->c, third_closed, k); /* freeing: nothing */
+}
+
+Test(core_attack, close_and_free_from_the_close_callback) {
+    closes k;
+    memset(&k, 0, sizeof(k));
+    k.c = ready_client();
+    got g = acquire_now(&e, k.c, "cc", NULL);
+    cr_assert_eq(g.status, 0);
+    hilock_client_close(k.c, first_closed, &k);
+    long long t0 = test_now_ms();
+    while (k.first == 0 && test_now_ms() - t0 < 3000) test_loop_for(e.base, 10);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(k.first, 1);
+    cr_expect_eq(k.second, 1);
+    cr_expect_eq(k.third, 0);
+    cr_expect_eq(nonfence_keys(), 0);
+}
+
+typedef struct cl_in_cb {
+    hilock_client *c;
+    int acq, rel_calls, rel_status, closed, lost;
+    int close_again_rc;
+    hilock_hold *h;
+} cl_in_cb;
+
+static void count_close(void *data) { ((cl_in_cb *)data)->closed++; }
+
+static void close_in_release(int status, void *data) {
+    cl_in_cb *x = data;
+    x->rel_calls++;
+    x->rel_status = status;
+    hilock_client_close(x->c, count_close, x);
+    hilock_client_close(x->c, count_close, x);
+}
+
+/* A close begun from a release callback while another hold and a waiter
+ * are live: each callback once, both closes' callbacks once each. */
+Test(core_attack, close_twice_from_a_release_callback) {
+    hilock_client *c = ready_client(), *other = ready_client();
+    cl_in_cb x;
+    memset(&x, 0, sizeof(x));
+    x.c = c;
+    got g1 = acquire_now(&e, c, "cr1", NULL), g2 = acquire_now(&e, c, "cr2", NULL);
+    got go = acquire_now(&e, other, "cr3", NULL);
+    cr_assert_eq(g1.status, 0);
+    cr_assert_eq(g2.status, 0);
+    got w = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(c, "cr3", NULL, got_cb, &w, NULL), 0);
+    cr_assert_eq(hilock_release(g1.hold, close_in_release, &x), 0);
+    long long t0 = test_now_ms();
+    while (x.closed < 2 && test_now_ms() - t0 < 3000) test_loop_for(e.base, 10);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(x.rel_calls, 1);
+    cr_expect_eq(x.rel_status, 0);
+    cr_expect_eq(x.closed, 2);
+    cr_expect_eq(w.calls, 1);
+    cr_expect_eq(w.status, HILOCK_ECANCELED);
+    cr_expect_eq(lock_exists(&e.r, "cr1"), 0);
+    cr_expect_eq(lock_exists(&e.r, "cr2"), 0);
+    cr_expect_eq(release_now(&e, go.hold), 0);
+    hilock_client_free(other);
+    cr_expect_eq(nonfence_keys(), 0);
+}
+
+/* ---- A stalled server and the lease ------------------------------------ */
+
+static void wait_child(pid_t p) {
+    int st;
+    cr_assert_eq(waitpid(p, &st, 0), p);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "DEBUG SLEEP failed");
+}
+
+/* A stall a little longer than the lease: lost once, the next holder's
+ * fence is larger, the old release says ELOST. A stall a little shorter
+ * (a lease three times as long): nothing is lost. */
+Test(core_attack, stall_just_longer_and_just_shorter_than_the_lease) {
+    hilock_client *a = ready_client(), *b = ready_client();
+    lostrec la = {0, 0, 0}, lb = {0, 0, 0};
+    hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 400);
+    o.lost_cb = lost_cb;
+    o.lost_data = &la;
+    got ga = acquire_now(&e, a, "st", &o);
+    cr_assert_eq(ga.status, 0);
+    got gb = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(b, "st", NULL, got_cb, &gb, NULL), 0);
+    test_loop_for(e.base, 50);
+    pid_t p = test_redis_debug_sleep(&e.r, "0.6");
+    cr_assert(test_loop_until(e.base, &la.calls, 3000));
+    wait_child(p);
+    cr_assert(test_loop_until(e.base, &gb.calls, 3000));
+    cr_expect_eq(gb.status, 0);
+    cr_expect_gt(hilock_hold_fence(gb.hold), hilock_hold_fence(ga.hold));
+    cr_expect_eq(release_now(&e, ga.hold), HILOCK_ELOST);
+    cr_expect_eq(release_now(&e, gb.hold), 0);
+    cr_expect_eq(la.calls, 1);
+
+    hilock_acquire_opts o2 = opts_wait_lease(HILOCK_WAIT_FOREVER, 900);
+    o2.lost_cb = lost_cb;
+    o2.lost_data = &lb;
+    got g2 = acquire_now(&e, a, "st2", &o2);
+    cr_assert_eq(g2.status, 0);
+    test_loop_for(e.base, 20);
+    p = test_redis_debug_sleep(&e.r, "0.25");
+    test_loop_for(e.base, 1200);
+    wait_child(p);
+    cr_expect_eq(lb.calls, 0);
+    cr_expect_eq(hilock_hold_lost(g2.hold), 0);
+    cr_expect_eq(release_now(&e, g2.hold), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+    cr_expect_eq(nonfence_keys(), 0);
+}
+
+/* A try and a release that the server answers after request_timeout_ms:
+ * each callback once (EDEADLINE), the late replies go nowhere, and the
+ * lock the late try took and the release that did not run are both put
+ * right in the background, well before the 30 s lease. */
+Test(core_attack, replies_later_than_the_request_timeout) {
+    hilock_config cfg;
+    lockenv_config(&cfg, e.r.url);
+    cfg.request_timeout_ms = 300;
+    hilock_client *a = ready_client_cfg(&cfg), *b = ready_client();
+    got held = acquire_now(&e, a, "late-rel", NULL);
+    cr_assert_eq(held.status, 0);
+    pid_t p = test_redis_debug_sleep(&e.r, "0.8");
+    test_msleep(50);
+    got g = {0, 0, NULL, 0};
+    rel r = {0, 0};
+    cr_assert_eq(hilock_acquire(a, "late-try", NULL, got_cb, &g, NULL), 0);
+    cr_assert_eq(hilock_release(held.hold, rel_cb, &r), 0);
+    cr_assert(test_loop_until(e.base, &g.calls, 3000));
+    cr_assert(test_loop_until(e.base, &r.calls, 3000));
+    cr_expect_eq(g.status, HILOCK_EDEADLINE, "try: %s", hilock_strerror(g.status));
+    cr_expect_eq(r.status, HILOCK_EDEADLINE, "release: %s", hilock_strerror(r.status));
+    wait_child(p);
+    hilock_acquire_opts w = opts_wait(3000);
+    got gb = acquire_now(&e, b, "late-rel", &w);
+    cr_expect_eq(gb.status, 0, "late-rel: %s", hilock_strerror(gb.status));
+    got gt = acquire_now(&e, b, "late-try", &w);
+    cr_expect_eq(gt.status, 0, "late-try: %s", hilock_strerror(gt.status));
+    if (gb.status == 0) release_now(&e, gb.hold);
+    if (gt.status == 0) release_now(&e, gt.hold);
+    test_loop_for(e.base, 200);
+    cr_expect_eq(g.calls, 1);
+    cr_expect_eq(r.calls, 1);
+    hilock_client_free(a);
+    hilock_client_free(b);
+    cr_expect_eq(nonfence_keys(), 0);
+}
+
+/* ---- Connections killed with requests in flight ------------------------ */
+
+/* CLIENT PAUSE WRITE holds the release (a write script) in the server; the
+ * connection is killed under it, and the release is sent again on the next
+ * one: it succeeds, once. The same for an extension. */
+Test(core_attack, release_and_extend_across_a_killed_connection) {
+    hilock_client *c = ready_client();
+    got g1 = acquire_now(&e, c, "kr1", NULL), g2 = acquire_now(&e, c, "kr2", NULL);
+    cr_assert_eq(g1.status, 0);
+    cr_assert_eq(g2.status, 0);
+    ctl("CLIENT PAUSE 400 WRITE");
+    rel r = {0, 0}, x = {0, 0};
+    cr_assert_eq(hilock_release(g1.hold, rel_cb, &r), 0);
+    cr_assert_eq(hilock_hold_extend(g2.hold, 20000, rel_cb, &x), 0);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(r.calls, 0);
+    cr_assert_geq(test_redis_int(&e.r, "CLIENT KILL TYPE normal"), 1);
+    cr_assert(test_loop_until(e.base, &r.calls, 3000));
+    cr_assert(test_loop_until(e.base, &x.calls, 3000));
+    test_loop_for(e.base, 100);
+    cr_expect_eq(r.calls, 1);
+    cr_expect_eq(r.status, 0, "release: %s", hilock_strerror(r.status));
+    cr_expect_eq(x.calls, 1);
+    cr_expect_eq(x.status, 0, "extend: %s", hilock_strerror(x.status));
+    cr_expect_eq(lock_exists(&e.r, "kr1"), 0);
+    cr_expect_gt(test_redis_int(&e.r, "PTTL hilock:{kr2}"), 15000);
+    cr_expect_eq(release_now(&e, g2.hold), 0);
+    hilock_client_free(c);
+    cr_expect_eq(nonfence_keys(), 0);
+}
+
+/* ---- Many waiters, cancelled in random order ------------------------- */
+
+#define NW 1000
+
+typedef struct storm {
+    int inside, overlaps, regressions, granted, cancelled, other, calls;
+    uint64_t last_fence;
+    int done;
+} storm;
+
+typedef struct waiter {
+    storm *s;
+    hilock_wait *w;
+    int calls;
+    int ended;
+} waiter;
+
+static void storm_cb(hilock_hold *h, int status, void *data) {
+    waiter *wt = data;
+    storm *s = wt->s;
+    wt->calls++;
+    wt->ended = 1;
+    s->calls++;
+    if (status == HILOCK_ECANCELED) { s->cancelled++; return; }
+    if (status != 0) { s->other++; return; }
+    s->granted++;
+    if (s->inside) s->overlaps++;
+    s->inside = 1;
+    if (hilock_hold_fence(h) <= s->last_fence) s->regressions++;
+    s->last_fence = hilock_hold_fence(h);
+    s->inside = 0;
+    cr_assert_eq(hilock_release(h, NULL, NULL), 0);
+}
+
+Test(core_attack, a_thousand_waiters_cancelled_in_random_order) {
+    hilock_client *c[2] = {ready_client(), ready_client()};
+    static waiter ws[NW];
+    storm s;
+    memset(&s, 0, sizeof(s));
+    memset(ws, 0, sizeof(ws));
+    for (int i = 0; i < NW; i++) {
+        ws[i].s = &s;
+        cr_assert_eq(hilock_acquire(c[i % 2], "storm", NULL, storm_cb, &ws[i], &ws[i].w), 0);
+    }
+    int order[NW];
+    for (int i = 0; i < NW; i++) order[i] = i;
+    srand(12345);
+    for (int i = NW - 1; i > 0; i--) {
+        int j = rand() % (i + 1), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    /* Cancel two thirds, a few at a time, while the lock passes around. */
+    for (int i = 0; i < NW * 2 / 3; i++) {
+        waiter *wt = &ws[order[i]];
+        if (!wt->ended) {
+            int rc = hilock_wait_cancel(wt->w);
+            cr_assert(rc == 0 || rc == HILOCK_EINVAL, "cancel: %d", rc);
+        }
+        if (i % 25 == 0) event_base_loop(e.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    }
+    long long t0 = test_now_ms();
+    while (s.calls < NW && test_now_ms() - t0 < 20000) test_loop_for(e.base, 20);
+    test_loop_for(e.base, 200);
+    cr_expect_eq(s.calls, NW, "%d callbacks", s.calls);
+    for (int i = 0; i < NW; i++) cr_expect_eq(ws[i].calls, 1, "waiter %d: %d callbacks", i, ws[i].calls);
+    cr_expect_eq(s.overlaps, 0);
+    cr_expect_eq(s.regressions, 0);
+    cr_expect_eq(s.other, 0);
+    cr_expect_eq(s.granted + s.cancelled, NW);
+    for (int k = 0; k < 2; k++) {
+        hilock_stats st = stats_of(c[k]);
+        cr_expect_eq(st.waiters, 0);
+        cr_expect_eq(st.holds, 0);
+    }
+    test_loop_for(e.base, 300);
+    cr_expect_eq(nonfence_keys(), 0);
+    hilock_client_free(c[0]);
+    hilock_client_free(c[1]);
+}
+
+/* ---- Reentrancy and loss ---------------------------------------------- */
+
+/* An owner's hold taken twice is lost: the lost callback runs once, the
+ * inner release drops a level (0), the outer says ELOST, and the owner's
+ * next acquire goes to Redis for a new hold rather than re-using the lost
+ * one. */
+Test(core_attack, reentrant_hold_lost_then_released_inner_first) {
+    hilock_client *c = ready_client();
+    hilock_owner *ow = hilock_owner_new(c);
+    lostrec l = {0, 0, 0};
+    hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 300);
+    o.owner = ow;
+    o.lost_cb = lost_cb;
+    o.lost_data = &l;
+    got outer = acquire_now(&e, c, "re", &o), inner = acquire_now(&e, c, "re", &o);
+    cr_assert_eq(outer.status, 0);
+    cr_assert_eq(inner.hold, outer.hold);
+    cr_assert_eq(hilock_hold_count(outer.hold), 2);
+    cr_assert_eq(test_redis_int(&e.r, "DEL hilock:{re}"), 1);
+    cr_assert(test_loop_until(e.base, &l.calls, 3000));
+    got again = acquire_now(&e, c, "re", &o);
+    cr_expect_eq(again.status, 0);
+    cr_expect_neq(again.hold, outer.hold);
+    cr_expect_gt(hilock_hold_fence(again.hold), hilock_hold_fence(outer.hold));
+    cr_expect_eq(release_now(&e, inner.hold), 0);
+    cr_expect_eq(release_now(&e, outer.hold), HILOCK_ELOST);
+    cr_expect_eq(lock_exists(&e.r, "re"), 1); /* the new hold's */
+    cr_expect_eq(release_now(&e, again.hold), 0);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(l.calls, 1);
+    hilock_owner_free(ow);
+    hilock_client_free(c);
+    cr_expect_eq(nonfence_keys(), 0);
+}
+
+typedef struct brec {
+    int calls, status;
+    uint64_t fence;
+} brec;
+
+static void brk_cb(int status, uint64_t fence, void *data) {
+    brec *b = data;
+    b->calls++;
+    b->status = status;
+    b->fence = fence;
+}
+
+/* A break while the holder's renewal is held up in the server: the
+ * holder hears of it once, a waiter gets the lock with a larger fence. */
+Test(core_attack, break_while_a_renewal_is_in_flight) {
+    hilock_client *a = ready_client(), *b = ready_client(), *op = ready_client();
+    lostrec l = {0, 0, 0};
+    hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 600);
+    o.lost_cb = lost_cb;
+    o.lost_data = &l;
+    got ga = acquire_now(&e, a, "brk", &o);
+    cr_assert_eq(ga.status, 0);
+    got gb = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(b, "brk", NULL, got_cb, &gb, NULL), 0);
+    test_loop_for(e.base, 150);
+    ctl("CLIENT PAUSE 250 WRITE");
+    test_loop_for(e.base, 100); /* the renewal (at 200 ms) waits in the server */
+    brec b0 = {0, 0, 0};
+    cr_assert_eq(hilock_break(op, "brk", brk_cb, &b0), 0);
+    cr_assert(test_loop_until(e.base, &b0.calls, 3000));
+    cr_expect_eq(b0.status, 0);
+    cr_expect_eq(b0.fence, hilock_hold_fence(ga.hold));
+    cr_assert(test_loop_until(e.base, &gb.calls, 3000));
+    cr_expect_eq(gb.status, 0);
+    cr_expect_gt(hilock_hold_fence(gb.hold), hilock_hold_fence(ga.hold));
+    cr_assert(test_loop_until(e.base, &l.calls, 3000));
+    cr_expect_eq(release_now(&e, ga.hold), HILOCK_ELOST);
+    cr_expect_eq(release_now(&e, gb.hold), 0);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(l.calls, 1);
+    cr_expect_eq(b0.calls, 1);
+    hilock_client_free(a);
+    hilock_client_free(b);
+    hilock_client_free(op);
+    cr_expect_eq(nonfence_keys(), 0);
+}
+
