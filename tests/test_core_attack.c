@@ -464,3 +464,66 @@ Test(core_attack, break_while_a_renewal_is_in_flight) {
     cr_expect_eq(nonfence_keys(), 0);
 }
 
+
+/* Two acquires of one owner share a grant (count 2). The first callback
+ * releases both levels and frees the owner, then makes a new owner (which
+ * malloc may well put where the old one was). The second grant is stale
+ * and is tried again: the hold it gets must not be the freed owner's, nor
+ * the new owner's by accident of the address. */
+typedef struct ownfree {
+    hilock_client *c;
+    hilock_owner *o, *o2;
+    hilock_hold *h2;
+    int calls1, calls2, status2;
+} ownfree;
+
+static void ownfree_first(hilock_hold *h, int status, void *data) {
+    ownfree *x = data;
+    x->calls1++;
+    if (status != 0) return;
+    unsigned n = hilock_hold_count(h);
+    for (unsigned i = 0; i < n; i++) cr_expect_eq(hilock_release(h, NULL, NULL), 0);
+    hilock_owner_free(x->o);
+    x->o = NULL;
+    x->o2 = hilock_owner_new(x->c);
+}
+
+static void ownfree_second(hilock_hold *h, int status, void *data) {
+    ownfree *x = data;
+    x->calls2++;
+    x->status2 = status;
+    x->h2 = h;
+}
+
+Test(core_attack, owner_freed_while_its_stale_grant_is_retried) {
+    ownfree x;
+    memset(&x, 0, sizeof(x));
+    x.c = ready_client();
+    hilock_client *other = ready_client();
+    got go = acquire_now(&e, other, "of", NULL);
+    cr_assert_eq(go.status, 0);
+    x.o = hilock_owner_new(x.c);
+    hilock_acquire_opts o = opts_wait(HILOCK_WAIT_FOREVER);
+    o.owner = x.o;
+    cr_assert_eq(hilock_acquire(x.c, "of", &o, ownfree_first, &x, NULL), 0);
+    cr_assert_eq(hilock_acquire(x.c, "of", &o, ownfree_second, &x, NULL), 0);
+    test_loop_for(e.base, 50);
+    cr_assert_eq(release_now(&e, go.hold), 0);
+    cr_assert(test_loop_until(e.base, &x.calls2, 3000));
+    cr_expect_eq(x.calls1, 1);
+    cr_expect_eq(x.status2, 0, "second: %s", hilock_strerror(x.status2));
+    cr_assert_not_null(x.o2);
+    /* The new owner holds nothing: its try-once acquire meets the second
+     * wait's hold in Redis. */
+    hilock_acquire_opts once = opts_wait(0);
+    once.owner = x.o2;
+    got g = acquire_now(&e, x.c, "of", &once);
+    cr_expect_eq(g.status, HILOCK_EBUSY, "a fresh owner got %s", hilock_strerror(g.status));
+    if (g.status == 0) cr_expect_neq(g.hold, x.h2, "a fresh owner re-entered another's hold");
+    if (g.status == 0) release_now(&e, g.hold);
+    if (x.status2 == 0) cr_expect_eq(release_now(&e, x.h2), 0);
+    hilock_owner_free(x.o2);
+    hilock_client_free(x.c);
+    hilock_client_free(other);
+    cr_expect_eq(nonfence_keys(), 0);
+}

@@ -267,6 +267,9 @@ void hl_wait_start(hilock_wait *w, hilock_hold *reentrant, uint64_t now);
 int hl_wait_admit(const hilock_wait *w, uint64_t now, hilock_hold **mine);
 void hl_wait_finish(hilock_wait *w, int status, hilock_hold *h);
 int hl_wait_cancel(hilock_wait *w);
+/* hilock_owner_free(): the waits of `o`, queued or with their outcome
+ * not yet delivered, go on without an owner. */
+void hl_waits_forget_owner(hilock_client *c, const hilock_owner *o);
 /* Client teardown: every queued wait ends with HILOCK_ECANCELED. */
 void hl_waits_cancel_all(hilock_client *c);
 /* What the topology's subscriber side reports (hl_sub_events). */

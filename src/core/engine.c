@@ -789,6 +789,21 @@ int hl_wait_cancel(hilock_wait *w) {
     return 0;
 }
 
+void hl_waits_forget_owner(hilock_client *c, const hilock_owner *o) {
+    for (hl_name *n = hl_names_first(c); n; n = hl_names_next(c, n))
+        for (hl_link *l = n->waiters.next; l != &n->waiters; l = l->next) {
+            hilock_wait *w = HL_CONTAINER(l, hilock_wait, link);
+            if (w->terms.owner == o) w->terms.owner = NULL;
+        }
+    /* A wait whose outcome is queued is in no name's list, but wait_run
+     * may queue it again (wait_retry) and grant it a hold of its terms. */
+    for (hl_link *l = c->loop.defers.next; l != &c->loop.defers; l = l->next) {
+        hl_defer *d = HL_CONTAINER(l, hl_defer, link);
+        hilock_wait *w = HL_CONTAINER(d, hilock_wait, defer);
+        if (d->run == wait_run && w->terms.owner == o) w->terms.owner = NULL;
+    }
+}
+
 void hl_waits_cancel_all(hilock_client *c) {
     hl_name *n = hl_names_first(c), *next;
     for (; n; n = next) {

@@ -418,12 +418,14 @@ hilock_owner *hilock_owner_new(hilock_client *c) {
 void hilock_owner_free(hilock_owner *o) {
     if (o == NULL) return;
     hilock_client *c = o->c;
-    /* Waits still queued for this owner carry on without reentrancy. */
-    for (hl_name *n = hl_names_first(c); n; n = hl_names_next(c, n))
-        for (hl_link *l = n->waiters.next; l != &n->waiters; l = l->next) {
-            hilock_wait *w = HL_CONTAINER(l, hilock_wait, link);
-            if (w->terms.owner == o) w->terms.owner = NULL;
-        }
+    /* Waits still queued for this owner, or granted and not yet told (a
+     * stale grant queues again with its terms), carry on without
+     * reentrancy; so do holds already being released. */
+    hl_waits_forget_owner(c, o);
+    for (hl_link *l = c->holds.next; l != &c->holds; l = l->next) {
+        hilock_hold *h = HL_CONTAINER(l, hilock_hold, link);
+        if (h->terms.owner == o) h->terms.owner = NULL;
+    }
     while (!hl_list_empty(&o->holds)) {
         hilock_hold *h = HL_CONTAINER(o->holds.next, hilock_hold, olink);
         hl_list_remove(&h->olink);
