@@ -527,3 +527,118 @@ Test(core_attack, owner_freed_while_its_stale_grant_is_retried) {
     hilock_client_free(other);
     cr_expect_eq(nonfence_keys(), 0);
 }
+
+/* ---- Server-side refusals and flushes under contention ---------------- */
+
+typedef struct chain {
+    int calls, granted, inside, overlaps, regressions, other, last_err;
+    uint64_t last_fence;
+} chain;
+
+static void chain_cb(hilock_hold *h, int status, void *data) {
+    chain *s = data;
+    s->calls++;
+    if (status != 0) { s->other++; s->last_err = status; return; }
+    s->granted++;
+    if (s->inside) s->overlaps++;
+    s->inside = 1;
+    if (hilock_hold_fence(h) <= s->last_fence) s->regressions++;
+    s->last_fence = hilock_hold_fence(h);
+    s->inside = 0;
+    cr_assert_eq(hilock_release(h, NULL, NULL), 0);
+}
+
+/* SCRIPT FLUSH every few ms while 200 waiters of two clients pass one
+ * lock around: every script is re-sent as EVAL; all are granted, in turn,
+ * each once. */
+Test(core_attack, script_flush_during_contention) {
+    hilock_client *c[2] = {ready_client(), ready_client()};
+    chain s;
+    memset(&s, 0, sizeof(s));
+    for (int i = 0; i < 200; i++)
+        cr_assert_eq(hilock_acquire(c[i % 2], "sf", NULL, chain_cb, &s, NULL), 0);
+    redisContext *k = test_redis_connect(&e.r);
+    long long t0 = test_now_ms();
+    while (s.calls < 200 && test_now_ms() - t0 < 15000) {
+        freeReplyObject(redisCommand(k, "SCRIPT FLUSH"));
+        test_loop_for(e.base, 3);
+    }
+    redisFree(k);
+    test_loop_for(e.base, 200);
+    cr_expect_eq(s.calls, 200);
+    cr_expect_eq(s.granted, 200, "%d granted, last error %s", s.granted, hilock_strerror(s.last_err));
+    cr_expect_eq(s.overlaps, 0);
+    cr_expect_eq(s.regressions, 0);
+    cr_expect_eq(nonfence_keys(), 0);
+    hilock_client_free(c[0]);
+    hilock_client_free(c[1]);
+}
+
+/* maxmemory reached with noeviction while a hold renews and a waiter
+ * waits: the hold is kept (renewals write no new key), the waiter's try,
+ * which must write, ends with HILOCK_EOOM once, and nothing is left. */
+Test(core_attack, out_of_memory_with_a_hold_and_a_waiter) {
+    hilock_client *a = ready_client(), *b = ready_client();
+    lostrec l = {0, 0, 0};
+    hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 300);
+    o.lost_cb = lost_cb;
+    o.lost_data = &l;
+    got ga = acquire_now(&e, a, "oom", &o);
+    cr_assert_eq(ga.status, 0);
+    got gb = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(b, "oom", NULL, got_cb, &gb, NULL), 0);
+    test_loop_for(e.base, 50);
+    cr_assert_eq(test_redis_int(&e.r, "SET filler x"), -1);
+    ctl("CONFIG SET maxmemory-policy noeviction");
+    ctl("CONFIG SET maxmemory 1");
+    test_loop_for(e.base, 700); /* a few renewals */
+    cr_expect_eq(l.calls, 0, "lost under OOM: %s", hilock_strerror(l.why));
+    cr_expect_eq(gb.calls, 0);
+    cr_expect_eq(release_now(&e, ga.hold), l.calls ? HILOCK_ELOST : 0);
+    cr_assert(test_loop_until(e.base, &gb.calls, 3000));
+    cr_expect_eq(gb.status, HILOCK_EOOM, "waiter: %s", hilock_strerror(gb.status));
+    ctl("CONFIG SET maxmemory 0");
+    got g2 = acquire_now(&e, b, "oom", NULL);
+    cr_expect_eq(g2.status, 0);
+    if (g2.status == 0) release_now(&e, g2.hold);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(gb.calls, 1);
+    cr_expect_eq(test_redis_int(&e.r, "DEL filler"), 1);
+    cr_expect_eq(nonfence_keys(), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* The password changes while connected, then the connections are killed:
+ * the holder cannot renew and hears EAUTH once, its waiter and a new try
+ * fail with EAUTH; once the password is back, all works again. */
+Test(core_attack, password_changed_then_a_reconnect) {
+    hilock_client *a = ready_client();
+    lostrec l = {0, 0, 0};
+    hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 600);
+    o.lost_cb = lost_cb;
+    o.lost_data = &l;
+    got ga = acquire_now(&e, a, "pw", &o);
+    cr_assert_eq(ga.status, 0);
+    ctl("CONFIG SET requirepass sekrit");
+    redisContext *k = test_redis_connect(&e.r);
+    freeReplyObject(redisCommand(k, "AUTH sekrit"));
+    freeReplyObject(redisCommand(k, "CLIENT KILL TYPE normal"));
+    freeReplyObject(redisCommand(k, "CLIENT KILL TYPE pubsub"));
+    cr_assert(test_loop_until(e.base, &l.calls, 3000));
+    cr_expect_eq(l.why, HILOCK_EAUTH, "lost with %s", hilock_strerror(l.why));
+    got gw = acquire_loop(e.base, a, "pw2", NULL, 3000);
+    cr_expect_eq(gw.status, HILOCK_EAUTH, "acquire: %s", hilock_strerror(gw.status));
+    freeReplyObject(redisCommand(k, "CONFIG SET requirepass %s", ""));
+    redisFree(k);
+    int st = release_now(&e, ga.hold);
+    cr_expect(st == HILOCK_ELOST || st == HILOCK_EAUTH, "release: %s", hilock_strerror(st));
+    hilock_acquire_opts w = opts_wait(3000);
+    got g2 = acquire_now(&e, a, "pw", &w);
+    cr_expect_eq(g2.status, 0, "after: %s", hilock_strerror(g2.status));
+    if (g2.status == 0) release_now(&e, g2.hold);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(l.calls, 1);
+    hilock_client_free(a);
+    cr_expect_eq(nonfence_keys(), 0);
+}
