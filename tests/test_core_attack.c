@@ -642,3 +642,87 @@ Test(core_attack, password_changed_then_a_reconnect) {
     hilock_client_free(a);
     cr_expect_eq(nonfence_keys(), 0);
 }
+
+/* CLIENT PAUSE WRITE twice during a storm of 300 acquires from three
+ * clients: every try waits in the server, then all are served in turn. */
+Test(core_attack, client_pause_write_during_an_acquire_storm) {
+    hilock_client *c[3] = {ready_client(), ready_client(), ready_client()};
+    chain s;
+    memset(&s, 0, sizeof(s));
+    for (int i = 0; i < 150; i++)
+        cr_assert_eq(hilock_acquire(c[i % 3], "pause", NULL, chain_cb, &s, NULL), 0);
+    ctl("CLIENT PAUSE 300 WRITE");
+    for (int i = 150; i < 300; i++)
+        cr_assert_eq(hilock_acquire(c[i % 3], "pause", NULL, chain_cb, &s, NULL), 0);
+    test_loop_for(e.base, 400);
+    ctl("CLIENT PAUSE 300 WRITE");
+    long long t0 = test_now_ms();
+    while (s.calls < 300 && test_now_ms() - t0 < 15000) test_loop_for(e.base, 20);
+    test_loop_for(e.base, 200);
+    cr_expect_eq(s.calls, 300);
+    cr_expect_eq(s.granted, 300, "%d granted, last error %s", s.granted, hilock_strerror(s.last_err));
+    cr_expect_eq(s.overlaps, 0);
+    cr_expect_eq(s.regressions, 0);
+    cr_expect_eq(nonfence_keys(), 0);
+    for (int i = 0; i < 3; i++) hilock_client_free(c[i]);
+}
+
+typedef struct lostclose {
+    hilock_client *c;
+    hilock_hold *h2, *h3;
+    int lost, closed, ext_rc, ext_calls, ext_status, rel_rc, rel_calls, rel_status;
+} lostclose;
+
+static void lc_closed(void *data) { ((lostclose *)data)->closed++; }
+static void lc_ext(int status, void *data) {
+    lostclose *x = data;
+    x->ext_calls++;
+    x->ext_status = status;
+}
+static void lc_rel(int status, void *data) {
+    lostclose *x = data;
+    x->rel_calls++;
+    x->rel_status = status;
+}
+
+/* Sends an extension of one hold and the release of another, then closes
+ * the client with both in flight. */
+static void close_in_lost(hilock_hold *h, int why, void *data) {
+    lostclose *x = data;
+    (void)h; (void)why;
+    x->lost++;
+    x->ext_rc = hilock_hold_extend(x->h2, 5000, lc_ext, x);
+    x->rel_rc = hilock_release(x->h3, lc_rel, x);
+    hilock_client_close(x->c, lc_closed, x);
+    hilock_client_close(x->c, NULL, NULL);
+}
+
+/* The lost callback of one hold extends a second, releases a third and
+ * closes the client: each callback once, the extension and the release
+ * succeed, and every key is given back. */
+Test(core_attack, close_from_the_lost_callback_with_requests_in_flight) {
+    lostclose x;
+    memset(&x, 0, sizeof(x));
+    x.c = ready_client();
+    hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 300);
+    o.lost_cb = close_in_lost;
+    o.lost_data = &x;
+    got g1 = acquire_now(&e, x.c, "lc1", &o), g2 = acquire_now(&e, x.c, "lc2", NULL);
+    got g3 = acquire_now(&e, x.c, "lc3", NULL);
+    cr_assert_eq(g1.status + g2.status + g3.status, 0);
+    x.h2 = g2.hold;
+    x.h3 = g3.hold;
+    cr_assert_eq(test_redis_int(&e.r, "DEL hilock:{lc1}"), 1);
+    long long t0 = test_now_ms();
+    while (x.closed == 0 && test_now_ms() - t0 < 3000) test_loop_for(e.base, 10);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(x.lost, 1);
+    cr_expect_eq(x.closed, 1);
+    cr_expect_eq(x.ext_rc, 0);
+    cr_expect_eq(x.ext_calls, 1);
+    cr_expect_eq(x.ext_status, 0, "extend: %s", hilock_strerror(x.ext_status));
+    cr_expect_eq(x.rel_rc, 0);
+    cr_expect_eq(x.rel_calls, 1);
+    cr_expect_eq(x.rel_status, 0, "release: %s", hilock_strerror(x.rel_status));
+    cr_expect_eq(nonfence_keys(), 0);
+}
