@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "support/lockenv.h"
+#include "prim/prim.h" /* hl_script_mutex_release */
 
 static lockenv e;
 
@@ -725,4 +726,52 @@ Test(core_attack, close_from_the_lost_callback_with_requests_in_flight) {
     cr_expect_eq(x.rel_calls, 1);
     cr_expect_eq(x.rel_status, 0, "release: %s", hilock_strerror(x.rel_status));
     cr_expect_eq(nonfence_keys(), 0);
+}
+
+/* ---- Redlock: a renewal re-sent behind the release --------------------- */
+
+/* Redlock's renewal carries the fence, and puts the key back on a master
+ * that lost it. When the renewal is answered NOSCRIPT (a SCRIPT FLUSH) and
+ * the release right behind it is not (its script cached again meanwhile),
+ * the renewal, re-sent as EVAL, lands after the release: it must not leave
+ * the released lock in place for a lease on every master. */
+Test(core_attack, redlock_renewal_resent_behind_the_release) {
+    test_redis more[2];
+    for (int i = 0; i < 2; i++) cr_assert_eq(test_redis_start(&more[i], 0, NULL), 0);
+    test_redis *srv[3] = {&e.r, &more[0], &more[1]};
+    char url[256];
+    snprintf(url, sizeof(url), "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", srv[0]->port,
+             srv[1]->port, srv[2]->port);
+    hilock_config cfg;
+    lockenv_config(&cfg, url);
+    hilock_client *c = lockenv_client_cfg(&e, &cfg);
+    hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 1500);
+    got g = acquire_now(&e, c, "rz", &o);
+    cr_assert_eq(g.status, 0, "%s", hilock_strerror(g.status));
+    /* One renewal first: the client then sends the next as EVALSHA. */
+    uint64_t renewals = stats_of(c).renewals;
+    long long t0 = test_now_ms();
+    while (stats_of(c).renewals == renewals && test_now_ms() - t0 < 1500) test_loop_for(e.base, 5);
+    test_loop_for(e.base, 50);
+    for (int i = 0; i < 3; i++) {
+        redisContext *k = test_redis_connect(srv[i]);
+        freeReplyObject(redisCommand(k, "SCRIPT FLUSH"));
+        freeReplyObject(redisCommand(k, "SCRIPT LOAD %s", hl_script_mutex_release.body));
+        freeReplyObject(redisCommand(k, "CLIENT PAUSE 800 WRITE"));
+        redisFree(k);
+    }
+    renewals = stats_of(c).renewals;
+    t0 = test_now_ms();
+    while (stats_of(c).renewals == renewals && test_now_ms() - t0 < 1000) test_loop_for(e.base, 5);
+    cr_assert_gt(stats_of(c).renewals, renewals, "no renewal sent");
+    rel r = {0, 0};
+    cr_assert_eq(hilock_release(g.hold, rel_cb, &r), 0);
+    cr_assert(test_loop_until(e.base, &r.calls, 3000));
+    cr_expect_eq(r.status, 0, "release: %s", hilock_strerror(r.status));
+    test_loop_for(e.base, 200);
+    int left = 0;
+    for (int i = 0; i < 3; i++) left += test_redis_int(srv[i], "EXISTS hilock:{rz}") == 1;
+    cr_expect_eq(left, 0, "the released lock is back on %d of 3 masters", left);
+    hilock_client_free(c);
+    for (int i = 0; i < 2; i++) test_redis_stop(&more[i]);
 }

@@ -139,10 +139,47 @@ static void renewal_check(hilock_hold *h) {
                (unsigned)h->confirmed_lease);
 }
 
+/* A renewal answered after its hold's release began. Over a quorum the
+ * renewal carries the fence and puts the key back where it is missing:
+ * one re-sent as EVAL after NOSCRIPT runs behind the release, and would
+ * leave the released lock on every master for a lease. Release again. */
+static void renewal_outlived(hl_name *n, const char *token) {
+    if (hl_topo_quorum(&n->c->topo)) hl_release_token(n, token, 0);
+}
+
+typedef struct hl_orphan {
+    hl_name *name;                 /* a reference, until the answer */
+    char token[HL_TOKEN_LEN + 1];
+} hl_orphan;
+
+static void on_orphan_renewed(hl_req *r, redisReply *reply, int err) {
+    hl_orphan *o = r->owner;
+    (void)reply; (void)err;
+    if (!o->name->c->loop.freeing) renewal_outlived(o->name, o->token);
+    hl_name_unref(o->name);
+    free(o);
+}
+
+/* The hold goes while its renewal is out: its answer must not find it. */
+static void renewal_orphan(hilock_hold *h) {
+    hl_orphan *o = hl_topo_quorum(&h->c->topo) ? malloc(sizeof(*o)) : NULL;
+    h->renew->owner = o;
+    h->renew->done = o ? on_orphan_renewed : on_token_released;
+    if (o == NULL) return;
+    o->name = h->name;
+    h->name->refs++;
+    memcpy(o->token, h->token, sizeof(o->token));
+}
+
 static void on_renewed(hl_req *r, redisReply *reply, int err) {
     hilock_hold *h = r->owner;
     h->renew = NULL;
-    if (h->c->loop.freeing || h->releasing || h->lost) return;
+    if (h->c->loop.freeing) return;
+    if (h->releasing) {
+        renewal_outlived(h->name, h->token);
+        return;
+    }
+    if (h->lost) return;
     /* Past the lease already, hilock_hold_lost() may have said 1 to a
      * callback: lost stays lost, even if this renewal made it in time. */
     if (hl_now_ms() >= hl_hold_expiry(h)) {
@@ -227,10 +264,7 @@ void hl_hold_drop(hilock_hold *h) {
 void hl_hold_free(hilock_hold *h) {
     hl_timer_stop(&h->c->loop, &h->watchdog);
     hl_defer_cancel(&h->lost_defer);
-    if (h->renew) { /* its reply must not find us */
-        h->renew->owner = NULL;
-        h->renew->done = on_token_released;
-    }
+    if (h->renew) renewal_orphan(h);
     while (!hl_list_empty(&h->extends)) { /* nor theirs */
         hl_extendop *op = HL_CONTAINER(h->extends.next, hl_extendop, link);
         hl_list_remove(&op->link);
