@@ -735,7 +735,7 @@ Test(core_attack, close_from_the_lost_callback_with_requests_in_flight) {
  * the release right behind it is not (its script cached again meanwhile),
  * the renewal, re-sent as EVAL, lands after the release: it must not leave
  * the released lock in place for a lease on every master. */
-Test(core_attack, redlock_renewal_resent_behind_the_release) {
+static void redlock_resent_behind_the_release(int extend) {
     test_redis more[2];
     for (int i = 0; i < 2; i++) cr_assert_eq(test_redis_start(&more[i], 0, NULL), 0);
     test_redis *srv[3] = {&e.r, &more[0], &more[1]};
@@ -748,7 +748,8 @@ Test(core_attack, redlock_renewal_resent_behind_the_release) {
     hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 1500);
     got g = acquire_now(&e, c, "rz", &o);
     cr_assert_eq(g.status, 0, "%s", hilock_strerror(g.status));
-    /* One renewal first: the client then sends the next as EVALSHA. */
+    /* One renewal first: the client then sends the next (or an
+     * extension, the same script) as EVALSHA. */
     uint64_t renewals = stats_of(c).renewals;
     long long t0 = test_now_ms();
     while (stats_of(c).renewals == renewals && test_now_ms() - t0 < 1500) test_loop_for(e.base, 5);
@@ -760,10 +761,17 @@ Test(core_attack, redlock_renewal_resent_behind_the_release) {
         freeReplyObject(redisCommand(k, "CLIENT PAUSE 800 WRITE"));
         redisFree(k);
     }
-    renewals = stats_of(c).renewals;
-    t0 = test_now_ms();
-    while (stats_of(c).renewals == renewals && test_now_ms() - t0 < 1000) test_loop_for(e.base, 5);
-    cr_assert_gt(stats_of(c).renewals, renewals, "no renewal sent");
+    rel x = {0, 0};
+    if (extend) {
+        cr_assert_eq(hilock_hold_extend(g.hold, 1500, rel_cb, &x), 0);
+        test_loop_for(e.base, 20);
+    } else {
+        renewals = stats_of(c).renewals;
+        t0 = test_now_ms();
+        while (stats_of(c).renewals == renewals && test_now_ms() - t0 < 1000)
+            test_loop_for(e.base, 5);
+        cr_assert_gt(stats_of(c).renewals, renewals, "no renewal sent");
+    }
     rel r = {0, 0};
     cr_assert_eq(hilock_release(g.hold, rel_cb, &r), 0);
     cr_assert(test_loop_until(e.base, &r.calls, 3000));
@@ -772,6 +780,15 @@ Test(core_attack, redlock_renewal_resent_behind_the_release) {
     int left = 0;
     for (int i = 0; i < 3; i++) left += test_redis_int(srv[i], "EXISTS hilock:{rz}") == 1;
     cr_expect_eq(left, 0, "the released lock is back on %d of 3 masters", left);
+    if (extend) cr_expect_eq(x.calls, 1);
     hilock_client_free(c);
     for (int i = 0; i < 2; i++) test_redis_stop(&more[i]);
+}
+
+Test(core_attack, redlock_renewal_resent_behind_the_release) {
+    redlock_resent_behind_the_release(0);
+}
+
+Test(core_attack, redlock_extension_resent_behind_the_release) {
+    redlock_resent_behind_the_release(1);
 }

@@ -15,6 +15,8 @@ typedef struct hl_extendop {
     hl_link link;        /* in hold->extends while its request is out */
     hilock_client *c;
     hilock_hold *hold;   /* NULL once the hold is gone */
+    hl_name *name;       /* a reference, until the answer */
+    char token[HL_TOKEN_LEN + 1];
     hilock_release_cb cb;
     void *data;
     uint32_t lease_ms;
@@ -411,6 +413,11 @@ static int extend_apply(hl_extendop *op, hl_req *r, const redisReply *reply, int
 static void on_extended(hl_req *r, redisReply *reply, int err) {
     hl_extendop *op = r->owner;
     err = extend_apply(op, r, reply, err);
+    /* An extension is a renewal: over a quorum it may have put the key
+     * back behind the release (see renewal_outlived). */
+    if (!r->net->loop->freeing && (op->hold == NULL || op->hold->releasing))
+        renewal_outlived(op->name, op->token);
+    hl_name_unref(op->name);
     if (hl_linked(&op->link)) hl_list_remove(&op->link);
     op->status = err;
     if (r->net->loop->freeing) extendop_run(&op->defer, 1);
@@ -429,6 +436,9 @@ int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb, 
     op->defer.run = extendop_run;
     op->c = h->c;
     op->hold = h;
+    op->name = h->name;
+    h->name->refs++;
+    memcpy(op->token, h->token, sizeof(op->token));
     hl_list_push(&h->extends, &op->link);
     op->cb = cb;
     op->data = data;
