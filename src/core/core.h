@@ -291,7 +291,7 @@ struct hilock_hold {
     uint64_t waited_ms;    /* from hilock_acquire() to the grant */
     uint64_t granted_us;   /* when (the hold histogram) */
     hl_timer watchdog;
-    hl_req *renew;         /* renewal in flight */
+    struct hl_renewal *renew; /* renewal in flight (hold.c) */
     hl_link extends;       /* hilock_hold_extend() requests in flight */
     unsigned count;
     int lost_why;

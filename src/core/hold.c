@@ -149,32 +149,40 @@ static void renewal_outlived(hl_name *n, const char *token) {
     if (hl_topo_quorum(&n->c->topo)) hl_release_token(n, token, 0);
 }
 
-typedef struct hl_orphan {
-    hl_name *name;                 /* a reference, until the answer */
-    char token[HL_TOKEN_LEN + 1];
-} hl_orphan;
-
-static void on_orphan_renewed(hl_req *r, redisReply *reply, int err) {
-    hl_orphan *o = r->owner;
-    (void)reply; (void)err;
-    if (!o->name->c->loop.freeing) renewal_outlived(o->name, o->token);
-    hl_name_unref(o->name);
-    free(o);
-}
+/* A renewal in flight. Its request's done and owner may be wrapped by
+ * the topology (Redlock's fan-out keeps its own until the answer), so the
+ * hold's end is told here, never by rewriting the request. */
+typedef struct hl_renewal {
+    hilock_hold *hold;             /* NULL once the hold is gone */
+    hl_name *name;                 /* then, over a quorum: a reference */
+    char token[HL_TOKEN_LEN + 1];  /* and the hold's token */
+} hl_renewal;
 
 /* The hold goes while its renewal is out: its answer must not find it. */
 static void renewal_orphan(hilock_hold *h) {
-    hl_orphan *o = hl_topo_quorum(&h->c->topo) ? malloc(sizeof(*o)) : NULL;
-    h->renew->owner = o;
-    h->renew->done = o ? on_orphan_renewed : on_token_released;
-    if (o == NULL) return;
-    o->name = h->name;
+    hl_renewal *rn = h->renew;
+    rn->hold = NULL;
+    if (!hl_topo_quorum(&h->c->topo)) return;
+    rn->name = h->name;
     h->name->refs++;
-    memcpy(o->token, h->token, sizeof(o->token));
+    memcpy(rn->token, h->token, sizeof(rn->token));
+}
+
+/* The answer to a renewal whose hold is gone. */
+static void renewal_orphaned(hl_req *r, hl_renewal *rn) {
+    if (rn->name != NULL && !r->net->loop->freeing) renewal_outlived(rn->name, rn->token);
+    if (rn->name != NULL) hl_name_unref(rn->name);
+    free(rn);
 }
 
 static void on_renewed(hl_req *r, redisReply *reply, int err) {
-    hilock_hold *h = r->owner;
+    hl_renewal *rn = r->owner;
+    hilock_hold *h = rn->hold;
+    if (h == NULL) {
+        renewal_orphaned(r, rn);
+        return;
+    }
+    free(rn);
     h->renew = NULL;
     if (h->c->loop.freeing) return;
     if (h->releasing) {
@@ -216,11 +224,19 @@ static void watchdog_fired(hl_timer *t) {
         return;
     }
     if (h->renew == NULL) {
+        hl_renewal *rn = calloc(1, sizeof(*rn));
+        hl_req *r = NULL;
         h->renew_lease = h->terms.lease_ms;
         hl_fence_raise(n, h->fence);
-        h->renew = n->prim->renew_req(n, h->token, h->fence, h->renew_lease, on_renewed, h);
-        if (h->renew) hl_name_submit_leased(n, h->renew, h->renew_lease);
-        if (h->renew) h->c->counts.renewals++;
+        if (rn != NULL) r = n->prim->renew_req(n, h->token, h->fence, h->renew_lease, on_renewed, rn);
+        if (r == NULL) {
+            free(rn); /* tried again at the next turn of the watchdog */
+        } else {
+            rn->hold = h;
+            h->renew = rn; /* before the submit, which may answer at once */
+            h->c->counts.renewals++;
+            hl_name_submit_leased(n, r, h->renew_lease);
+        }
     }
     watchdog_arm(h);
 }
