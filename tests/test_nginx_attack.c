@@ -51,8 +51,16 @@ static void start(int workers, const char *extra) {
              "location /sa/ { auth_request /slowauth; hilock k:$arg_key wait=20s; " SHOW
              " proxy_pass http://127.0.0.1:%d; }\n"
              "location = /slowauth { internal; proxy_pass http://127.0.0.1:%d/auth?key=sa&ms=1000; }\n"
+             "location /h/ { hilock \"h:$http_x_name\" wait=10s; hilock_fail_open on; " SHOW
+             " proxy_pass http://127.0.0.1:%d; }\n"
+             "location /try/ { hilock k:$arg_key wait=0; hilock_timeout_status 409; " SHOW
+             " proxy_pass http://127.0.0.1:%d; }\n"
+             "location /ep/ { hilock k:$arg_key wait=0; hilock_timeout_status 409; error_page 409 = @busy; " SHOW
+             " proxy_pass http://127.0.0.1:%d; }\n"
+             "location @busy { add_header X-Hilock-Status $hilock_status always; return 200 busy; }\n"
+             "location = /metrics { hilock_stats; }\n"
              "%s",
-             bp, bp, bp, extra);
+             bp, bp, bp, bp, bp, bp, extra);
     cr_assert_eq(test_nginx_start(&N, workers, http, server), 0, "nginx did not start");
 }
 
@@ -118,5 +126,147 @@ Test(nginx_attack, quit_while_a_request_is_before_the_lock_phase) {
                  test_http_header(&h, "X-Hilock-Status", st, sizeof(st)));
     cr_expect_eq(test_nginx_quit(&N, 15000), 0);
     cr_expect(lock_gone("k:preq"), "the lock of k:preq is left behind");
+    no_problems();
+}
+
+/* Lock names of any bytes (from a header: 0x01, 0xff, quotes, '\\',
+ * braces, '%', spaces) up to HILOCK_NAME_MAX long serialise their
+ * requests and are released; one byte longer is refused with the error
+ * status even under hilock_fail_open (a client must not get itself served
+ * unlocked). */
+Test(nginx_attack, odd_and_longest_names) {
+    static const char odd[] = "\x01\xff\"\\{x}% :\xc3";
+    static char name[HILOCK_NAME_MAX + 2], req[4096];
+    static test_http h[3];
+    char st[32];
+    start(1, "");
+    /* "h:" + value: HILOCK_NAME_MAX bytes in all. */
+    size_t vlen = HILOCK_NAME_MAX - 2;
+    strcpy(name, "h:");
+    for (size_t i = 0; i < vlen; i++) name[2 + i] = odd[i % (sizeof(odd) - 1)];
+    name[2 + vlen - 1] = 'z';   /* nginx trims trailing spaces of a header */
+    name[2 + vlen] = '\0';
+    for (int i = 0; i < 2; i++) {
+        snprintf(req, sizeof(req), "GET /h/?key=odd&ms=300 HTTP/1.0\r\nHost: t\r\nX-Name: %s\r\n\r\n", name + 2);
+        cr_assert_eq(test_http_send_raw(&h[i], N.port, req), 0);
+    }
+    cr_assert_eq(test_http_wait(h, 2, 10000), 0);
+    for (int i = 0; i < 2; i++)
+        cr_expect_eq(h[i].status, 200, "request %d: %d (lock %s)", i, h[i].status,
+                     test_http_header(&h[i], "X-Hilock-Status", st, sizeof(st)));
+    test_backend_key k = test_backend_key_get(&B, "odd");
+    cr_expect_eq(k.served, 2);
+    cr_expect_eq(k.overlaps, 0, "two requests of one odd name ran at once");
+    cr_expect_eq(k.fence_errors, 0);
+    cr_expect(lock_gone(name), "the lock of the odd name is left behind");
+    /* One byte more: refused, not served unlocked. */
+    snprintf(req, sizeof(req), "GET /h/?key=long&ms=0 HTTP/1.0\r\nHost: t\r\nX-Name: y%s\r\n\r\n", name + 2);
+    cr_assert_eq(test_http_send_raw(&h[2], N.port, req), 0);
+    cr_assert_eq(test_http_wait(&h[2], 1, 10000), 0);
+    cr_expect_eq(h[2].status, 503);
+    cr_expect_str_eq(test_http_header(&h[2], "X-Hilock-Status", st, sizeof(st)), "error");
+    cr_expect_eq(test_backend_key_get(&B, "long").served, 0, "a too long name was served unlocked");
+    cr_expect_eq(test_nginx_quit(&N, 15000), 0);
+    no_problems();
+}
+
+/* A timeout answered through error_page (to a named location) is answered
+ * once, the redirected request takes no lock, and nothing is left. */
+Test(nginx_attack, error_page_on_a_timeout) {
+    test_http hold, busy;
+    char st[32];
+    start(1, "");
+    cr_assert_eq(test_http_send(&hold, N.port, "/k/?key=ep&ms=800"), 0);
+    cr_assert(backend_inflight("ep", 1, 5000));
+    cr_expect_eq(test_http_get(&busy, N.port, "/ep/?key=ep&ms=0", 5000), 200);
+    cr_expect(strstr(busy.buf, "\r\n\r\nbusy") != NULL, "not the @busy reply:\n%s", busy.buf);
+    cr_expect_str_eq(test_http_header(&busy, "X-Hilock-Status", st, sizeof(st)), "timeout");
+    cr_assert_eq(test_http_wait(&hold, 1, 5000), 0);
+    cr_expect_eq(hold.status, 200);
+    cr_expect_eq(test_backend_key_get(&B, "ep").served, 1, "the busy request reached the backend");
+    cr_expect(lock_gone("k:ep"), "the lock of k:ep is left behind");
+    cr_expect_eq(test_nginx_quit(&N, 15000), 0);
+    no_problems();
+}
+
+/* One keepalive connection: a try that fails (409), a POST with a body
+ * that fails (its body must be discarded, not parsed as the next
+ * request), then a request that waits and gets the lock. */
+Test(nginx_attack, keepalive_after_timeouts_with_a_body) {
+    test_http hold, h;
+    start(1, "");
+    cr_assert_eq(test_http_send(&hold, N.port, "/k/?key=kt&ms=600"), 0);
+    cr_assert(backend_inflight("kt", 1, 5000));
+    cr_assert_eq(test_http_send_raw(&h, N.port,
+                                    "GET /try/?key=kt&ms=0 HTTP/1.1\r\nHost: t\r\n\r\n"
+                                    "POST /try/?key=kt&ms=0 HTTP/1.1\r\nHost: t\r\nContent-Length: 31\r\n\r\n"
+                                    "GET /nothere HTTP/1.1\r\nX: y\r\n\r\n"
+                                    "GET /k/?key=kt&ms=0 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"),
+                 0);
+    cr_assert_eq(test_http_wait(&h, 1, 10000), 0, "the keepalive requests hang");
+    int s[4] = {0}, n = 0;
+    for (const char *p = strstr(h.buf, "HTTP/1.1 "); p != NULL && n < 4; p = strstr(p + 1, "HTTP/1.1 "))
+        s[n++] = atoi(p + 9);
+    cr_expect_eq(n, 3, "replies:\n%s", h.buf);
+    cr_expect(s[0] == 409 && s[1] == 409 && s[2] == 200, "statuses %d %d %d:\n%s", s[0], s[1], s[2], h.buf);
+    cr_assert_eq(test_http_wait(&hold, 1, 5000), 0);
+    test_backend_key k = test_backend_key_get(&B, "kt");
+    cr_expect_eq(k.served, 2);
+    cr_expect_eq(k.overlaps, 0);
+    cr_expect(lock_gone("k:kt"), "the lock of k:kt is left behind");
+    cr_expect_eq(test_nginx_quit(&N, 15000), 0);
+    no_problems();
+}
+
+static char metrics_reply[1 << 20];
+
+/* Scrapes while 60 requests of a hot key, some aborted while they wait,
+ * run on two workers: every scrape is valid for promtool, and at the end
+ * (after the publishing second) the acquires add up: every request served
+ * was granted, every grant released once, nothing waits, nothing is held. */
+Test(nginx_attack, stats_under_load_stay_valid_and_add_up) {
+    enum { C = 60 };
+    static test_http h[C];
+    char *body, out[4096];
+    start(2, "");
+    for (int i = 0; i < C; i++) cr_assert_eq(test_http_send(&h[i], N.port, "/k/?key=st&ms=10"), 0);
+    for (int round = 0; round < 5; round++) {
+        test_msleep(50);
+        if (round == 1)
+            for (int i = C - 10; i < C; i++) test_http_abort(&h[i]);
+        int st = test_http_fetch(N.port, "GET /metrics HTTP/1.0\r\nHost: t\r\n\r\n", metrics_reply,
+                                 sizeof(metrics_reply), &body, 5000);
+        cr_assert_eq(st, 200);
+        int pc = promcheck(body, strlen(body), out, sizeof(out));
+        cr_assert_eq(pc, 0, "promtool: %d %s", pc, out);
+    }
+    test_http_wait(h, C - 10, 20000);
+    int ok = 0;
+    for (int i = 0; i < C - 10; i++) ok += h[i].status == 200;
+    cr_expect_eq(ok, C - 10);
+    cr_expect_eq(test_backend_key_get(&B, "st").overlaps, 0);
+    cr_expect(lock_gone("k:st"), "the lock of k:st is left behind");
+    test_msleep(1300);   /* every worker published since */
+    cr_assert_eq(test_http_fetch(N.port, "GET /metrics HTTP/1.0\r\nHost: t\r\n\r\n", metrics_reply,
+                                 sizeof(metrics_reply), &body, 5000), 200);
+    cr_assert_eq(promcheck(body, strlen(body), out, sizeof(out)), 0, "%s", out);
+    long long granted = 0, waiters = 0, held = 0, released = 0;
+    for (char *line = body; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        char *close = strchr(line, '}');
+        if (close == NULL) continue;
+        if (strncmp(line, "hilock_acquires_total{", 22) == 0 && strstr(line, "outcome=\"granted\"") != NULL &&
+            strstr(line, "outcome=\"granted\"") < close)
+            granted += strtoll(close + 2, NULL, 10);
+        if (strncmp(line, "hilock_waiters{", 15) == 0) waiters += strtoll(close + 2, NULL, 10);
+        if (strncmp(line, "hilock_holds{", 13) == 0) held += strtoll(close + 2, NULL, 10);
+        if (strncmp(line, "hilock_releases_total{", 22) == 0) released += strtoll(close + 2, NULL, 10);
+    }
+    int served = test_backend_key_get(&B, "st").served;
+    cr_expect_geq(granted, served, "%lld grants for %d served", granted, served);
+    cr_expect_leq(granted, C, "%lld grants for %d requests", granted, C);
+    cr_expect_eq(waiters, 0, "waiters left:\n%s", body);
+    cr_expect_eq(held, 0, "holds left:\n%s", body);
+    cr_expect_eq(released, granted, "%lld releases for %lld grants", released, granted);
+    cr_expect_eq(test_nginx_quit(&N, 15000), 0);
     no_problems();
 }
