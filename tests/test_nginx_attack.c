@@ -270,3 +270,49 @@ Test(nginx_attack, stats_under_load_stay_valid_and_add_up) {
     cr_expect_eq(test_nginx_quit(&N, 15000), 0);
     no_problems();
 }
+
+/* HTTP/2 (h2c; one curl per connection, as this curl's -Z with prior
+ * knowledge sends one stream only): five streams wait for one key and
+ * their clients go away (--max-time) while they wait: every wait is
+ * cancelled, none reaches the backend, nothing is left. Then five streams
+ * for one key are served one at a time. */
+Test(nginx_attack, http2_streams_wait_cancel_and_serialise) {
+    test_http hold;
+    char extra[128], cmd[1024], codes[256] = "", path[256];
+    int p2 = test_free_port();
+    snprintf(extra, sizeof(extra), "listen 127.0.0.1:%d http2;\n", p2);
+    start(1, extra);
+    cr_assert_eq(test_http_send(&hold, N.port, "/k/?key=h2&ms=1000"), 0);
+    cr_assert(backend_inflight("h2", 1, 5000));
+    snprintf(cmd, sizeof(cmd),
+             "for i in 1 2 3 4 5; do curl -s -o /dev/null --http2-prior-knowledge --max-time 0.4 "
+             "\"http://127.0.0.1:%d/k/?key=h2&ms=0&i=$i\" & done; wait",
+             p2);
+    cr_expect_eq(system(cmd), 0);
+    cr_assert_eq(test_http_wait(&hold, 1, 5000), 0);
+    cr_expect_eq(hold.status, 200);
+    test_msleep(300);
+    cr_expect_eq(test_backend_key_get(&B, "h2").served, 1, "an abandoned stream reached the backend");
+    cr_expect(lock_gone("k:h2"), "the lock of k:h2 is left behind");
+
+    snprintf(path, sizeof(path), "%s/h2codes", N.dir);
+    snprintf(cmd, sizeof(cmd),
+             "for i in 1 2 3 4 5; do curl -s --http2-prior-knowledge --max-time 20 -o /dev/null "
+             "-w '%%{http_version} %%{http_code},' \"http://127.0.0.1:%d/k/?key=h2b&ms=100&i=$i\" & done "
+             "> %s; wait",
+             p2, path);
+    cr_expect_eq(system(cmd), 0);
+    FILE *f = fopen(path, "r");
+    if (f != NULL) {
+        codes[fread(codes, 1, sizeof(codes) - 1, f)] = '\0';
+        fclose(f);
+    }
+    cr_expect_str_eq(codes, "2 200,2 200,2 200,2 200,2 200,", "the five streams' statuses");
+    test_backend_key k = test_backend_key_get(&B, "h2b");
+    cr_expect_eq(k.served, 5);
+    cr_expect_eq(k.overlaps, 0, "two streams of one key ran at once");
+    cr_expect_eq(k.fence_errors, 0);
+    cr_expect(lock_gone("k:h2b"), "the lock of k:h2b is left behind");
+    cr_expect_eq(test_nginx_quit(&N, 15000), 0);
+    no_problems();
+}
