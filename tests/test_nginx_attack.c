@@ -415,7 +415,6 @@ Test(nginx_attack, redis_dies_under_waiters_none_hangs) {
                   test_http_header(&h[i], "X-Hilock-Status", st, sizeof(st)));
         if (h[i].done_ms - t0 > last) last = h[i].done_ms - t0;
     }
-    for (int i = 1; i <= W; i++) fprintf(stderr, "DBG %d %s\n", h[i].status, test_http_header(&h[i], "X-Hilock-Status", st, sizeof(st)));
     cr_expect_lt(last, 5000, "the last waiter ended %lld ms after Redis died (wait=3s)", last);
     cr_expect_eq(test_backend_key_get(&B, "rd").served, 1, "a waiter was served unlocked");
     cr_expect_eq(test_nginx_quit(&N, 15000), 0);
