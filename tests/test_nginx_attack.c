@@ -40,7 +40,10 @@ TestSuite(nginx_attack, .init = setup, .fini = teardown, .timeout = 60);
     "add_header X-Hilock-Fence $hilock_fence always;"                          \
     "proxy_set_header X-Fence $hilock_fence;"
 
-/* /sa/ asks a slow auth_request (the backend's key "sa", `ms` from the
+/* /k/ keeps its lock until the backend is done even if the client
+ * leaves (proxy_ignore_client_abort: without it, a holder's abort frees
+ * the lock while the backend still works, as documented, and the backend
+ * would see an overlap). /sa/ asks a slow auth_request (the backend's key "sa", `ms` from the
  * main request's arg) before it takes its lock: the request is in the
  * access phase, not yet at the lock, for that long. */
 static void start(int workers, const char *extra) {
@@ -48,7 +51,7 @@ static void start(int workers, const char *extra) {
     int bp = B.port;
     snprintf(http, sizeof(http), "hilock_redis %s %s;", R.url, redis_params);
     snprintf(server, sizeof(server),
-             "location /k/ { hilock k:$arg_key wait=20s; " SHOW " proxy_pass http://127.0.0.1:%d; }\n"
+             "location /k/ { hilock k:$arg_key wait=20s; proxy_ignore_client_abort on; " SHOW " proxy_pass http://127.0.0.1:%d; }\n"
              "location /sa/ { auth_request /slowauth; hilock k:$arg_key wait=20s; " SHOW
              " proxy_pass http://127.0.0.1:%d; }\n"
              "location = /slowauth { internal; proxy_pass http://127.0.0.1:%d/auth?key=sa&ms=1000; }\n"
@@ -224,7 +227,8 @@ Test(nginx_attack, keepalive_after_timeouts_with_a_body) {
 
 static char metrics_reply[1 << 20];
 
-/* Scrapes while 60 requests of a hot key, some aborted while they wait,
+/* Scrapes while 60 requests of a hot key, some aborted (while they wait
+ * or are served),
  * run on two workers: every scrape is valid for promtool, and at the end
  * (after the publishing second) the acquires add up: every request served
  * was granted, every grant released once, nothing waits, nothing is held. */
