@@ -443,3 +443,35 @@ Test(nginx_attack, ab_keepalive_hot_key_exclusion) {
     cr_expect_eq(test_nginx_quit(&N, 15000), 0);
     no_problems();
 }
+
+/* Two reloads 300 ms apart while a request holds, others wait on two
+ * workers and one more sits in a slow auth_request: two generations of
+ * old workers drain at once; every request is served with its lock, the
+ * newest workers lock, nothing is left, no alert. */
+Test(nginx_attack, two_reloads_in_a_row_with_holder_waiters_and_a_late_request) {
+    enum { W = 8 };
+    static test_http h[W + 2];
+    test_http after;
+    pid_t old[8];
+    start(2, "");
+    cr_assert_eq(test_http_send(&h[0], N.port, "/k/?key=rr&ms=800"), 0);
+    cr_assert(backend_inflight("rr", 1, 5000));
+    for (int i = 1; i <= W; i++) cr_assert_eq(test_http_send(&h[i], N.port, "/k/?key=rr&ms=5"), 0);
+    cr_assert_eq(test_http_send(&h[W + 1], N.port, "/sa/?key=rr&ms=5"), 0);
+    cr_assert(backend_inflight("sa", 1, 5000));
+    int nold = test_nginx_workers(&N, old, 8);
+    kill(N.pid, SIGHUP);
+    test_msleep(300);
+    kill(N.pid, SIGHUP);
+    cr_assert_eq(test_http_wait(h, W + 2, 15000), 0, "requests hang across two reloads");
+    for (int i = 0; i < W + 2; i++) cr_expect_eq(h[i].status, 200, "request %d: %d", i, h[i].status);
+    test_backend_key k = test_backend_key_get(&B, "rr");
+    cr_expect_eq(k.served, W + 2);
+    cr_expect_eq(k.overlaps, 0);
+    cr_expect_eq(k.fence_errors, 0);
+    cr_assert_eq(test_nginx_wait_new_workers(&N, old, nold, 2, 15000), 0, "old workers left");
+    cr_expect_eq(test_http_get(&after, N.port, "/k/?key=rr&ms=0", 5000), 200, "the new workers lock");
+    cr_expect(lock_gone("k:rr"), "the lock of k:rr is left behind");
+    cr_expect_eq(test_nginx_quit(&N, 15000), 0);
+    no_problems();
+}
