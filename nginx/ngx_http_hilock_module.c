@@ -229,18 +229,33 @@ ngx_module_t ngx_http_hilock_module = {
 
 /* ---- The busy guard ------------------------------------------------------ */
 
+/* While draining with nothing of ours in flight, how often the guard looks
+ * whether the worker still has other work (see close_if_done). */
+#define NGX_HTTP_HILOCK_DRAIN_POLL 100   /* ms */
+
+static void ngx_http_hilock_close_if_done(void);
+
 static ngx_uint_t ngx_http_hilock_needed(void) {
-    return (ngx_http_hilock_busy > 0 || ngx_http_hilock_closing > 0) && !ngx_http_hilock_exiting;
+    return (ngx_http_hilock_busy > 0 || ngx_http_hilock_closing > 0 || ngx_http_hilock_draining) &&
+           !ngx_http_hilock_exiting;
+}
+
+static ngx_msec_t ngx_http_hilock_guard_every(void) {
+    return ngx_http_hilock_draining && ngx_http_hilock_busy == 0 ? NGX_HTTP_HILOCK_DRAIN_POLL : 1000;
 }
 
 static void ngx_http_hilock_guard_handler(ngx_event_t *ev) {
-    if (ngx_http_hilock_needed()) ngx_add_timer(ev, 1000);
+    /* Out of the timer tree now: close_if_done sees the others' timers. */
+    ngx_http_hilock_close_if_done();
+    if (ngx_http_hilock_needed()) ngx_add_timer(ev, ngx_http_hilock_guard_every());
 }
 
-/* Keep the guard armed exactly while the clients are needed. */
+/* Keep the guard armed exactly while the clients are needed (sooner when
+ * a drain has nothing of ours left in flight). */
 static void ngx_http_hilock_guard_sync(void) {
-    if (ngx_http_hilock_needed() && !ngx_http_hilock_guard.timer_set)
-        ngx_add_timer(&ngx_http_hilock_guard, 1000);
+    if (ngx_http_hilock_needed() &&
+        (!ngx_http_hilock_guard.timer_set || ngx_http_hilock_guard_every() < 1000))
+        ngx_add_timer(&ngx_http_hilock_guard, ngx_http_hilock_guard_every());
     if (!ngx_http_hilock_needed() && ngx_http_hilock_guard.timer_set)
         ngx_del_timer(&ngx_http_hilock_guard);
 }
@@ -253,10 +268,22 @@ static void ngx_http_hilock_closed(void *data) {
 
 /* Shutting down and nothing needs the clients any more: close them
  * gracefully. Tries still in flight (of waits that were cancelled or ran
- * out) get their replies, and what they won is released. */
+ * out) get their replies, and what they won is released.
+ *
+ * "Nothing" is not only our waits and holds: a request that the worker
+ * had begun when the shutdown came but that has not reached the lock yet
+ * (reading its header, in a slow auth_request, delayed by limit_req) will
+ * ask for it, and closed clients would fail it (hilock_error_status on a
+ * graceful reload). nginx keeps such a worker alive by the request's
+ * timers (non-cancelable, as every timer of a live request is), and exits
+ * when none is left: the clients are closed then, when no timer but
+ * cancelable ones is left (the guard itself is out of the tree while its
+ * handler runs, and is not armed at the shutdown's start when nothing of
+ * ours is in flight). */
 static void ngx_http_hilock_close_if_done(void) {
     ngx_uint_t i;
     if (!ngx_http_hilock_draining || ngx_http_hilock_busy > 0 || ngx_http_hilock_exiting) return;
+    if (ngx_http_hilock_guard.timer_set || ngx_event_no_timers_left() != NGX_OK) return;
     ngx_http_hilock_draining = 0;
     for (i = 0; i < ngx_http_hilock_nclients; i++) {
         if (ngx_http_hilock_clients[i] == NULL) continue;
@@ -270,6 +297,7 @@ static void ngx_http_hilock_shutdown(void *arg) {
     (void)arg;
     ngx_http_hilock_draining = 1;
     ngx_http_hilock_close_if_done();
+    ngx_http_hilock_guard_sync();     /* not done: look again soon */
 }
 
 static void ngx_http_hilock_busy_inc(void) {
@@ -277,10 +305,11 @@ static void ngx_http_hilock_busy_inc(void) {
     ngx_http_hilock_guard_sync();
 }
 
+/* The last of ours done while draining: the guard, made sooner, closes
+ * the clients once the rest of the worker's requests are done too. */
 static void ngx_http_hilock_busy_dec(void) {
     ngx_http_hilock_busy--;
     ngx_http_hilock_guard_sync();
-    ngx_http_hilock_close_if_done();
 }
 
 /* ---- Requests ------------------------------------------------------------ */
