@@ -315,15 +315,16 @@ static void name_on(test_redis *m, const char *stem, char *out, size_t n) {
  * growing, every slot ends without an error (the requests wait for the new
  * master), and nothing but fences and places is left. */
 Test(topo_attack, semaphores_and_fair_locks_through_failovers, .timeout = 120) {
-    /* Leases of 3 s: a semaphore waiter whose subscription stayed on the
+    /* Leases of 8 s (a graceful failover may pause writes for 5 s): a
+     * semaphore waiter whose subscription stayed on the
      * demoted master (see waiters_hear_releases_after_a_failover) is served
      * at its fallback timer, the end of the earliest lease. */
     hilock_config cfg;
     cluster_config(&cfg, e.cl.url);
-    cfg.default_lease_ms = 3000;
+    cfg.default_lease_ms = 8000;
     hilock_client *a = cluster_client_cfg(&e, &cfg);
     cluster_config(&cfg, e.cl.node[3].url);
-    cfg.default_lease_ms = 3000;
+    cfg.default_lease_ms = 8000;
     hilock_client *b = cluster_client_cfg(&e, &cfg);
     static char names[SEMLOAD_NAMES][32];
     test_redis *m = test_cluster_master_of(&e.cl, cluster_slot_of("fo-s-0"));
