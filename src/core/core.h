@@ -195,9 +195,9 @@ struct hl_prim {
     /* After head `w` was granted: may `o`, queued behind it, share it? */
     int (*shares)(const hilock_wait *w, const hilock_wait *o);
     hl_req *(*release_req)(hl_name *n, const char *token, hl_req_done done, void *owner);
-    /* The renewal of a hold (token, fence) for lease_ms. */
-    hl_req *(*renew_req)(hl_name *n, const char *token, uint64_t fence, uint32_t lease_ms,
-                         hl_req_done done, void *owner);
+    /* The renewal of hold h (its token, fence, terms) for lease_ms. */
+    hl_req *(*renew_req)(hl_name *n, const hilock_hold *h, uint32_t lease_ms, hl_req_done done,
+                         void *owner);
     /* Redlock: raise n's fence counter to at least `fence` (fire and forget). */
     hl_req *(*fence_req)(hl_name *n, uint64_t fence, hl_req_done done, void *owner);
     /* Optional: queued wait `w` ends without a grant (cancelled, timed out,

@@ -228,7 +228,7 @@ static void watchdog_fired(hl_timer *t) {
         hl_req *r = NULL;
         h->renew_lease = h->terms.lease_ms;
         hl_fence_raise(n, h->fence);
-        if (rn != NULL) r = n->prim->renew_req(n, h->token, h->fence, h->renew_lease, on_renewed, rn);
+        if (rn != NULL) r = n->prim->renew_req(n, h, h->renew_lease, on_renewed, rn);
         if (r == NULL) {
             free(rn); /* tried again at the next turn of the watchdog */
         } else {
@@ -447,7 +447,7 @@ int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb, 
     if (!hl_hold_live(h, hl_now_ms())) return HILOCK_ELOST;
     hl_extendop *op = calloc(1, sizeof(*op));
     if (op == NULL) return HILOCK_ENOMEM;
-    hl_req *r = h->name->prim->renew_req(h->name, h->token, h->fence, lease_ms, on_extended, op);
+    hl_req *r = h->name->prim->renew_req(h->name, h, lease_ms, on_extended, op);
     if (r == NULL) { free(op); return HILOCK_ENOMEM; }
     op->defer.run = extendop_run;
     op->c = h->c;

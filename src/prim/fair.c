@@ -113,10 +113,9 @@ static hl_req *fair_release_req(hl_name *n, const char *token, hl_req_done done,
 
 /* renew(lock, clients; token, lease_ms): also the claim of a grant by
  * message. */
-static hl_req *fair_renew_req(hl_name *n, const char *token, uint64_t fence, uint32_t lease_ms,
-                              hl_req_done done, void *owner) {
-    (void)fence;
-    return hl_prim_renew_req(n, &renew_cmd, token, lease_ms, done, owner);
+static hl_req *fair_renew_req(hl_name *n, const hilock_hold *h, uint32_t lease_ms, hl_req_done done,
+                              void *owner) {
+    return hl_prim_renew_req(n, &renew_cmd, h->token, lease_ms, done, owner);
 }
 
 /* A wait that ends without its own grant leaves the queue, and gives back

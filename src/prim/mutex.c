@@ -50,10 +50,10 @@ static hl_req *mutex_release_req(hl_name *n, const char *token, hl_req_done done
  * that lost the key (restarted empty, or it expired there alone) gets it
  * back while the quorum holds, so the hold does not wear away master by
  * master. */
-static hl_req *mutex_renew_req(hl_name *n, const char *token, uint64_t fence, uint32_t lease_ms,
-                               hl_req_done done, void *owner) {
-    hl_req *r = hl_prim_renew_req(n, &renew_cmd, token, lease_ms, done, owner);
-    if (r != NULL && hl_topo_quorum(&n->c->topo)) hl_req_arg_u64(r, fence);
+static hl_req *mutex_renew_req(hl_name *n, const hilock_hold *h, uint32_t lease_ms, hl_req_done done,
+                               void *owner) {
+    hl_req *r = hl_prim_renew_req(n, &renew_cmd, h->token, lease_ms, done, owner);
+    if (r != NULL && hl_topo_quorum(&n->c->topo)) hl_req_arg_u64(r, h->fence);
     return r;
 }
 

@@ -42,7 +42,13 @@
 
 static const hl_cmd acquire_cmd = {&hl_script_rw_acquire, 4, {":rw", ":rwr", ":rwf", ":rww"}};
 static const hl_cmd release_cmd = {&hl_script_rw_release, 3, {":rw", ":rwr", ":rww"}};
-static const hl_cmd renew_cmd = {&hl_script_rw_renew, 2, {":rw", ":rwr"}};
+/* A renewal declares only the key its hold lives in: while the name's slot
+ * migrates, a script with some declared keys missing (the writer's hash
+ * while readers hold, the readers' set while a writer holds) is answered
+ * TRYAGAIN until the slot has moved, and the hold would run out meanwhile;
+ * with one key it follows ASK, as the mutex's renewal does. */
+static const hl_cmd renew_write_cmd = {&hl_script_rw_renew, 1, {":rw"}};
+static const hl_cmd renew_read_cmd = {&hl_script_rw_renew, 1, {":rwr"}};
 
 /* acquire(writer, readers, fence, marker; token, lease_ms, fence_ttl_s,
  * "r" | "w" marker_ms). `owner`
@@ -102,12 +108,14 @@ static hl_req *rw_release_req(hl_name *n, const char *token, hl_req_done done, v
     return hl_prim_release_req(n, &release_cmd, token, done, owner);
 }
 
-/* renew(writer, readers; token, lease_ms): the fence is not needed (no
- * Redlock). */
-static hl_req *rw_renew_req(hl_name *n, const char *token, uint64_t fence, uint32_t lease_ms,
-                            hl_req_done done, void *owner) {
-    (void)fence;
-    return hl_prim_renew_req(n, &renew_cmd, token, lease_ms, done, owner);
+/* renew(writer or readers; token, lease_ms, "w" or "r"): the hold's own key
+ * only (see renew_write_cmd); the fence is not needed (no Redlock). */
+static hl_req *rw_renew_req(hl_name *n, const hilock_hold *h, uint32_t lease_ms, hl_req_done done,
+                            void *owner) {
+    int write = h->terms.write;
+    hl_req *r = hl_prim_renew_req(n, write ? &renew_write_cmd : &renew_read_cmd, h->token, lease_ms, done, owner);
+    if (r != NULL) hl_req_arg(r, write ? "w" : "r", 1, "", 0);
+    return r;
 }
 
 /* A writer that waited and gave up (cancelled, timed out, failed) takes its

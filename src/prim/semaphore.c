@@ -71,10 +71,9 @@ static hl_req *sem_release_req(hl_name *n, const char *token, hl_req_done done, 
 }
 
 /* renew(holders, hash; token, lease_ms) */
-static hl_req *sem_renew_req(hl_name *n, const char *token, uint64_t fence, uint32_t lease_ms,
-                             hl_req_done done, void *owner) {
-    (void)fence;
-    return hl_prim_renew_req(n, &renew_cmd, token, lease_ms, done, owner);
+static hl_req *sem_renew_req(hl_name *n, const hilock_hold *h, uint32_t lease_ms, hl_req_done done,
+                             void *owner) {
+    return hl_prim_renew_req(n, &renew_cmd, h->token, lease_ms, done, owner);
 }
 
 const hl_prim hl_semaphore = {

@@ -1,0 +1,445 @@
+/* The semaphore, the read-write lock and the fair lock on a Redis Cluster
+ * while the topology moves under a held name with a waiter: a slot
+ * migrated step by step (MIGRATING/IMPORTING, MIGRATE, SETSLOT NODE). A
+ * holder must keep its hold through the migration (its renewals are not
+ * stalled by TRYAGAIN), the waiter must be served once the slot has moved,
+ * and nothing but the fence keys may be left behind. */
+#include <unistd.h>
+#include "support/clusterenv.h"
+#include "support/semload.h"
+
+static clusterenv e;
+
+static void setup(void) { clusterenv_start(&e); }
+static void teardown(void) { clusterenv_stop(&e); }
+
+TestSuite(topo_attack, .init = setup, .fini = teardown, .timeout = 120);
+
+enum kind { K_READ, K_WRITE, K_SEM, K_FAIR };
+
+static const char *kind_name[] = {"read", "write", "semaphore", "fair"};
+
+/* One acquire of `kind` (a semaphore of 1 permit: a second holder waits). */
+static void start(enum kind k, hilock_client *c, const char *name, const hilock_acquire_opts *o, got *g) {
+    int rc = -1;
+    switch (k) {
+    case K_READ: rc = hilock_read_acquire(c, name, o, got_cb, g, NULL); break;
+    case K_WRITE: rc = hilock_write_acquire(c, name, o, got_cb, g, NULL); break;
+    case K_SEM: rc = hilock_semaphore_acquire(c, name, 1, 1, o, got_cb, g, NULL); break;
+    case K_FAIR: rc = hilock_fair_acquire(c, name, o, got_cb, g, NULL); break;
+    }
+    cr_assert_eq(rc, 0, "%s acquire of %s: %s", kind_name[k], name, hilock_strerror(rc));
+}
+
+/* MIGRATE every key that `src` holds in `slot` to dst, in one command
+ * (so no script sees them split). Returns how many moved. */
+static size_t migrate_slot_keys(test_redis *src, test_redis *dst, const char *slot) {
+    redisContext *k = test_redis_connect(src);
+    cr_assert_not_null(k);
+    redisReply *keys = redisCommand(k, "CLUSTER GETKEYSINSLOT %s 100", slot);
+    cr_assert(keys && keys->type == REDIS_REPLY_ARRAY);
+    size_t n = keys->elements;
+    if (n > 0) {
+        char port[16];
+        snprintf(port, sizeof(port), "%d", dst->port);
+        const char *argv[120];
+        size_t len[120];
+        int argc = 0;
+        const char *head[] = {"MIGRATE", "127.0.0.1", port, "", "0", "5000", "KEYS"};
+        for (int i = 0; i < 7; i++) { argv[argc] = head[i]; len[argc++] = strlen(head[i]); }
+        for (size_t i = 0; i < n; i++) { argv[argc] = keys->element[i]->str; len[argc++] = keys->element[i]->len; }
+        redisReply *rep = redisCommandArgv(k, argc, argv, len);
+        cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "MIGRATE: %s", rep && rep->str ? rep->str : "?");
+        freeReplyObject(rep);
+    }
+    freeReplyObject(keys);
+    redisFree(k);
+    return n;
+}
+
+/* Keys of `slot` on r that are neither fence keys (they outlive locks by
+ * design) nor the fair lock's processes (a sorted set that lives 5 s past
+ * its client's last word). */
+static int leftovers(test_redis *r, const char *slot, char *first, size_t n) {
+    redisReply *keys = test_redis_cmd(r, "CLUSTER GETKEYSINSLOT %s 100", slot);
+    int left = 0;
+    first[0] = 0;
+    for (size_t i = 0; keys && keys->type == REDIS_REPLY_ARRAY && i < keys->elements; i++) {
+        const char *key = keys->element[i]->str;
+        size_t len = strlen(key);
+        if ((len >= 5 && strcmp(key + len - 5, "fence") == 0) || (len >= 4 && strcmp(key + len - 4, ":rwf") == 0) ||
+            (len >= 7 && strcmp(key + len - 7, ":fair:p") == 0))
+            continue;
+        if (left++ == 0) snprintf(first, n, "%s", key);
+    }
+    if (keys) freeReplyObject(keys);
+    return left;
+}
+
+/* The steps of a migration at which the holder releases. */
+enum step { AT_END, WITH_KEYS_ON_SRC, WITH_KEYS_ON_DST };
+
+/* At step `at`, a releases its hold, without waiting for the answer (the
+ * migration goes on meanwhile, as an operator's would): the waiter must
+ * not have been served before. */
+static void release_at(enum kind k, enum step now, enum step at, got *ga, got *gb, rel *r) {
+    if (now != at) return;
+    cr_expect_eq(gb->calls, 0, "%s: granted while held", kind_name[k]);
+    cr_assert_eq(hilock_release(ga->hold, rel_cb, r), 0);
+}
+
+/* `name` of `kind`, held by a (a lease of 1500 ms, renewed every 500 ms)
+ * and awaited by b, has its slot migrated step by step: 1.7 s with the
+ * slot MIGRATING/IMPORTING and the keys still on src, then 1.7 s with the
+ * keys on dst (ASK), then the slot is dst's. The hold must live through it
+ * all until a releases it (at step `at`), the waiter must not be served
+ * while a holds, and must be served once the slot is dst's at the latest;
+ * no key but the fences is left at the end. */
+static void migrate_held(enum kind k, const char *name, enum step at) {
+    hilock_client *a, *b;
+    cluster_client_pair(&e.cl, &e.loop, &a, &b);
+    char slot[8], src_id[64], dst_id[64], left[256];
+    unsigned s = cluster_slot_of(name);
+    snprintf(slot, sizeof(slot), "%u", s);
+    test_redis *src = test_cluster_master_of(&e.cl, s), *dst = cluster_other_master(&e.cl, src);
+    cr_assert(src && dst);
+    cluster_node_id(src, src_id, sizeof(src_id));
+    cluster_node_id(dst, dst_id, sizeof(dst_id));
+
+    hilock_acquire_opts o;
+    hilock_acquire_opts_init(&o);
+    o.lease_ms = 1500;
+    lostrec lost = {0, 0, 0};
+    o.lost_cb = lost_cb;
+    o.lost_data = &lost;
+    got ga = {0, 0, NULL, 0}, gb = {0, 0, NULL, 0};
+    rel ra = {0, 0};
+    start(k, a, name, &o, &ga);
+    cr_assert(test_loop_until(e.base, &ga.calls, 10000));
+    cr_assert_eq(ga.status, 0, "%s: %s (%s)", kind_name[k], hilock_strerror(ga.status), hilock_client_errstr(a));
+    start(k == K_READ ? K_WRITE : k, b, name, NULL, &gb);
+    test_loop_for(e.base, 300);
+    cr_assert_eq(gb.calls, 0, "%s: granted while held", kind_name[k]);
+
+    cr_assert(cluster_run_on(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id));
+    cr_assert(cluster_run_on(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id));
+    test_loop_for(e.base, 1700);
+    cr_expect_eq(lost.calls, 0, "%s: the hold was lost while its slot was migrating (keys on src)", kind_name[k]);
+    release_at(k, WITH_KEYS_ON_SRC, at, &ga, &gb, &ra);
+
+    cr_assert_gt(migrate_slot_keys(src, dst, slot), 0);
+    test_loop_for(e.base, 1700);
+    cr_expect_eq(lost.calls, 0, "%s: the hold was lost while its slot was migrating (keys on dst)", kind_name[k]);
+    release_at(k, WITH_KEYS_ON_DST, at, &ga, &gb, &ra);
+
+    cluster_slot_to(&e.cl, slot, dst_id);
+    test_loop_for(e.base, 200);
+    cr_expect_eq(lost.calls, 0, "%s: the hold was lost after its slot moved", kind_name[k]);
+    release_at(k, AT_END, at, &ga, &gb, &ra);
+    cr_assert(test_loop_until(e.base, &ra.calls, 10000), "%s: the release never ended", kind_name[k]);
+    cr_expect_eq(ra.status, 0, "%s: the release (step %d): %s (%s)", kind_name[k], (int)at, hilock_strerror(ra.status),
+                 hilock_client_errstr(a));
+    cr_assert(test_loop_until(e.base, &gb.calls, 5000), "%s: the waiter was not served", kind_name[k]);
+    cr_expect_eq(gb.status, 0, "%s: %s (%s)", kind_name[k], hilock_strerror(gb.status), hilock_client_errstr(b));
+    if (gb.status == 0) cr_expect_eq(cluster_give_back(&e, gb.hold), 0);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(leftovers(dst, slot, left, sizeof(left)), 0, "%s: %s left behind", kind_name[k], left);
+    cr_expect_eq(leftovers(src, slot, left, sizeof(left)), 0, "%s: %s left on the old master", kind_name[k], left);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+Test(topo_attack, a_read_hold_lives_through_a_migration) { migrate_held(K_READ, "tm-read", AT_END); }
+Test(topo_attack, a_write_hold_lives_through_a_migration) { migrate_held(K_WRITE, "tm-write", AT_END); }
+Test(topo_attack, a_semaphore_hold_lives_through_a_migration) { migrate_held(K_SEM, "tm-sem", AT_END); }
+Test(topo_attack, a_fair_hold_lives_through_a_migration) { migrate_held(K_FAIR, "tm-fair", AT_END); }
+
+/* Released in the middle of the migration: the release runs on src, or
+ * follows ASK to dst, and the waiter is served by the end. (Not the
+ * read-write lock: its release declares the writer, the readers and the
+ * marker, some of which are always missing, so it gets TRYAGAIN until the
+ * slot has moved, and ends HILOCK_ELOST if that outlasts the lease: see
+ * the report of this suite.) */
+Test(topo_attack, releases_in_the_middle_of_a_migration) {
+    migrate_held(K_SEM, "tr-sem", WITH_KEYS_ON_SRC);
+    migrate_held(K_SEM, "tr-sem2", WITH_KEYS_ON_DST);
+    migrate_held(K_FAIR, "tr-fair", WITH_KEYS_ON_SRC);
+    migrate_held(K_FAIR, "tr-fair2", WITH_KEYS_ON_DST);
+}
+
+/* ---- The fair lock's queue through failovers --------------------------------- */
+
+/* Waits of two clients on one fair lock, each served in turn: it checks
+ * that nobody else holds, that its fence is above every earlier one, and
+ * notes its place in the order of service; then holds hold_ms and
+ * releases. */
+typedef struct chain {
+    struct event_base *base;
+    int inside, overlaps, regressions, served, errors, first_error;
+    int order[16];
+    unsigned long long last_fence;
+    int hold_ms;
+} chain;
+
+typedef struct link {
+    chain *ch;
+    int idx;
+    hilock_hold *h;
+    int calls;
+} link_t;
+
+static void link_released(int status, void *data) {
+    link_t *l = data;
+    if (status != 0 && l->ch->errors++ == 0) l->ch->first_error = status;
+}
+
+static void link_release(evutil_socket_t fd, short what, void *data) {
+    link_t *l = data;
+    (void)fd; (void)what;
+    l->ch->inside--;
+    if (hilock_release(l->h, link_released, l) != 0) l->ch->errors++;
+}
+
+static void link_granted(hilock_hold *h, int status, void *data) {
+    link_t *l = data;
+    chain *ch = l->ch;
+    l->calls++;
+    if (status != 0) {
+        if (ch->errors++ == 0) ch->first_error = status;
+        return;
+    }
+    if (ch->inside++) ch->overlaps++;
+    if (hilock_hold_fence(h) <= ch->last_fence) ch->regressions++;
+    ch->last_fence = hilock_hold_fence(h);
+    ch->order[ch->served++] = l->idx;
+    l->h = h;
+    struct timeval tv = {0, ch->hold_ms * 1000};
+    event_base_once(ch->base, -1, EV_TIMEOUT, link_release, l, &tv);
+}
+
+/* CLUSTER FAILOVER [mode] on a replica of the master of `slot` (once its
+ * link is up: a graceful failover needs it), again every 5 s (a manual
+ * failover that timed out does nothing); waits until that replica is the
+ * slot's master. Returns the new master. */
+static test_redis *fail_over(unsigned slot, const char *mode) {
+    test_redis *m = test_cluster_master_of(&e.cl, slot);
+    cr_assert_not_null(m);
+    test_redis *r = cluster_replica_of(&e.cl, m);
+    cr_assert_not_null(r, "no replica of the master of slot %u", slot);
+    long long t0 = test_now_ms(), sent = 0;
+    while (test_now_ms() - t0 < 30000) {
+        if (test_cluster_master_of(&e.cl, slot) == r) return r;
+        if ((sent == 0 || test_now_ms() - sent > 5000) && test_redis_says(r, "INFO", "master_link_status:up", NULL)) {
+            cluster_run_on(r, mode ? "CLUSTER FAILOVER %s" : "CLUSTER FAILOVER", mode, NULL);
+            sent = test_now_ms();
+        }
+        test_loop_for(e.base, 20);
+    }
+    cr_assert_fail("slot %u did not fail over to its replica", slot);
+    return NULL;
+}
+
+/* A fair lock held by a, with 8 waits queued alternately by b and a (each
+ * after the previous one joined the queue); the master of its slot fails
+ * over (graceful CLUSTER FAILOVER) before the release, and again (FORCE,
+ * then TAKEOVER) while the waits are being served. The queue reached the
+ * replica with every join before the graceful failover, so the waits are
+ * served in the order they joined up to the forced ones; one at a time,
+ * with growing fences, each client's waits in their order, and nothing but
+ * the fence and the clients' places left. */
+Test(topo_attack, the_fair_queue_keeps_its_order_through_failovers) {
+    hilock_client *a, *b;
+    cluster_client_pair(&e.cl, &e.loop, &a, &b);
+    const char *name = "tf-queue";
+    unsigned slot = cluster_slot_of(name);
+    static chain ch;
+    static link_t links[9];
+    memset(&ch, 0, sizeof(ch));
+    ch.base = e.base;
+    ch.hold_ms = 150;
+    got g = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_fair_acquire(a, name, NULL, got_cb, &g, NULL), 0);
+    cr_assert(test_loop_until(e.base, &g.calls, 10000));
+    cr_assert_eq(g.status, 0, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(a));
+    for (int i = 0; i < 8; i++) {
+        links[i] = (link_t){&ch, i, NULL, 0};
+        cr_assert_eq(hilock_fair_acquire(i % 2 ? a : b, name, NULL, link_granted, &links[i], NULL), 0);
+        long long t0 = test_now_ms();
+        while (test_now_ms() - t0 < 3000) {
+            test_redis *m = test_cluster_master_of(&e.cl, slot);
+            if (m && test_redis_int(m, "ZCARD %s", prim_key(name, ":fair:q")) == i + 1) break;
+            test_loop_for(e.base, 10);
+        }
+        test_redis *m = test_cluster_master_of(&e.cl, slot);
+        cr_assert_eq(test_redis_int(m, "ZCARD %s", prim_key(name, ":fair:q")), i + 1, "wait %d did not join", i);
+    }
+    fail_over(slot, NULL);
+    test_loop_for(e.base, 300);
+    cr_expect_eq(ch.served, 0, "served while held");
+    cr_expect_eq(cluster_give_back(&e, g.hold), 0, "the release after the failover");
+    long long t0 = test_now_ms();
+    while (ch.served < 3 && test_now_ms() - t0 < 10000) test_loop_for(e.base, 10);
+    fail_over(slot, "FORCE");
+    while (ch.served < 6 && test_now_ms() - t0 < 20000) test_loop_for(e.base, 10);
+    fail_over(slot, "TAKEOVER");
+    while ((ch.served < 8 || ch.inside > 0) && test_now_ms() - t0 < 30000) test_loop_for(e.base, 10);
+    test_loop_for(e.base, 300);
+    cr_log_info("fair queue through failovers: %d served in %lld ms", ch.served, test_now_ms() - t0);
+    cr_expect_eq(ch.served, 8, "%d of 8 waits served", ch.served);
+    cr_expect_eq(ch.errors, 0, "errors, the first %s (%s / %s)", hilock_strerror(ch.first_error),
+                 hilock_client_errstr(a), hilock_client_errstr(b));
+    cr_expect_eq(ch.overlaps, 0, "two holders at once");
+    cr_expect_eq(ch.regressions, 0, "fences out of order");
+    /* Up to the forced failovers, the order of joining. FORCE and TAKEOVER
+     * do not wait for the replica to catch up, and hilock.h promises only
+     * that a client whose places were lost joins again with its waits in
+     * their order (seen once under ASan: b's waits 2, 4, 6 served after
+     * a's 3, 5, 7): each client's own order holds throughout. */
+    int first3 = 0, last[2] = {-1, -1};
+    for (int i = 0; i < ch.served; i++) {
+        if (i < 3 && ch.order[i] == i) first3++;
+        cr_expect_gt(ch.order[i], last[ch.order[i] % 2], "a client's waits out of their order: wait %d after %d",
+                     ch.order[i], last[ch.order[i] % 2]);
+        last[ch.order[i] % 2] = ch.order[i];
+    }
+    cr_expect_eq(first3, 3, "the first three served out of the order of joining: %d %d %d", ch.order[0], ch.order[1],
+                 ch.order[2]);
+    char s[8], left[256];
+    snprintf(s, sizeof(s), "%u", slot);
+    cr_expect_eq(leftovers(test_cluster_master_of(&e.cl, slot), s, left, sizeof(left)), 0, "%s left behind", left);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* ---- Semaphores and fair locks under load through failovers ---------------- */
+
+/* A name whose slot the master `m` serves: STEM-i for the first i that fits. */
+static void name_on(test_redis *m, const char *stem, char *out, size_t n) {
+    for (int i = 0; i < 1000; i++) {
+        snprintf(out, n, "%s-%d", stem, i);
+        if (test_cluster_master_of(&e.cl, cluster_slot_of(out)) == m) return;
+    }
+    cr_assert_fail("no name of %s on that master", stem);
+}
+
+/* Two semaphores of 2 permits and two fair locks, all on one master, taken
+ * in turns by two clients (24 slots, 60 rounds each, 15 ms holds) while that
+ * master fails over to its replica (graceful), and back (TAKEOVER): never
+ * more than 2 permits (1 for a fair lock) held at once, fences unique and
+ * growing, every slot ends without an error (the requests wait for the new
+ * master), and nothing but fences and places is left. */
+Test(topo_attack, semaphores_and_fair_locks_through_failovers, .timeout = 120) {
+    /* Leases of 8 s (a graceful failover may pause writes for 5 s): a
+     * semaphore waiter whose subscription stayed on the
+     * demoted master (see waiters_hear_releases_after_a_failover) is served
+     * at its fallback timer, the end of the earliest lease. */
+    hilock_config cfg;
+    cluster_config(&cfg, e.cl.url);
+    cfg.default_lease_ms = 8000;
+    hilock_client *a = cluster_client_cfg(&e, &cfg);
+    cluster_config(&cfg, e.cl.node[3].url);
+    cfg.default_lease_ms = 8000;
+    hilock_client *b = cluster_client_cfg(&e, &cfg);
+    static char names[SEMLOAD_NAMES][32];
+    test_redis *m = test_cluster_master_of(&e.cl, cluster_slot_of("fo-s-0"));
+    cr_assert_not_null(m);
+    name_on(m, "fo-s", names[0], 32);
+    name_on(m, "fo-t", names[1], 32);
+    name_on(m, "fo-f", names[2], 32);
+    name_on(m, "fo-g", names[3], 32);
+    unsigned slot = cluster_slot_of(names[0]);
+    /* Both clients know the map and the scripts before the fault. */
+    for (int i = 0; i < SEMLOAD_NAMES; i++) {
+        got g = {0, 0, NULL, 0};
+        if (i < 2) cr_assert_eq(hilock_semaphore_acquire(a, names[i], 2, 1, NULL, got_cb, &g, NULL), 0);
+        else cr_assert_eq(hilock_fair_acquire(b, names[i], NULL, got_cb, &g, NULL), 0);
+        cr_assert(test_loop_until(e.base, &g.calls, 10000));
+        cr_assert_eq(g.status, 0);
+        cr_assert_eq(cluster_give_back(&e, g.hold), 0);
+    }
+    semres *res = calloc(1, sizeof(*res));
+    static semslot s[24];
+    volatile int active = 24, done = 0;
+    for (int i = 0; i < 24; i++) {
+        int idx = i % SEMLOAD_NAMES;
+        s[i] = (semslot){res, i % 2 ? a : b, e.base, names[idx], idx, idx < 2 ? 2 : 1, 1, 60, 15, 0, NULL,
+                         &active, &done, idx >= 2};
+    }
+    long long t0 = test_now_ms();
+    for (int i = 0; i < 24; i++) semslot_go(&s[i]);
+    while (res->grants < 60 && !done && test_now_ms() - t0 < 20000) test_loop_for(e.base, 5);
+    cr_expect_eq(done, 0, "the load ended before the first failover");
+    fail_over(slot, NULL);
+    long long g1 = res->grants, t1 = test_now_ms();
+    while (res->grants < g1 + 60 && !done && test_now_ms() - t0 < 40000) test_loop_for(e.base, 5);
+    cr_expect_eq(done, 0, "the load ended before the second failover");
+    fail_over(slot, "TAKEOVER");
+    cr_log_info("failovers at %ld grants (%lld ms), then at %ld (%lld ms)", (long)g1, t1 - t0, res->grants,
+                test_now_ms() - t0);
+    cr_assert(test_loop_until(e.base, &done, 60000), "every slot must end");
+    cr_log_info("semaphores and fair locks through failovers: %ld grants in %lld ms", res->grants,
+                test_now_ms() - t0);
+    cr_expect_eq(res->errors, 0, "first error %s (%s / %s)", hilock_strerror(res->first_error),
+                 hilock_client_errstr(a), hilock_client_errstr(b));
+    cr_expect_eq(res->grants, 24 * 60);
+    cr_expect_eq(res->over, 0, "more permits held at once than there are");
+    cr_expect_eq(res->stale, 0, "a fence below one delivered before its acquire");
+    cr_expect_eq(semload_duplicates(res), 0);
+    test_loop_for(e.base, 300);
+    char sl[8], left[256];
+    for (int i = 0; i < SEMLOAD_NAMES; i++) {
+        snprintf(sl, sizeof(sl), "%u", cluster_slot_of(names[i]));
+        cr_expect_eq(leftovers(test_cluster_master_of(&e.cl, cluster_slot_of(names[i])), sl, left, sizeof(left)), 0,
+                     "%s left behind", left);
+    }
+    free(res);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* ---- Wakeups after a failover ---------------------------------------------- */
+
+/* a holds `name` of `kind`, b waits for it (subscribed on the master of its
+ * slot); that master fails over (graceful); a releases on the new master:
+ * b must hear it and be served at once, not at its fallback timer (the
+ * end of a's lease, 10 s away). */
+static void wakeup_after_failover(enum kind k, const char *name) {
+    hilock_client *a, *b;
+    cluster_client_pair(&e.cl, &e.loop, &a, &b);
+    hilock_acquire_opts o;
+    hilock_acquire_opts_init(&o);
+    o.lease_ms = 10000;
+    got ga = {0, 0, NULL, 0}, gb = {0, 0, NULL, 0};
+    start(k, a, name, &o, &ga);
+    cr_assert(test_loop_until(e.base, &ga.calls, 10000));
+    cr_assert_eq(ga.status, 0);
+    start(k == K_READ ? K_WRITE : k, b, name, &o, &gb);
+    test_loop_for(e.base, 300);
+    cr_assert_eq(gb.calls, 0);
+    fail_over(cluster_slot_of(name), NULL);
+    test_loop_for(e.base, 500);
+    cr_assert_eq(gb.calls, 0, "%s: the waiter ended while a held: %s (%s); a lost: %d", kind_name[k],
+                 hilock_strerror(gb.status), hilock_client_errstr(b), hilock_hold_lost(ga.hold));
+    cr_expect_eq(cluster_give_back(&e, ga.hold), 0);
+    long long t0 = test_now_ms();
+    cr_assert(test_loop_until(e.base, &gb.calls, 15000), "%s: the waiter was never served", kind_name[k]);
+    cr_expect_eq(gb.status, 0);
+    cr_expect_lt(gb.at_ms - t0, 1500, "%s: the waiter was served %lld ms after the release", kind_name[k],
+                 gb.at_ms - t0);
+    if (gb.status == 0) cr_expect_eq(cluster_give_back(&e, gb.hold), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* A writer waiting for a reader (its marker is refreshed every second)
+ * and a fair lock's waiter (it tries every second) are served soon enough.
+ * Not yet the semaphore's waiter nor a writer waiting for a writer: Redis
+ * 7.0.15 leaves their sharded subscription on the demoted master, which
+ * never delivers the new master's SPUBLISH, and the client, which sends
+ * nothing while it waits, never learns that the slot moved: they are
+ * served only at their fallback timer (9 s later here). See the report of
+ * this suite (unfixed). */
+Test(topo_attack, waiters_hear_releases_after_a_failover, .timeout = 120) {
+    wakeup_after_failover(K_READ, "tw-read");
+    wakeup_after_failover(K_FAIR, "tw-fair");
+}
