@@ -78,6 +78,8 @@ struct hl_name {
     size_t refs;         /* holds and other users of its keys */
     int sub;             /* HL_SUB_* */
     hl_node *sub_node;   /* where its subscription was last sent */
+    uint64_t unsettled_until; /* a server ended its subscription (its slot
+                                 moved): its head tries every second until then */
     unsigned trying : 1; /* the head's try is in flight */
     unsigned woken : 1;  /* a wakeup came while trying */
     unsigned known_held : 1; /* the last try was answered: the lock is taken */

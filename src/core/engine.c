@@ -78,9 +78,19 @@ void hl_engine_name_init(hl_name *n) {
 /* An unsubscribe: ours (LEAVING), or the server's own when a name's slot
  * moved to another master (sharded pub/sub; then the map is stale). Either
  * way, a name with waiters subscribes again, where the map says, and its
- * head tries at once: a release may have gone by meanwhile. */
+ * head tries at once: a release may have gone by meanwhile. After the
+ * server's, the cluster is settling (a failover: the nodes learn the new
+ * master over a second or so, and a release published meanwhile may
+ * reach no subscriber), so for UNSETTLED_MS the head tries at least every
+ * second instead of waiting out the holder's lease; a try redirected by
+ * MOVED also brings the map that moves the subscription (sub_misplaced). */
+#define UNSETTLED_MS 3000
+#define UNSETTLED_RETRY_MS 1000
 static void sub_ended(hl_name *n) {
-    if (n->sub != HL_SUB_LEAVING) hl_topo_moved(&n->c->topo, n->slot, NULL, 0);
+    if (n->sub != HL_SUB_LEAVING) {
+        hl_topo_moved(&n->c->topo, n->slot, NULL, 0);
+        n->unsettled_until = hl_now_ms() + UNSETTLED_MS;
+    }
     n->sub = HL_SUB_NONE;
     if (n->nwaiters > 0) {
         ensure_subscribed(n);
@@ -152,6 +162,24 @@ static void on_replay(void *arg, hl_node *via, hl_node *to) {
             hl_node_subscribe(to, hl_name_channel(n), n->chlen, n->sub != HL_SUB_LEAVING);
 }
 
+/* A new map (sharded pub/sub) puts n's slot on another master than the
+ * one its subscription went to: leave that one, so that the caller
+ * subscribes again where the map says. After a failover the old master,
+ * now a replica, tells its sharded subscribers "sunsubscribe", and they
+ * subscribe again at once, before the map is new: to that same node,
+ * which accepts (a replica serves its shard's channels) but missed what
+ * the new master published until it knew it as its master; a release
+ * then went unheard, and the waiter waited for its fallback timer (the
+ * holder's lease). The ack of the new subscription has the head try, for
+ * a release that went by meanwhile. */
+static void sub_misplaced(hl_name *n) {
+    if (n->nwaiters == 0 || (n->sub != HL_SUB_ACTIVE && n->sub != HL_SUB_PENDING)) return;
+    if (n->sub_node == hl_name_sub_node(n)) return;
+    if (hl_node_sub_ready(n->sub_node)) subscribe(n, 0); /* its ack: no longer ours */
+    n->sub = HL_SUB_NONE;
+    n->sub_node = NULL;
+}
+
 static void on_resubscribe(void *arg, hl_node *node, int slot) {
     hilock_client *c = arg;
     hl_name *n = hl_names_first(c), *next;
@@ -162,6 +190,7 @@ static void on_resubscribe(void *arg, hl_node *node, int slot) {
             n->sub = HL_SUB_NONE; /* refused there */
             n->sub_node = NULL;
         }
+        if (node == NULL) sub_misplaced(n);
         if (n->sub != HL_SUB_NONE || n->trying) continue;
         if (n->nwaiters > 0) ensure_subscribed(n);
         else hl_name_maybe_free(n);
@@ -525,6 +554,7 @@ static void try_later(hl_name *n, uint64_t retry_ms) {
     if (!n->woken) n->woke_us = 0; /* that release went to another client */
     ensure_subscribed(n);
     if (refresh != 0 && retry_ms > refresh) retry_ms = refresh;
+    if (retry_ms > UNSETTLED_RETRY_MS && hl_now_ms() < n->unsettled_until) retry_ms = UNSETTLED_RETRY_MS;
     if (n->woken || head->try_once || retry_ms == 0) hl_engine_kick(n);
     else hl_timer_start(&n->c->loop, &n->fallback, retry_ms);
 }
