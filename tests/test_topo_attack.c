@@ -239,6 +239,22 @@ static test_redis *fail_over(unsigned slot, const char *mode) {
     return NULL;
 }
 
+/* Two clients as cluster_client_pair's, whose requests wait out a
+ * failover: a graceful CLUSTER FAILOVER holds writes on the old master up
+ * to 5 s (cluster-manual-failover-timeout), and a try unanswered for
+ * request_timeout_ms ends its wait with HILOCK_EDEADLINE (hilock.h); on a
+ * loaded 2-vCPU machine under ASan the default was seen to end all 8 waits
+ * of the fair queue's test so. */
+static void patient_pair(hilock_client **a, hilock_client **b) {
+    hilock_config cfg;
+    cluster_config(&cfg, e.cl.url);
+    cfg.request_timeout_ms = 10000;
+    cr_assert_eq(hilock_client_new(a, &cfg, &e.loop), 0);
+    cluster_config(&cfg, e.cl.node[3].url);
+    cfg.request_timeout_ms = 10000;
+    cr_assert_eq(hilock_client_new(b, &cfg, &e.loop), 0);
+}
+
 /* A fair lock held by a, with 8 waits queued alternately by b and a (each
  * after the previous one joined the queue); the master of its slot fails
  * over (graceful CLUSTER FAILOVER) before the release, and again (FORCE,
@@ -249,7 +265,7 @@ static test_redis *fail_over(unsigned slot, const char *mode) {
  * the fence and the clients' places left. */
 Test(topo_attack, the_fair_queue_keeps_its_order_through_failovers) {
     hilock_client *a, *b;
-    cluster_client_pair(&e.cl, &e.loop, &a, &b);
+    patient_pair(&a, &b);
     const char *name = "tf-queue";
     unsigned slot = cluster_slot_of(name);
     static chain ch;
@@ -336,9 +352,11 @@ Test(topo_attack, semaphores_and_fair_locks_through_failovers, .timeout = 120) {
     hilock_config cfg;
     cluster_config(&cfg, e.cl.url);
     cfg.default_lease_ms = 8000;
+    cfg.request_timeout_ms = 10000; /* see patient_pair */
     hilock_client *a = cluster_client_cfg(&e, &cfg);
     cluster_config(&cfg, e.cl.node[3].url);
     cfg.default_lease_ms = 8000;
+    cfg.request_timeout_ms = 10000; /* see patient_pair */
     hilock_client *b = cluster_client_cfg(&e, &cfg);
     static char names[SEMLOAD_NAMES][32];
     test_redis *m = test_cluster_master_of(&e.cl, cluster_slot_of("fo-s-0"));
