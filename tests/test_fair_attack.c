@@ -28,14 +28,7 @@ TestSuite(fair_attack, .init = setup, .fini = teardown, .timeout = 60);
 #define queued(name) fairenv_queued(&e.r, name)
 #define held(name) fairenv_held(&e.r, name)
 
-/* The fence of the lock in Redis, a string "TOKEN FENCE" (0: not held). */
-static unsigned long long held_fence(const char *name) {
-    redisReply *r = test_redis_cmd(&e.r, "GET %s", fkey(name, ""));
-    const char *sp = r && r->type == REDIS_REPLY_STRING ? strchr(r->str, ' ') : NULL;
-    unsigned long long f = sp ? strtoull(sp + 1, NULL, 10) : 0;
-    if (r) freeReplyObject(r);
-    return f;
-}
+#define held_fence(name) fairenv_fence(&e.r, name)
 
 static hilock_acquire_opts wait_opts(int64_t wait_ms, uint32_t lease_ms) {
     hilock_acquire_opts o = opts_wait(wait_ms);

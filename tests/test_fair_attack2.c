@@ -27,14 +27,7 @@ TestSuite(fair_attack2, .init = setup, .fini = teardown, .timeout = 30);
 #define queued(name) fairenv_queued(&e.r, name)
 #define held(name) fairenv_held(&e.r, name)
 
-/* The lock in Redis, "TOKEN FENCE": its fence (0: not held). */
-static unsigned long long held_fence(const char *name) {
-    redisReply *r = test_redis_cmd(&e.r, "GET %s", fkey(name, ""));
-    const char *sp = r && r->type == REDIS_REPLY_STRING ? strchr(r->str, ' ') : NULL;
-    unsigned long long f = sp ? strtoull(sp + 1, NULL, 10) : 0;
-    if (r) freeReplyObject(r);
-    return f;
-}
+#define held_fence(name) fairenv_fence(&e.r, name)
 
 /* A client on a loop of its own, which the test runs only when it says:
  * what Redis sends it meanwhile waits in its sockets. */

@@ -34,4 +34,13 @@ static inline long long fairenv_held(const test_redis *r, const char *name) {
     return test_redis_int(r, "EXISTS %s", fkey(name, ""));
 }
 
+/* The fence of the lock in Redis, a string "TOKEN FENCE" (0: not held). */
+static inline unsigned long long fairenv_fence(const test_redis *r, const char *name) {
+    redisReply *rep = test_redis_cmd(r, "GET %s", fkey(name, ""));
+    const char *sp = rep && rep->type == REDIS_REPLY_STRING ? strchr(rep->str, ' ') : NULL;
+    unsigned long long f = sp ? strtoull(sp + 1, NULL, 10) : 0;
+    if (rep) freeReplyObject(rep);
+    return f;
+}
+
 #endif
