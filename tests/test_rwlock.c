@@ -600,13 +600,12 @@ static redisReply *try_raw(redisContext *k, const char *token, const char *mode,
                         k1, k2, k3, k4, token, m);
 }
 
-static long long release_raw(redisContext *k, const char *token) {
-    char k1[128], k2[128], k3[128];
-    rw_key("idem", ":rw", k1, sizeof(k1));
-    rw_key("idem", ":rwr", k2, sizeof(k2));
-    rw_key("idem", ":rww", k3, sizeof(k3));
-    redisReply *r = redisCommand(k, "EVAL %s 3 %s %s %s %s ch PUBLISH", hl_script_rw_release.body,
-                                 k1, k2, k3, token);
+/* EVAL a release of `token` as mode 'w' (the writer), 'r' (a reader) or
+ * 'm' (a waiting writer's marker): one key, the mode's. */
+static long long release_raw(redisContext *k, const char *token, char mode) {
+    char key[128], m[2] = {mode, 0};
+    rw_key("idem", mode == 'w' ? ":rw" : mode == 'r' ? ":rwr" : ":rww", key, sizeof(key));
+    redisReply *r = redisCommand(k, "EVAL %s 1 %s %s ch %s PUBLISH", hl_script_rw_release.body, key, token, m);
     long long v = rep_int(r, 0);
     if (r) freeReplyObject(r);
     return v;
@@ -636,8 +635,12 @@ Test(rwlock, idempotent_scripts) {
     r = try_raw(k, "t1", "r", "0");
     cr_expect_eq(rep_int(r, 0), 1, "a reader already in is not");
     freeReplyObject(r);
-    cr_expect_eq(release_raw(k, "t1"), 1);
-    cr_expect_eq(release_raw(k, "t1"), 0, "a repeated release");
+    cr_expect_eq(release_raw(k, "w9", 'm'), 0, "another writer's marker stays");
+    cr_expect_eq(rw_exists("idem", ":rww"), 1);
+    cr_expect_eq(release_raw(k, "t1", 'r'), 1);
+    cr_expect_eq(release_raw(k, "t1", 'r'), 0, "a repeated release");
+    cr_expect_eq(release_raw(k, "w1", 'm'), 0, "a marker is no lock");
+    cr_expect_eq(rw_exists("idem", ":rww"), 0, "the waiting writer's marker went");
     r = try_raw(k, "w1", "w", "3000");
     cr_expect_eq(rep_int(r, 0), 1);
     long long f = rep_int(r, 1);
@@ -649,16 +652,16 @@ Test(rwlock, idempotent_scripts) {
     r = try_raw(k, "w2", "w", "3000");
     cr_expect_eq(rep_int(r, 0), 0, "one writer");
     freeReplyObject(r);
-    cr_expect_eq(release_raw(k, "t1"), 0, "an old reader's release frees nothing");
-    cr_expect_eq(release_raw(k, "w2"), 0);
+    cr_expect_eq(release_raw(k, "t1", 'r'), 0, "an old reader's release frees nothing");
+    cr_expect_eq(release_raw(k, "w2", 'w'), 0);
     cr_expect_eq(rw_exists("idem", ":rw"), 1);
-    cr_expect_eq(release_raw(k, "w1"), 1);
-    cr_expect_eq(release_raw(k, "w1"), 0);
+    cr_expect_eq(release_raw(k, "w1", 'w'), 1);
+    cr_expect_eq(release_raw(k, "w1", 'w'), 0);
     r = try_raw(k, "t3", "r", "0");
     cr_expect_eq(rep_int(r, 0), 1);
     cr_expect_eq(rep_int(r, 1), f, "a reader gets the last write's fence");
     freeReplyObject(r);
-    cr_expect_eq(release_raw(k, "t3"), 1);
+    cr_expect_eq(release_raw(k, "t3", 'r'), 1);
     cr_expect(rw_free("idem"));
     redisFree(k);
 }

@@ -155,16 +155,151 @@ Test(topo_attack, a_semaphore_hold_lives_through_a_migration) { migrate_held(K_S
 Test(topo_attack, a_fair_hold_lives_through_a_migration) { migrate_held(K_FAIR, "tm-fair", AT_END); }
 
 /* Released in the middle of the migration: the release runs on src, or
- * follows ASK to dst, and the waiter is served by the end. (Not the
- * read-write lock: its release declares the writer, the readers and the
- * marker, some of which are always missing, so it gets TRYAGAIN until the
- * slot has moved, and ends HILOCK_ELOST if that outlasts the lease: see
- * the report of this suite.) */
+ * follows ASK to dst, and the waiter is served by the end. The read-write
+ * lock's release declared the writer, the readers and the marker, some of
+ * which are always missing: Redis answered TRYAGAIN until the slot had
+ * moved, and the release ended HILOCK_ELOST once that outlasted the lease
+ * (the waiter waited for the lease). Now it declares its mode's key only. */
 Test(topo_attack, releases_in_the_middle_of_a_migration) {
     migrate_held(K_SEM, "tr-sem", WITH_KEYS_ON_SRC);
     migrate_held(K_SEM, "tr-sem2", WITH_KEYS_ON_DST);
     migrate_held(K_FAIR, "tr-fair", WITH_KEYS_ON_SRC);
     migrate_held(K_FAIR, "tr-fair2", WITH_KEYS_ON_DST);
+}
+
+Test(topo_attack, read_write_releases_in_the_middle_of_a_migration) {
+    migrate_held(K_READ, "tr-read", WITH_KEYS_ON_SRC);
+    migrate_held(K_READ, "tr-read2", WITH_KEYS_ON_DST);
+    migrate_held(K_WRITE, "tr-write", WITH_KEYS_ON_SRC);
+    migrate_held(K_WRITE, "tr-write2", WITH_KEYS_ON_DST);
+}
+
+/* Is `key` one of the keys r holds in `slot`? (CLUSTER GETKEYSINSLOT: no
+ * ASK, whatever the slot's state.) */
+static int slot_has(test_redis *r, const char *slot, const char *key) {
+    redisReply *keys = test_redis_cmd(r, "CLUSTER GETKEYSINSLOT %s 100", slot);
+    int has = 0;
+    for (size_t i = 0; keys && keys->type == REDIS_REPLY_ARRAY && i < keys->elements; i++)
+        has |= strcmp(keys->element[i]->str, key) == 0;
+    if (keys) freeReplyObject(keys);
+    return has;
+}
+
+/* A writer waits for a reader (its marker holds new readers off) and gives
+ * up while the slot migrates, with the keys on src (`moved` 0) or on dst
+ * (1): its marker must go at once, as on a settled slot, not linger until
+ * it runs out (3 s), holding readers off. The marker's removal declared
+ * the writer and the readers too, and got TRYAGAIN. */
+static void writer_gives_up_mid_migration(const char *name, int moved) {
+    hilock_client *a, *b;
+    cluster_client_pair(&e.cl, &e.loop, &a, &b);
+    char slot[8], src_id[64], dst_id[64], left[256];
+    unsigned s = cluster_slot_of(name);
+    snprintf(slot, sizeof(slot), "%u", s);
+    test_redis *src = test_cluster_master_of(&e.cl, s), *dst = cluster_other_master(&e.cl, src);
+    cr_assert(src && dst);
+    cluster_node_id(src, src_id, sizeof(src_id));
+    cluster_node_id(dst, dst_id, sizeof(dst_id));
+    hilock_acquire_opts o;
+    hilock_acquire_opts_init(&o);
+    o.lease_ms = 1500;
+    got ga = {0, 0, NULL, 0}, gb = {0, 0, NULL, 0};
+    start(K_READ, a, name, &o, &ga);
+    cr_assert(test_loop_until(e.base, &ga.calls, 10000));
+    cr_assert_eq(ga.status, 0);
+    hilock_wait *wb = NULL;
+    cr_assert_eq(hilock_write_acquire(b, name, NULL, got_cb, &gb, &wb), 0);
+    test_loop_for(e.base, 300);
+    const char *mark = prim_key(name, ":rww");
+    cr_assert(slot_has(src, slot, mark), "the waiting writer left no marker");
+
+    cr_assert(cluster_run_on(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id));
+    cr_assert(cluster_run_on(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id));
+    if (moved) cr_assert_gt(migrate_slot_keys(src, dst, slot), 0);
+    test_loop_for(e.base, 300);
+    cr_assert_eq(hilock_wait_cancel(wb), 0);
+    test_loop_for(e.base, 400);
+    cr_expect_eq(gb.calls, 1);
+    cr_expect_eq(gb.status, HILOCK_ECANCELED);
+    cr_expect(!slot_has(src, slot, mark) && !slot_has(dst, slot, mark),
+              "keys on %s: the marker of a writer that gave up is still there", moved ? "dst" : "src");
+
+    if (!moved) cr_assert_gt(migrate_slot_keys(src, dst, slot), 0);
+    cluster_slot_to(&e.cl, slot, dst_id);
+    test_loop_for(e.base, 200);
+    cr_expect_eq(cluster_give_back(&e, ga.hold), 0);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(leftovers(dst, slot, left, sizeof(left)), 0, "%s left behind", left);
+    cr_expect_eq(leftovers(src, slot, left, sizeof(left)), 0, "%s left on the old master", left);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+Test(topo_attack, a_writer_that_gives_up_mid_migration_takes_its_marker) {
+    writer_gives_up_mid_migration("tg-write", 0);
+    writer_gives_up_mid_migration("tg-write2", 1);
+}
+
+/* A fair lock held with a long lease and nobody waiting: its clients' key
+ * (:fair:p) runs out 5 s after the last word on the name, and its
+ * renewals come 5.5 s apart. The slot migrates (keys on src, then on dst):
+ * a renewal, and an extension, must follow the lock. They declared the
+ * clients' key too and got TRYAGAIN until the slot had moved, and a
+ * migration longer than the lease lost the hold. */
+Test(topo_attack, a_fair_hold_with_a_long_lease_renews_mid_migration) {
+    const char *name = "tl-fair";
+    hilock_client *a, *b;
+    cluster_client_pair(&e.cl, &e.loop, &a, &b);
+    char slot[8], src_id[64], dst_id[64], left[256];
+    unsigned s = cluster_slot_of(name);
+    snprintf(slot, sizeof(slot), "%u", s);
+    test_redis *src = test_cluster_master_of(&e.cl, s), *dst = cluster_other_master(&e.cl, src);
+    cr_assert(src && dst);
+    cluster_node_id(src, src_id, sizeof(src_id));
+    cluster_node_id(dst, dst_id, sizeof(dst_id));
+    hilock_acquire_opts o;
+    hilock_acquire_opts_init(&o);
+    o.lease_ms = 16500; /* the watchdog renews at 5.5 s */
+    lostrec lost = {0, 0, 0};
+    o.lost_cb = lost_cb;
+    o.lost_data = &lost;
+    got ga = {0, 0, NULL, 0};
+    start(K_FAIR, a, name, &o, &ga);
+    cr_assert(test_loop_until(e.base, &ga.calls, 10000));
+    cr_assert_eq(ga.status, 0);
+    long long t0 = test_now_ms();
+    const char *lock = prim_key(name, ":fair");
+    cr_assert(cluster_run_on(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id));
+    cr_assert(cluster_run_on(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id));
+    test_loop_for(e.base, (int)(6500 - (test_now_ms() - t0)));
+    cr_expect(!slot_has(src, slot, prim_key(name, ":fair:p")), "the clients' key outlived its 5 s");
+    long long ttl = test_redis_int(src, "PTTL %s", lock);
+    cr_expect_gt(ttl, 14000, "keys on src: the renewal did not reach the lock (%lld ms left)", ttl);
+
+    cr_assert_gt(migrate_slot_keys(src, dst, slot), 0);
+    rel rx = {0, 0};
+    cr_assert_eq(hilock_hold_extend(ga.hold, 30000, rel_cb, &rx), 0);
+    cr_assert(test_loop_until(e.base, &rx.calls, 5000), "the extension never ended");
+    cr_expect_eq(rx.status, 0, "keys on dst: the extension: %s (%s)", hilock_strerror(rx.status),
+                 hilock_client_errstr(a));
+    redisContext *k = test_redis_connect(dst); /* ASKING: the slot is still importing there */
+    cr_assert_not_null(k);
+    freeReplyObject(redisCommand(k, "ASKING"));
+    redisReply *rep = redisCommand(k, "PTTL %s", lock);
+    cr_expect(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer > 25000, "keys on dst: the lock has %lld ms left",
+              rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1);
+    freeReplyObject(rep);
+    redisFree(k);
+
+    cluster_slot_to(&e.cl, slot, dst_id);
+    test_loop_for(e.base, 200);
+    cr_expect_eq(lost.calls, 0, "the hold was lost");
+    cr_expect_eq(cluster_give_back(&e, ga.hold), 0);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(leftovers(dst, slot, left, sizeof(left)), 0, "%s left behind", left);
+    cr_expect_eq(leftovers(src, slot, left, sizeof(left)), 0, "%s left on the old master", left);
+    hilock_client_free(a);
+    hilock_client_free(b);
 }
 
 /* ---- The fair lock's queue through failovers --------------------------------- */
@@ -423,7 +558,7 @@ Test(topo_attack, semaphores_and_fair_locks_through_failovers, .timeout = 120) {
  * end of a's lease, 10 s away). */
 static void wakeup_after_failover(enum kind k, const char *name) {
     hilock_client *a, *b;
-    cluster_client_pair(&e.cl, &e.loop, &a, &b);
+    patient_pair(&a, &b); /* a writer's marker refresh may meet the pause */
     hilock_acquire_opts o;
     hilock_acquire_opts_init(&o);
     o.lease_ms = 10000;

@@ -196,7 +196,12 @@ struct hl_prim {
     int (*try_parse)(hilock_client *c, const redisReply *reply, hl_try *out);
     /* After head `w` was granted: may `o`, queued behind it, share it? */
     int (*shares)(const hilock_wait *w, const hilock_wait *o);
-    hl_req *(*release_req)(hl_name *n, const char *token, hl_req_done done, void *owner);
+    /* The release of what `token` may hold, for a hold or wait of `terms`
+     * (its mode: a primitive may keep modes in different keys); terms is
+     * NULL only over a quorum, where no primitive has modes (a primitive
+     * runs there only with fence_req). */
+    hl_req *(*release_req)(hl_name *n, const char *token, const hl_terms *terms, hl_req_done done,
+                           void *owner);
     /* The renewal of hold h (its token, fence, terms) for lease_ms. */
     hl_req *(*renew_req)(hl_name *n, const hilock_hold *h, uint32_t lease_ms, hl_req_done done,
                          void *owner);
@@ -332,16 +337,17 @@ void hl_hold_begin_release(hilock_hold *h);
 hilock_hold *hl_owner_hold(hilock_owner *o, hl_name *n, uint64_t now);
 /* hl_release_token without a release message (Redlock's undo of a try
  * short of a quorum: the lock was not free for anyone). */
-void hl_release_quiet(hl_name *n, const char *token);
+void hl_release_quiet(hl_name *n, const char *token, const hl_terms *terms);
 /* Redlock: make every node's next fence of `n` larger than `fence` (the
  * nodes' counters differ; a grant's fence is the largest of its quorum's).
  * Sent ahead of each renewal and of the release, on the same connections,
  * so that a node the next holder takes after a release has it; nothing in
  * other modes. */
 void hl_fence_raise(hl_name *n, uint64_t fence);
-/* Release a lock that `token` may hold, with nobody to tell. unknown_lease_ms
- * > 0: the try's outcome is unknown; keep at it for that long. */
-void hl_release_token(hl_name *n, const char *token, uint32_t unknown_lease_ms);
+/* Release a lock that `token` (of a hold or wait of `terms`) may hold, with
+ * nobody to tell. unknown_lease_ms > 0: the try's outcome is unknown; keep
+ * at it for that long. */
+void hl_release_token(hl_name *n, const char *token, const hl_terms *terms, uint32_t unknown_lease_ms);
 /* Client close: release every hold in Redis. */
 void hl_holds_release_all(hilock_client *c);
 void hl_holds_free_all(hilock_client *c);

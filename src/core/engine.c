@@ -432,7 +432,7 @@ static void grant(hilock_wait *w, uint64_t fence, uint64_t sent_at, uint32_t lea
     hl_name *n = w->name;
     hilock_hold *h = hl_hold_new(n, w->token, fence, sent_at, lease_ms, w);
     if (h == NULL) {
-        hl_release_token(n, w->token, 0);
+        hl_release_token(n, w->token, &w->terms, 0);
         hl_wait_finish(w, HILOCK_ENOMEM, NULL);
         return;
     }
@@ -593,7 +593,7 @@ static void rejoin_all(hl_name *n, const hilock_wait *w) {
  * after a drop, behind the release): the lock goes back too. */
 static void try_won(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
     if (w->state == HL_WAIT_QUEUED) grant(w, t->fence, sent_at, w->terms.lease_ms);
-    else if (!w->own_grant || !t->renewed) hl_release_token(w->name, w->token, 0);
+    else if (!w->own_grant || !t->renewed) hl_release_token(w->name, w->token, &w->terms, 0);
 }
 
 /* Did the WAIT that followed r miss replicas (wait_replicas)? Then only
@@ -664,7 +664,7 @@ static void join_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at, int
     hl_name *n = w->name;
     if (err != 0) {
         if (r->ever_sent && w->state == HL_WAIT_DONE && !w->own_grant)
-            hl_release_token(n, w->token, w->terms.lease_ms); /* its place, if it ran */
+            hl_release_token(n, w->token, &w->terms, w->terms.lease_ms); /* its place, if it ran */
         return;
     }
     n->answers++;
@@ -681,12 +681,12 @@ static void join_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at, int
  * message meanwhile, then stale, and queued again with a new one): a lock
  * it got with the old one goes back. */
 static void stale_answered(hl_name *n, const hl_req *r, const hl_try *t, int err,
-                           uint32_t lease_ms) {
+                           const hl_terms *terms) {
     char token[HL_TOKEN_LEN + 1];
     if (err == 0 && !t->granted) return;
     memcpy(token, r->argv[r->nkeys], HL_TOKEN_LEN);
     token[HL_TOKEN_LEN] = '\0';
-    hl_release_token(n, token, err != 0 && r->ever_sent ? lease_ms : 0);
+    hl_release_token(n, token, terms, err != 0 && r->ever_sent ? terms->lease_ms : 0);
 }
 
 /* Was r sent with `token` (every primitive's try has it as its first
@@ -705,7 +705,7 @@ static void head_answered(hilock_wait *w, hl_req *r, hl_try *t, int err) {
      * token: an undo that a node runs late (re-sent after NOSCRIPT, behind
      * the next try) must not delete the next grant. */
     if (err == 0 && !t->granted && r->partial) {
-        hl_release_quiet(n, w->token);
+        hl_release_quiet(n, w->token, &w->terms);
         hl_token_new(c, w->token);
     }
     if (err != 0) {
@@ -713,11 +713,11 @@ static void head_answered(hilock_wait *w, hl_req *r, hl_try *t, int err) {
          * of ours stays behind; unless w holds the lock with that token
          * (granted by message while the try was out): that lock is its
          * hold's, which releases it. */
-        if (r->ever_sent && !w->own_grant) hl_release_token(n, w->token, w->terms.lease_ms);
+        if (r->ever_sent && !w->own_grant) hl_release_token(n, w->token, &w->terms, w->terms.lease_ms);
         n->known_held = 0;
         fail_all(n, err); /* w first, if it still waits: it is the head */
     } else if (t->granted && replicas_short(c, r)) {
-        hl_release_token(n, w->token, 0);
+        hl_release_token(n, w->token, &w->terms, 0);
         if (w->state == HL_WAIT_QUEUED) hl_wait_finish(w, HILOCK_EREPLICAS, NULL);
         try_later(n, 0);
     } else {
@@ -748,7 +748,7 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
     }
     if (err == 0 && req_has_token(r, w->token)) w->placed = 1;
     if (!req_has_token(r, w->token)) {
-        stale_answered(n, r, &t, err, w->terms.lease_ms);
+        stale_answered(n, r, &t, err, &w->terms);
         if (!joined) try_later(n, 0);
     } else if (joined) {
         join_answered(w, &t, r->submitted_at, err, r);

@@ -46,8 +46,8 @@ static void on_token_released(hl_req *r, redisReply *reply, int err) {
 /* Release a lock that `token` may hold, with nobody to tell. unknown_lease_ms
  * > 0 means we do not know whether the try ran: keep at it through
  * reconnects for as long as the lock could live, in two rounds. */
-void hl_release_token(hl_name *n, const char *token, uint32_t unknown_lease_ms) {
-    hl_req *r = n->prim->release_req(n, token, on_token_released, NULL);
+void hl_release_token(hl_name *n, const char *token, const hl_terms *terms, uint32_t unknown_lease_ms) {
+    hl_req *r = n->prim->release_req(n, token, terms, on_token_released, NULL);
     uint32_t timeout = n->c->topo.net.request_timeout_ms;
     if (r == NULL) return;
     if (unknown_lease_ms > 0) {
@@ -58,8 +58,8 @@ void hl_release_token(hl_name *n, const char *token, uint32_t unknown_lease_ms) 
     }
 }
 
-void hl_release_quiet(hl_name *n, const char *token) {
-    hl_req *r = n->prim->release_req(n, token, on_token_released, NULL);
+void hl_release_quiet(hl_name *n, const char *token, const hl_terms *terms) {
+    hl_req *r = n->prim->release_req(n, token, terms, on_token_released, NULL);
     if (r == NULL) return;
     r->publishes = 0; /* the script publishes only when given the command */
     hl_name_submit(n, r);
@@ -146,7 +146,7 @@ static void renewal_check(hilock_hold *h) {
  * one re-sent as EVAL after NOSCRIPT runs behind the release, and would
  * leave the released lock on every master for a lease. Release again. */
 static void renewal_outlived(hl_name *n, const char *token) {
-    if (hl_topo_quorum(&n->c->topo)) hl_release_token(n, token, 0);
+    if (hl_topo_quorum(&n->c->topo)) hl_release_token(n, token, NULL, 0); /* (no modes there) */
 }
 
 /* A renewal in flight. Its request's done and owner may be wrapped by
@@ -275,7 +275,7 @@ hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence, uint64_t
 void hl_hold_drop(hilock_hold *h) {
     if (--h->count > 0) return;
     hl_hold_begin_release(h);
-    hl_release_token(h->name, h->token, 0);
+    hl_release_token(h->name, h->token, &h->terms, 0);
     hl_hold_free(h);
 }
 
@@ -339,7 +339,7 @@ static void on_released(hl_req *r, redisReply *reply, int err) {
     if ((err == HILOCK_ECONN || err == HILOCK_EDEADLINE) && !l->freeing) {
         hilock_hold *h = op->hold;
         uint64_t now = hl_now_ms(), until = hl_hold_expiry(h);
-        if (until > now) hl_release_token(h->name, h->token, (uint32_t)(until - now));
+        if (until > now) hl_release_token(h->name, h->token, &h->terms, (uint32_t)(until - now));
     }
     op->status = err;
     if (l->freeing) { relop_run(&op->defer, 1); return; }
@@ -380,7 +380,7 @@ int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
         hl_defer_push(&h->c->loop, &op->defer);
         return 0;
     }
-    hl_req *r = h->name->prim->release_req(h->name, h->token, on_released, op);
+    hl_req *r = h->name->prim->release_req(h->name, h->token, &h->terms, on_released, op);
     if (r == NULL) { free(op); return HILOCK_ENOMEM; }
     op->last = 1;
     h->count = 0;
@@ -513,7 +513,7 @@ void hl_holds_release_all(hilock_client *c) {
          * freed, where nothing counts any more. */
         c->counts.holds--;
         final_release_begin(h);
-        hl_release_token(h->name, h->token, 0);
+        hl_release_token(h->name, h->token, &h->terms, 0);
     }
 }
 

@@ -38,7 +38,16 @@ static const hl_cmd acquire_cmd = {&hl_script_fair_acquire, 4,
                                    {":fair", ":fair:q", ":fair:p", ":fair:fence"}};
 static const hl_cmd release_cmd = {&hl_script_fair_release, 4,
                                    {":fair", ":fair:q", ":fair:p", ":fair:fence"}};
-static const hl_cmd renew_cmd = {&hl_script_fair_renew, 2, {":fair", ":fair:p"}};
+/* The claim of a grant by message gives the client back the time in the
+ * queue that the grant cut to the claim window (_fair.lua), so it declares
+ * the clients' key too, which the grant has just written. A later renewal
+ * declares only the lock: the clients' key runs out 5 s after the last
+ * word on the name, and while the slot migrates a script with a declared
+ * key missing is answered TRYAGAIN until the slot has moved (the hold
+ * would run out meanwhile), while one key follows ASK. The client's other
+ * waits, if any, keep its places alive by their tries. */
+static const hl_cmd claim_cmd = {&hl_script_fair_renew, 2, {":fair", ":fair:p"}};
+static const hl_cmd renew_cmd = {&hl_script_fair_renew, 1, {":fair"}};
 
 /* acquire(lock, queue, clients, fence; token, lease_ms, fence_ttl_s, once
  * (or 2: join again at the tail, w->rejoining; 3: a try of a token that
@@ -100,7 +109,9 @@ static int fair_shares(const hilock_wait *w, const hilock_wait *o) {
 
 /* release(lock, queue, clients, fence; token, fence_ttl_s, channel,
  * PUBLISH or SPUBLISH (added by net)): also how a waiter leaves. */
-static hl_req *fair_release_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
+static hl_req *fair_release_req(hl_name *n, const char *token, const hl_terms *terms, hl_req_done done,
+                                void *owner) {
+    (void)terms;
     hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN + 20 + n->chlen, done, owner);
     if (r == NULL) return NULL;
     hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
@@ -111,17 +122,19 @@ static hl_req *fair_release_req(hl_name *n, const char *token, hl_req_done done,
     return r;
 }
 
-/* renew(lock, clients; token, lease_ms): also the claim of a grant by
- * message. */
+/* renew(lock[, clients]; token, lease_ms): the claim of a grant by
+ * message (its key set for less than the hold's lease: see claim_cmd), or
+ * a renewal. */
 static hl_req *fair_renew_req(hl_name *n, const hilock_hold *h, uint32_t lease_ms, hl_req_done done,
                               void *owner) {
-    return hl_prim_renew_req(n, &renew_cmd, h->token, lease_ms, done, owner);
+    int claim = h->confirmed_lease < h->terms.lease_ms;
+    return hl_prim_renew_req(n, claim ? &claim_cmd : &renew_cmd, h->token, lease_ms, done, owner);
 }
 
 /* A wait that ends without its own grant leaves the queue, and gives back
  * a grant that raced its end (the release script does both). */
 static void fair_abandon(hilock_wait *w) {
-    if (!w->try_once) hl_release_token(w->name, w->token, 0);
+    if (!w->try_once) hl_release_token(w->name, w->token, &w->terms, 0);
 }
 
 static int parse_u64(const char **p, const char *end, uint64_t *out) {

@@ -42,7 +42,9 @@ static int mutex_shares(const hilock_wait *w, const hilock_wait *o) {
 }
 
 /* release(lock; token, channel, PUBLISH or SPUBLISH (added by net)) */
-static hl_req *mutex_release_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
+static hl_req *mutex_release_req(hl_name *n, const char *token, const hl_terms *terms, hl_req_done done,
+                                 void *owner) {
+    (void)terms;
     return hl_prim_release_req(n, &release_cmd, token, done, owner);
 }
 

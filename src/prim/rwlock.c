@@ -41,14 +41,17 @@
 #define HL_RW_MARK_MS 3000u
 
 static const hl_cmd acquire_cmd = {&hl_script_rw_acquire, 4, {":rw", ":rwr", ":rwf", ":rww"}};
-static const hl_cmd release_cmd = {&hl_script_rw_release, 3, {":rw", ":rwr", ":rww"}};
-/* A renewal declares only the key its hold lives in: while the name's slot
- * migrates, a script with some declared keys missing (the writer's hash
- * while readers hold, the readers' set while a writer holds) is answered
- * TRYAGAIN until the slot has moved, and the hold would run out meanwhile;
- * with one key it follows ASK, as the mutex's renewal does. */
+/* A renewal or release declares only the key its token lives in: while the
+ * name's slot migrates, a script with some declared keys missing (the
+ * writer's hash while readers hold, the readers' set while a writer holds,
+ * the marker nearly always) is answered TRYAGAIN until the slot has moved,
+ * and a hold would run out meanwhile; with one key it follows ASK, as the
+ * mutex's does. */
 static const hl_cmd renew_write_cmd = {&hl_script_rw_renew, 1, {":rw"}};
 static const hl_cmd renew_read_cmd = {&hl_script_rw_renew, 1, {":rwr"}};
+static const hl_cmd release_write_cmd = {&hl_script_rw_release, 1, {":rw"}};
+static const hl_cmd release_read_cmd = {&hl_script_rw_release, 1, {":rwr"}};
+static const hl_cmd unmark_cmd = {&hl_script_rw_release, 1, {":rww"}};
 
 /* acquire(writer, readers, fence, marker; token, lease_ms, fence_ttl_s,
  * "r" | "w" marker_ms). `owner`
@@ -102,10 +105,15 @@ static int rw_shares(const hilock_wait *w, const hilock_wait *o) {
            (w->terms.write || !o->terms.write);
 }
 
-/* release(writer, readers, marker; token, channel, PUBLISH or SPUBLISH
- * (added by net)) */
-static hl_req *rw_release_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
-    return hl_prim_release_req(n, &release_cmd, token, done, owner);
+/* release(writer or readers; token, channel, "w" or "r", PUBLISH or
+ * SPUBLISH (added by net)): the key of the mode in `terms` only (see
+ * release_write_cmd). */
+static hl_req *rw_release_req(hl_name *n, const char *token, const hl_terms *terms, hl_req_done done,
+                              void *owner) {
+    int write = terms->write;
+    hl_req *r = hl_prim_release_req(n, write ? &release_write_cmd : &release_read_cmd, token, done, owner);
+    if (r != NULL) hl_req_arg(r, write ? "w" : "r", 1, "", 0);
+    return r;
 }
 
 /* renew(writer or readers; token, lease_ms, "w" or "r"): the hold's own key
@@ -118,11 +126,21 @@ static hl_req *rw_renew_req(hl_name *n, const hilock_hold *h, uint32_t lease_ms,
     return r;
 }
 
-/* A writer that waited and gave up (cancelled, timed out, failed) takes its
- * marker away at once, and the readers it held off are told: the release
- * of its token does both (and gives back a grant that raced the end). */
+static void on_unmarked(hl_req *r, redisReply *reply, int err) {
+    (void)r; (void)reply; (void)err; /* a marker left behind runs out by itself */
+}
+
+/* A writer that waited and gave up (cancelled, timed out, failed) gives
+ * back a grant that raced its end (the release of its token), and takes
+ * its marker away at once, so the readers it held off are told: two
+ * requests, each on one key (see release_write_cmd). */
 static void rw_abandon(hilock_wait *w) {
-    if (w->terms.write && !w->try_once) hl_release_token(w->name, w->token, 0);
+    if (!w->terms.write || w->try_once) return;
+    hl_release_token(w->name, w->token, &w->terms, 0);
+    hl_req *r = hl_prim_release_req(w->name, &unmark_cmd, w->token, on_unmarked, NULL);
+    if (r == NULL) return;
+    hl_req_arg(r, "m", 1, "", 0);
+    hl_name_submit(w->name, r);
 }
 
 static int rw_admit(const hilock_wait *w, const hilock_hold *mine);

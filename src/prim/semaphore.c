@@ -66,7 +66,9 @@ static int sem_admit(const hilock_wait *w, const hilock_hold *mine) {
 }
 
 /* release(holders, hash; token, channel, PUBLISH or SPUBLISH (added by net)) */
-static hl_req *sem_release_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
+static hl_req *sem_release_req(hl_name *n, const char *token, const hl_terms *terms, hl_req_done done,
+                               void *owner) {
+    (void)terms;
     return hl_prim_release_req(n, &release_cmd, token, done, owner);
 }
 

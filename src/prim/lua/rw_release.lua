@@ -1,29 +1,37 @@
--- release: KEYS[1] writer, KEYS[2] readers, KEYS[3] marker (see
--- rw_acquire.lua); ARGV[1] token, ARGV[2] channel, ARGV[3] PUBLISH or
--- SPUBLISH (absent: tell nobody)
--- Remove the writer or the reader `token`, only if it is still there (a
--- reader's lease not run out): 1, else 0 (expired, or already released by
--- an earlier send of this same release). Tokens are unique, so the mode
--- need not be said. The marker of `token` goes too (a writer that gave up
--- waiting). The waiters are told when nobody holds the lock any more (the
--- last reader's leaving is what a writer waits for; readers leaving among
--- others free nothing for anyone), and when the marker went (readers held
--- off by it may come in).
-local t = redis.call('TIME')
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+-- release: KEYS[1] the one key `token` may be in (see rw_acquire.lua): the
+-- writer (a hash), the readers (a sorted set) or the "writer waiting"
+-- marker; ARGV[1] token, ARGV[2] channel, ARGV[3] 'w', 'r' or 'm' (which of
+-- the three KEYS[1] is), ARGV[4] PUBLISH or SPUBLISH (absent: tell nobody).
+-- Remove the writer, the reader or the marker `token`, only if it is still
+-- there: 1 for a writer or reader removed, else 0 (its lease ran out, or an
+-- earlier send of this same release removed it).
+-- One key only, as the renewal: while the name's slot migrates, a script
+-- whose declared keys are partly missing is answered TRYAGAIN until the
+-- slot has moved (and the hold's lease may run out meanwhile), while one
+-- key follows ASK (see rwlock.c).
+-- The waiters are told when the kind of hold released is gone (the last
+-- reader's leaving is what a writer waits for; readers leaving among others
+-- free nothing for anyone), and when a marker went (readers held off by it
+-- may come in). The other kind's key is not read: if it holds, the waiters
+-- told try once and are refused.
 local ours = 0
-if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
+local told = false
+if ARGV[3] == 'w' then
+  if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+    ours = 1
+  end
+  told = redis.call('EXISTS', KEYS[1]) == 0
+elseif ARGV[3] == 'r' then
+  local t = redis.call('TIME')
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  ours = redis.call('ZREM', KEYS[1], ARGV[1])
+  told = redis.call('ZCARD', KEYS[1]) == 0
+elseif redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  ours = 1
-else
-  ours = redis.call('ZREM', KEYS[2], ARGV[1])
+  told = true
 end
-local unmarked = false
-if redis.call('GET', KEYS[3]) == ARGV[1] then
-  redis.call('DEL', KEYS[3])
-  unmarked = true
-end
-if ARGV[3] and (unmarked or (redis.call('EXISTS', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[2]) == 0)) then
-  redis.call(ARGV[3], ARGV[2], 'r')
+if ARGV[4] and told then
+  redis.call(ARGV[4], ARGV[2], 'r')
 end
 return ours
