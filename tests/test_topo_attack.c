@@ -302,6 +302,54 @@ Test(topo_attack, a_fair_hold_with_a_long_lease_renews_mid_migration) {
     hilock_client_free(b);
 }
 
+/* A fair lock released with nobody waiting while its slot is half moved
+ * for longer than request_timeout_ms: its queue key is missing beside the
+ * lock, so a release naming the queue is answered TRYAGAIN until the slot
+ * has moved. The release must still free the lock at once, and say so. */
+static void fair_lone_release_mid_migration(const char *name, int moved) {
+    hilock_client *a, *b;
+    cluster_client_pair(&e.cl, &e.loop, &a, &b);
+    char slot[8], src_id[64], dst_id[64], left[256];
+    unsigned s = cluster_slot_of(name);
+    snprintf(slot, sizeof(slot), "%u", s);
+    test_redis *src = test_cluster_master_of(&e.cl, s), *dst = cluster_other_master(&e.cl, src);
+    cr_assert(src && dst);
+    cluster_node_id(src, src_id, sizeof(src_id));
+    cluster_node_id(dst, dst_id, sizeof(dst_id));
+    hilock_acquire_opts o;
+    hilock_acquire_opts_init(&o);
+    o.lease_ms = 9000;
+    got ga = {0, 0, NULL, 0};
+    start(K_FAIR, a, name, &o, &ga);
+    cr_assert(test_loop_until(e.base, &ga.calls, 10000));
+    cr_assert_eq(ga.status, 0);
+    const char *lock = prim_key(name, ":fair");
+    cr_assert(cluster_run_on(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id));
+    cr_assert(cluster_run_on(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id));
+    if (moved) cr_assert_gt(migrate_slot_keys(src, dst, slot), 0);
+    rel ra = {0, 0};
+    cr_assert_eq(hilock_release(ga.hold, rel_cb, &ra), 0);
+    test_loop_for(e.base, 3000);
+    cr_expect_eq(ra.calls, 1, "keys on %s: the release never ended", moved ? "dst" : "src");
+    cr_expect_eq(ra.status, 0, "keys on %s: the release: %s (%s)", moved ? "dst" : "src", hilock_strerror(ra.status),
+                 hilock_client_errstr(a));
+    cr_expect(!slot_has(src, slot, lock) && !slot_has(dst, slot, lock), "keys on %s: the lock is still there",
+              moved ? "dst" : "src");
+    if (!moved) migrate_slot_keys(src, dst, slot);
+    cluster_slot_to(&e.cl, slot, dst_id);
+    test_loop_until(e.base, &ra.calls, 10000);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(leftovers(dst, slot, left, sizeof(left)), 0, "%s left behind", left);
+    cr_expect_eq(leftovers(src, slot, left, sizeof(left)), 0, "%s left on the old master", left);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+Test(topo_attack, a_fair_release_without_waiters_mid_migration) {
+    fair_lone_release_mid_migration("tz-fair", 0);
+    fair_lone_release_mid_migration("tz-fair2", 1);
+}
+
 /* ---- The fair lock's queue through failovers --------------------------------- */
 
 /* Waits of two clients on one fair lock, each served in turn: it checks

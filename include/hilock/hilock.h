@@ -47,7 +47,7 @@ extern "C" {
  * counts ABI breaks and is bumped on every one (see CHANGELOG.md). */
 #define HILOCK_VERSION_MAJOR 0
 #define HILOCK_VERSION_MINOR 7
-#define HILOCK_VERSION_PATCH 2
+#define HILOCK_VERSION_PATCH 3
 #define HILOCK_SOVERSION     2
 #define HILOCK_VERSION_STR_(x) #x
 #define HILOCK_VERSION_STR(a, b, c) HILOCK_VERSION_STR_(a) "." HILOCK_VERSION_STR_(b) "." HILOCK_VERSION_STR_(c)

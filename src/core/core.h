@@ -202,6 +202,13 @@ struct hl_prim {
      * runs there only with fence_req). */
     hl_req *(*release_req)(hl_name *n, const char *token, const hl_terms *terms, hl_req_done done,
                            void *owner);
+    /* NULL, or the release of a hold on the lock's key alone, for a slot
+     * half moved: sent when release_req, which names keys that need not
+     * exist beside the lock, was answered TRYAGAIN (some of them missing on
+     * the node that has the lock). It frees the lock and wakes the
+     * waiters, whose tries do the rest (the fair lock's: grant the queue's
+     * first live entry once the slot has moved). */
+    hl_req *(*release_lock_req)(hl_name *n, const char *token, hl_req_done done, void *owner);
     /* The renewal of hold h (its token, fence, terms) for lease_ms. */
     hl_req *(*renew_req)(hl_name *n, const hilock_hold *h, uint32_t lease_ms, hl_req_done done,
                          void *owner);

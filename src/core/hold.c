@@ -318,9 +318,26 @@ static void relop_run(hl_defer *d, int cancel) {
     free(op);
 }
 
+static void on_released(hl_req *r, redisReply *reply, int err);
+
+/* A release answered TRYAGAIN (its slot is half moved, and some of the
+ * keys it names are missing beside the lock): send the primitive's
+ * release on the lock's key alone, which follows ASK. Returns 1 if sent. */
+static int release_narrower(hl_req *r, const redisReply *reply) {
+    hl_relop *op = r->owner;
+    hl_name *n = op->hold->name;
+    if (!r->tryagain_ends || reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "TRYAGAIN", 8) != 0)
+        return 0;
+    hl_req *lone = n->prim->release_lock_req(n, op->hold->token, on_released, op);
+    if (lone == NULL) return 0;
+    hl_name_submit(n, lone);
+    return 1;
+}
+
 static void on_released(hl_req *r, redisReply *reply, int err) {
     hl_relop *op = r->owner;
     hl_loop *l = r->net->loop;
+    if (err == 0 && !l->freeing && release_narrower(r, reply)) return;
     if (err == 0) {
         /* 0 after a lost reply: most likely our own first send deleted it. */
         if (reply->type == REDIS_REPLY_INTEGER)
@@ -382,6 +399,7 @@ int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
     }
     hl_req *r = h->name->prim->release_req(h->name, h->token, &h->terms, on_released, op);
     if (r == NULL) { free(op); return HILOCK_ENOMEM; }
+    r->tryagain_ends = h->name->prim->release_lock_req != NULL;
     op->last = 1;
     h->count = 0;
     final_release_begin(h);

@@ -240,6 +240,8 @@ struct hl_req {
     unsigned ever_sent : 1;    /* it may have reached Redis */
     unsigned lost_reply : 1;   /* a send of it may have run, unanswered */
     unsigned fail_fast : 1;    /* a failed connection attempt ends it (try once) */
+    unsigned tryagain_ends : 1; /* TRYAGAIN is its answer, not retried: its owner
+                                   has a request on fewer keys to send instead */
     unsigned rounds : 2;       /* for its owner's use */
     unsigned asking : 1;       /* send ASKING first (an ASK redirect) */
     unsigned asking_refused : 1; /* ... and an ACL refused it */

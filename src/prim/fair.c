@@ -38,6 +38,11 @@ static const hl_cmd acquire_cmd = {&hl_script_fair_acquire, 4,
                                    {":fair", ":fair:q", ":fair:p", ":fair:fence"}};
 static const hl_cmd release_cmd = {&hl_script_fair_release, 4,
                                    {":fair", ":fair:q", ":fair:p", ":fair:fence"}};
+/* The release while the slot is half moved (hl_prim.release_lock_req): the
+ * queue is missing beside the lock when nobody waits, and the clients' key
+ * 5 s after the last word, so the release above is answered TRYAGAIN
+ * until the slot has moved; this one names the lock alone. */
+static const hl_cmd release_lock_cmd = {&hl_script_fair_release_lock, 1, {":fair"}};
 /* The claim of a grant by message gives the client back the time in the
  * queue that the grant cut to the claim window (_fair.lua), so it declares
  * the clients' key too, which the grant has just written. A later renewal
@@ -122,6 +127,11 @@ static hl_req *fair_release_req(hl_name *n, const char *token, const hl_terms *t
     return r;
 }
 
+/* release_lock(lock; token, channel, PUBLISH or SPUBLISH (added by net)) */
+static hl_req *fair_release_lock_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
+    return hl_prim_release_req(n, &release_lock_cmd, token, done, owner);
+}
+
 /* renew(lock[, clients]; token, lease_ms): the claim of a grant by
  * message (its key set for less than the hold's lease: see claim_cmd), or
  * a renewal. */
@@ -171,6 +181,7 @@ const hl_prim hl_fair = {
     .try_parse = fair_try_parse,
     .shares = fair_shares,
     .release_req = fair_release_req,
+    .release_lock_req = fair_release_lock_req,
     .renew_req = fair_renew_req,
     .abandon = fair_abandon, /* no fence_req: no Redlock, refused at acquire */
     .joins = 1,

@@ -37,6 +37,7 @@ hl_req *hl_prim_renew_req(hl_name *n, const hl_cmd *cmd, const char *token, uint
 extern const hl_prim hl_rwlock;
 extern const hl_script hl_script_rw_acquire, hl_script_rw_release, hl_script_rw_renew;
 extern const hl_prim hl_fair;
-extern const hl_script hl_script_fair_acquire, hl_script_fair_release, hl_script_fair_renew;
+extern const hl_script hl_script_fair_acquire, hl_script_fair_release, hl_script_fair_renew,
+    hl_script_fair_release_lock;
 
 #endif
