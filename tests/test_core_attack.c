@@ -792,3 +792,74 @@ Test(core_attack, redlock_renewal_resent_behind_the_release) {
 Test(core_attack, redlock_extension_resent_behind_the_release) {
     redlock_resent_behind_the_release(1);
 }
+
+/* ---- A try behind a wait -------------------------------------------------- */
+
+/* A try once behind a wait of the same client on a server that is down:
+ * it was HILOCK_EBUSY at once, though nothing had said the lock was taken
+ * (a wrong address must never look like a busy lock). It now shares the
+ * outcome of the wait's try in flight: the connection's error. */
+Test(core_attack, a_try_behind_a_wait_on_a_dead_server_is_no_busy_lock) {
+    char url[64];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_refused_port());
+    hilock_client *c = lockenv_client_url(&e, url, 0);
+    hilock_acquire_opts wait = opts_wait(3000), once = opts_wait(0);
+    got gw = {0, 0, NULL, 0}, gt = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(c, "down", &wait, got_cb, &gw, NULL), 0);
+    cr_assert_eq(hilock_acquire(c, "down", &once, got_cb, &gt, NULL), 0);
+    cr_assert(test_loop_until(e.base, &gt.calls, 5000));
+    cr_expect_eq(gt.status, HILOCK_ECONN, "the try: %s", hilock_strerror(gt.status));
+    cr_assert(test_loop_until(e.base, &gw.calls, 5000));
+    cr_expect_eq(gw.status, HILOCK_ECONN, "the wait: %s", hilock_strerror(gw.status));
+    hilock_client_free(c);
+}
+
+/* On a live server, a try once behind a wait of its client is busy: at
+ * once when a try has said the lock is taken, else as soon as the wait's
+ * first try is answered (held elsewhere, or won by the wait, which comes
+ * first); and it is served with the wait's grant when it shares it (the
+ * same owner). Nothing is left behind. */
+Test(core_attack, a_try_behind_a_wait_is_busy_after_the_first_answer) {
+    hilock_client *a = ready_client(), *b = ready_client();
+    hilock_acquire_opts once = opts_wait(0);
+    /* Held elsewhere: b's wait's first try is in flight when b tries. */
+    got ha = acquire_now(&e, a, "behind", NULL);
+    cr_assert_eq(ha.status, 0);
+    got gw = {0, 0, NULL, 0}, gt = {0, 0, NULL, 0}, gt2 = {0, 0, NULL, 0};
+    hilock_wait *w = NULL;
+    cr_assert_eq(hilock_acquire(b, "behind", NULL, got_cb, &gw, &w), 0);
+    cr_assert_eq(hilock_acquire(b, "behind", &once, got_cb, &gt, NULL), 0);
+    cr_assert(test_loop_until(e.base, &gt.calls, 3000));
+    cr_expect_eq(gt.status, HILOCK_EBUSY);
+    cr_expect_eq(gw.calls, 0);
+    cr_assert_eq(hilock_acquire(b, "behind", &once, got_cb, &gt2, NULL), 0);
+    test_loop_for(e.base, 1); /* deferred: busy at once, the answer known */
+    cr_expect_eq(gt2.calls, 1);
+    cr_expect_eq(gt2.status, HILOCK_EBUSY);
+    cr_expect_eq(hilock_wait_cancel(w), 0);
+    cr_assert(test_loop_until(e.base, &gw.calls, 3000));
+    cr_assert_eq(release_now(&e, ha.hold), 0);
+    /* Free: b's wait wins with its first try, the try behind it is busy;
+     * one of the same owner behind it shares the grant. */
+    hilock_owner *o = hilock_owner_new(b);
+    cr_assert_not_null(o);
+    hilock_acquire_opts mine = opts_wait(5000), mine_once = opts_wait(0);
+    mine.owner = o;
+    mine_once.owner = o;
+    got g1 = {0, 0, NULL, 0}, g2 = {0, 0, NULL, 0}, g3 = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(b, "behind2", &mine, got_cb, &g1, NULL), 0);
+    cr_assert_eq(hilock_acquire(b, "behind2", &once, got_cb, &g2, NULL), 0);
+    cr_assert_eq(hilock_acquire(b, "behind2", &mine_once, got_cb, &g3, NULL), 0);
+    cr_assert(test_loop_until(e.base, &g3.calls, 3000));
+    cr_assert(test_loop_until(e.base, &g2.calls, 3000));
+    cr_expect_eq(g1.status, 0);
+    cr_expect_eq(g2.status, HILOCK_EBUSY);
+    cr_expect_eq(g3.status, 0, "the owner's try: %s", hilock_strerror(g3.status));
+    cr_expect_eq(g3.hold, g1.hold, "one hold, two levels");
+    if (g3.status == 0) cr_expect_eq(release_now(&e, g3.hold), 0);
+    if (g1.status == 0) cr_expect_eq(release_now(&e, g1.hold), 0);
+    cr_expect_eq(nonfence_keys(), 0);
+    hilock_owner_free(o);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}

@@ -364,7 +364,11 @@ HILOCK_API void hilock_acquire_opts_init_size(hilock_acquire_opts *opts, size_t 
  * callback of the same loop turn took the time, or the loop stalled) is
  * tried again within the wait's deadline, or ends with HILOCK_ETIMEDOUT.
  * Otherwise hold is NULL and status is:
- *   HILOCK_EBUSY      try once (wait_ms 0): the lock is held elsewhere;
+ *   HILOCK_EBUSY      try once (wait_ms 0): the lock is held elsewhere, or
+ *                     a wait of this client queued ahead for the name comes
+ *                     first (known once a try of the name was answered:
+ *                     until then, the try waits for that answer, and a
+ *                     server that is down gives its error, not EBUSY);
  *   HILOCK_ETIMEDOUT  the wait ran out while the lock was seen held;
  *   HILOCK_ECONN, HILOCK_EDEADLINE, HILOCK_EPROTO, HILOCK_EAUTH,
  *   HILOCK_EEVICTION  no try could be sent or answered (the wait's time
@@ -433,8 +437,9 @@ HILOCK_API int hilock_wait_cancel(hilock_wait *w);
  * other's while the hold is there. A wait of the owner queued before its
  * hold was granted (say for 1, then 3) is asked the same when its turn
  * comes: one for more permits than the owner's hold ends with
- * HILOCK_EINVAL (its callback) rather than wait for that hold. With try once (wait_ms 0), HILOCK_EBUSY also when waiters of
- * this client are queued ahead for the name. Fairness: this client's
+ * HILOCK_EINVAL (its callback) rather than wait for that hold. With try
+ * once (wait_ms 0), HILOCK_EBUSY also when waiters of this client are
+ * queued ahead for the name (see hilock_acquire_cb). Fairness: this client's
  * waiters are served in order (one that asks for many permits holds back
  * those behind it); across clients there is no order, and a waiter for
  * many permits may wait while others keep taking few.

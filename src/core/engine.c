@@ -619,6 +619,19 @@ static void try_found_holder(hl_name *n, const hl_try *t, const hl_req *r) {
     else grant_windowed(o, t->fence, r->submitted_at, t->holder_ms);
 }
 
+/* A try of n was answered: the waits queued to try once behind its head
+ * (see hl_wait_start) are busy, unless the answer left room for more
+ * (then each tries in its turn). */
+static void busy_behind(hl_name *n, const hl_try *t) {
+    if (t->granted && t->more) return;
+    hl_link *l = n->waiters.next;
+    while (l != &n->waiters) {
+        hilock_wait *o = HL_CONTAINER(l, hilock_wait, link);
+        l = l->next;
+        if (o->try_once && o->req == NULL && !o->tried) hl_wait_finish(o, HILOCK_EBUSY, NULL);
+    }
+}
+
 static void try_answered(hilock_wait *w, const hl_try *t, const hl_req *r) {
     uint64_t sent_at = r->submitted_at;
     hl_name *n = w->name;
@@ -647,6 +660,7 @@ static void try_answered(hilock_wait *w, const hl_try *t, const hl_req *r) {
         try_found_holder(n, t, r);
         try_later(n, t->retry_ms);
     }
+    if (!t->refused) busy_behind(n, t);
     if (t->rejoin) rejoin_all(n, w);
 }
 
@@ -804,8 +818,12 @@ void hl_wait_start(hilock_wait *w, hilock_hold *reentrant, uint64_t now) {
         try_send(w);
     } else if (w->try_once) {
         /* Others wait already: the lock is not free for us now, and they
-         * come first. Alone behind a try in flight: it goes when that ends. */
-        if (n->nwaiters > 1) hl_wait_finish(w, HILOCK_EBUSY, NULL);
+         * come first; but before any try of the name was answered (the
+         * server may be down: a wrong address never looks like a busy
+         * lock), it waits for the answer to the one in flight
+         * (busy_behind). Alone behind a try in flight: it goes when that
+         * ends. */
+        if (n->nwaiters > 1 && (n->known_held || !n->trying)) hl_wait_finish(w, HILOCK_EBUSY, NULL);
     } else if (n->prim->joins) {
         try_submit(w, 1); /* its place in the queue, in the order of arrival */
     } /* else it goes when it is the head and the try in flight ends */
