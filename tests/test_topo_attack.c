@@ -57,25 +57,6 @@ static size_t migrate_slot_keys(test_redis *src, test_redis *dst, const char *sl
     return n;
 }
 
-/* Keys of `slot` on r that are neither fence keys (they outlive locks by
- * design) nor the fair lock's processes (a sorted set that lives 5 s past
- * its client's last word). */
-static int leftovers(test_redis *r, const char *slot, char *first, size_t n) {
-    redisReply *keys = test_redis_cmd(r, "CLUSTER GETKEYSINSLOT %s 100", slot);
-    int left = 0;
-    first[0] = 0;
-    for (size_t i = 0; keys && keys->type == REDIS_REPLY_ARRAY && i < keys->elements; i++) {
-        const char *key = keys->element[i]->str;
-        size_t len = strlen(key);
-        if ((len >= 5 && strcmp(key + len - 5, "fence") == 0) || (len >= 4 && strcmp(key + len - 4, ":rwf") == 0) ||
-            (len >= 7 && strcmp(key + len - 7, ":fair:p") == 0))
-            continue;
-        if (left++ == 0) snprintf(first, n, "%s", key);
-    }
-    if (keys) freeReplyObject(keys);
-    return left;
-}
-
 /* The steps of a migration at which the holder releases. */
 enum step { AT_END, WITH_KEYS_ON_SRC, WITH_KEYS_ON_DST };
 
@@ -143,8 +124,8 @@ static void migrate_held(enum kind k, const char *name, enum step at) {
     cr_expect_eq(gb.status, 0, "%s: %s (%s)", kind_name[k], hilock_strerror(gb.status), hilock_client_errstr(b));
     if (gb.status == 0) cr_expect_eq(cluster_give_back(&e, gb.hold), 0);
     test_loop_for(e.base, 100);
-    cr_expect_eq(leftovers(dst, slot, left, sizeof(left)), 0, "%s: %s left behind", kind_name[k], left);
-    cr_expect_eq(leftovers(src, slot, left, sizeof(left)), 0, "%s: %s left on the old master", kind_name[k], left);
+    cr_expect_eq(cluster_leftovers(dst, slot, left, sizeof(left)), 0, "%s: %s left behind", kind_name[k], left);
+    cr_expect_eq(cluster_leftovers(src, slot, left, sizeof(left)), 0, "%s: %s left on the old master", kind_name[k], left);
     hilock_client_free(a);
     hilock_client_free(b);
 }
@@ -229,8 +210,8 @@ static void writer_gives_up_mid_migration(const char *name, int moved) {
     test_loop_for(e.base, 200);
     cr_expect_eq(cluster_give_back(&e, ga.hold), 0);
     test_loop_for(e.base, 100);
-    cr_expect_eq(leftovers(dst, slot, left, sizeof(left)), 0, "%s left behind", left);
-    cr_expect_eq(leftovers(src, slot, left, sizeof(left)), 0, "%s left on the old master", left);
+    cr_expect_eq(cluster_leftovers(dst, slot, left, sizeof(left)), 0, "%s left behind", left);
+    cr_expect_eq(cluster_leftovers(src, slot, left, sizeof(left)), 0, "%s left on the old master", left);
     hilock_client_free(a);
     hilock_client_free(b);
 }
@@ -296,8 +277,8 @@ Test(topo_attack, a_fair_hold_with_a_long_lease_renews_mid_migration) {
     cr_expect_eq(lost.calls, 0, "the hold was lost");
     cr_expect_eq(cluster_give_back(&e, ga.hold), 0);
     test_loop_for(e.base, 100);
-    cr_expect_eq(leftovers(dst, slot, left, sizeof(left)), 0, "%s left behind", left);
-    cr_expect_eq(leftovers(src, slot, left, sizeof(left)), 0, "%s left on the old master", left);
+    cr_expect_eq(cluster_leftovers(dst, slot, left, sizeof(left)), 0, "%s left behind", left);
+    cr_expect_eq(cluster_leftovers(src, slot, left, sizeof(left)), 0, "%s left on the old master", left);
     hilock_client_free(a);
     hilock_client_free(b);
 }
@@ -339,8 +320,8 @@ static void fair_lone_release_mid_migration(const char *name, int moved) {
     cluster_slot_to(&e.cl, slot, dst_id);
     test_loop_until(e.base, &ra.calls, 10000);
     test_loop_for(e.base, 100);
-    cr_expect_eq(leftovers(dst, slot, left, sizeof(left)), 0, "%s left behind", left);
-    cr_expect_eq(leftovers(src, slot, left, sizeof(left)), 0, "%s left on the old master", left);
+    cr_expect_eq(cluster_leftovers(dst, slot, left, sizeof(left)), 0, "%s left behind", left);
+    cr_expect_eq(cluster_leftovers(src, slot, left, sizeof(left)), 0, "%s left on the old master", left);
     hilock_client_free(a);
     hilock_client_free(b);
 }
@@ -505,7 +486,7 @@ Test(topo_attack, the_fair_queue_keeps_its_order_through_failovers) {
                  ch.order[2]);
     char s[8], left[256];
     snprintf(s, sizeof(s), "%u", slot);
-    cr_expect_eq(leftovers(test_cluster_master_of(&e.cl, slot), s, left, sizeof(left)), 0, "%s left behind", left);
+    cr_expect_eq(cluster_leftovers(test_cluster_master_of(&e.cl, slot), s, left, sizeof(left)), 0, "%s left behind", left);
     hilock_client_free(a);
     hilock_client_free(b);
 }
@@ -590,7 +571,7 @@ Test(topo_attack, semaphores_and_fair_locks_through_failovers, .timeout = 120) {
     char sl[8], left[256];
     for (int i = 0; i < SEMLOAD_NAMES; i++) {
         snprintf(sl, sizeof(sl), "%u", cluster_slot_of(names[i]));
-        cr_expect_eq(leftovers(test_cluster_master_of(&e.cl, cluster_slot_of(names[i])), sl, left, sizeof(left)), 0,
+        cr_expect_eq(cluster_leftovers(test_cluster_master_of(&e.cl, cluster_slot_of(names[i])), sl, left, sizeof(left)), 0,
                      "%s left behind", left);
     }
     free(res);
