@@ -27,7 +27,9 @@ TestSuite(topo_reshard, .init = setup, .fini = teardown, .timeout = 120);
 #define ROUNDS 300     /* each slot's turns at most: more than the reshard lasts */
 #define AFTER 5        /* each slot's turns once the reshard has ended */
 #define WARM 60        /* grants before the reshard starts */
-#define FILL 5000      /* keys beside each name's in its slot */
+#define FILL 3000      /* keys beside each name's in its slot */
+#define NAMES 4        /* names per test: semload's SEMLOAD_NAMES */
+_Static_assert(NAMES == SEMLOAD_NAMES, "one figure per name");
 /* One slot per name holds this long, the others 5-20 ms: its hold is
  * renewed (at a third of the 2 s lease) while slots move. */
 #define LONG_HOLD 900
@@ -110,9 +112,13 @@ static void moving_name(const char *stem, char *out, size_t n) {
 
 /* FILL keys in `name`'s slot on r (del: removed from r). The reshard
  * moves them one MIGRATE at a time (--cluster-pipeline 1), so each of the
- * names' slots stays half moved for about a second, with the name's keys
- * on src, then split, then on dst, while the turns go on: without them a
- * slot moves in a millisecond and no turn meets it. */
+ * names' slots stays half moved for 0.5-1 s while the turns go on: without
+ * them a slot moves in a millisecond and no turn meets it. Redis lists a
+ * slot's keys newest first, so the names' keys move in the first MIGRATEs
+ * (split between the masters for a moment) and are then served through
+ * ASK for the rest. Not much more: with 12000 (3-4 s a slot) the tries of
+ * a name met TRYAGAIN for longer than the request timeout and every
+ * waiter of that name ended HILOCK_EREPLY at once, as the README says. */
 static void fillers(test_redis *r, const char *name, int del) {
     char tag[64], key[96];
     hilock_key("filler:", name, tag, sizeof(tag));
@@ -148,12 +154,25 @@ static void lease_pair(hilock_client **a, hilock_client **b) {
 }
 
 /* What the driver sees of a load: its grants, each slot's turns left
- * (counted down by the load, the one in flight included), and its end. */
+ * (counted down by the load, the one in flight included), its end, and
+ * something of each name's that grows with its grants. */
 typedef struct load {
     volatile long *grants;
     int *rounds[SLOTS];
     volatile int *done;
+    unsigned long long (*progress)(int idx);
 } load;
+
+/* The longest time each name went without a grant during the reshard. */
+static long long stalled[NAMES];
+
+static void watch_stalls(const load *l, long long now, unsigned long long seen[], long long since[]) {
+    for (int i = 0; i < NAMES; i++) {
+        unsigned long long p = l->progress(i);
+        if (p != seen[i]) { seen[i] = p; since[i] = now; }
+        if (now - since[i] > stalled[i]) stalled[i] = now - since[i];
+    }
+}
 
 /* Runs the load (already started) to WARM grants, then the reshard until
  * redis-cli exits (60 s at most), then cuts every slot to AFTER more
@@ -163,7 +182,13 @@ static long through_reshard(reshard *r, const load *l) {
     while (*l->grants < WARM && !*l->done && test_now_ms() - t0 < 20000) test_loop_for(e.base, 5);
     r->grants_before = *l->grants;
     reshard_start(r);
-    while (!reshard_ended(r) && test_now_ms() - r->t0 < 60000) test_loop_for(e.base, 5);
+    unsigned long long seen[NAMES] = {0};
+    long long since[NAMES];
+    for (int i = 0; i < NAMES; i++) since[i] = r->t0, stalled[i] = 0;
+    while (!reshard_ended(r) && test_now_ms() - r->t0 < 60000) {
+        test_loop_for(e.base, 5);
+        watch_stalls(l, test_now_ms(), seen, since);
+    }
     if (r->rc == -1) { /* stuck: stop it, and say so below */
         kill(r->pid, SIGKILL);
         test_wait(r->pid, 5000);
@@ -195,14 +220,16 @@ static void log_reshard(const char *what, reshard *r, hilock_client *a, hilock_c
     hilock_stats sa = stats_of(a), sb = stats_of(b);
     cr_log_info("%s: reshard exit %d in %lld ms (%ld grants before, %ld during), %ld grants in all; TRYAGAIN "
                 "%lld, ASKING on dst %lld; ASK followed %llu+%llu, MOVED %llu+%llu; renewals %llu+%llu; holds lost "
-                "%llu+%llu; wakeups %llu+%llu, fallbacks %llu+%llu",
+                "%llu+%llu; wakeups %llu+%llu, fallbacks %llu+%llu; longest without a grant per name %lld %lld "
+                "%lld %lld ms",
                 what, r->rc, r->ms, r->grants_before, r->grants_during, grants, tryagains(r) - r->tryagain,
                 stat_calls(r->dst, "asking") - r->asking, (unsigned long long)sa.redirects_ask,
                 (unsigned long long)sb.redirects_ask, (unsigned long long)sa.redirects_moved,
                 (unsigned long long)sb.redirects_moved, (unsigned long long)sa.renewals,
                 (unsigned long long)sb.renewals, (unsigned long long)sa.holds_lost,
                 (unsigned long long)sb.holds_lost, (unsigned long long)sa.wakeups, (unsigned long long)sb.wakeups,
-                (unsigned long long)sa.fallbacks, (unsigned long long)sb.fallbacks);
+                (unsigned long long)sa.fallbacks, (unsigned long long)sb.fallbacks, stalled[0], stalled[1], stalled[2],
+                stalled[3]);
 }
 
 /* ---- Semaphores and fair locks ----------------------------------------------- */
@@ -211,6 +238,9 @@ static void log_reshard(const char *what, reshard *r, hilock_client *a, hilock_c
  * turns by 24 slots of two clients (5-20 ms holds) through the reshard:
  * never more permits held than there are, fences unique and above every
  * fence delivered before the acquire, every turn granted and released. */
+static semres *sem_res;
+static unsigned long long sem_progress(int idx) { return sem_res->max_seen[idx]; }
+
 Test(topo_reshard, semaphores_and_fair_locks_through_a_reshard) {
     reshard r;
     reshard_init(&r);
@@ -234,7 +264,8 @@ Test(topo_reshard, semaphores_and_fair_locks_through_a_reshard) {
     semres *res = calloc(1, sizeof(*res));
     static semslot s[SLOTS];
     volatile int active = SLOTS, done = 0;
-    load l = {&res->grants, {0}, &done};
+    load l = {&res->grants, {0}, &done, sem_progress};
+    sem_res = res;
     for (int i = 0; i < SLOTS; i++) {
         int idx = i % SEMLOAD_NAMES;
         s[i] = (semslot){res, i % 2 ? a : b, e.base, names[idx], idx, idx < 2 ? 2 : 1, 1, ROUNDS,
@@ -261,7 +292,7 @@ Test(topo_reshard, semaphores_and_fair_locks_through_a_reshard) {
 
 /* ---- The read-write lock ------------------------------------------------------- */
 
-#define RW_NAMES 4
+#define RW_NAMES NAMES
 
 /* Who is inside each name, as the grants' callbacks see it. */
 typedef struct rwname {
@@ -365,6 +396,9 @@ static void rwslot_go(rwslot *s) {
  * slots, 5-20 ms holds) through the reshard: never a writer beside anyone,
  * writers' fences strictly growing per name, every wait and release ends
  * with status 0, and nothing but fences is left. */
+static rwload rl;
+static unsigned long long rw_progress(int idx) { return (unsigned long long)(rl.n[idx].reads + rl.n[idx].writes); }
+
 Test(topo_reshard, read_write_locks_through_a_reshard) {
     reshard r;
     reshard_init(&r);
@@ -383,11 +417,10 @@ Test(topo_reshard, read_write_locks_through_a_reshard) {
         cr_assert_eq(g.status, 0);
         cr_assert_eq(cluster_give_back(&e, g.hold), 0);
     }
-    static rwload rl;
     static rwslot s[SLOTS];
     memset(&rl, 0, sizeof(rl));
     rl.active = SLOTS;
-    load l = {&rl.grants, {0}, &rl.done};
+    load l = {&rl.grants, {0}, &rl.done, rw_progress};
     for (int i = 0; i < SLOTS; i++) {
         s[i] = (rwslot){&rl, i % 2 ? a : b, names[i % RW_NAMES], i % RW_NAMES, ROUNDS, hold_of(i, RW_NAMES), 0, NULL};
         l.rounds[i] = &s[i].rounds;
