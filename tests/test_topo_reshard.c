@@ -443,3 +443,169 @@ Test(topo_reshard, read_write_locks_through_a_reshard) {
     hilock_client_free(a);
     hilock_client_free(b);
 }
+
+/* ---- A release made through ASK ------------------------------------------------ */
+
+/* MIGRATE every key of `slot` from src to dst, one at a time, as
+ * redis-cli does with --cluster-pipeline 1. */
+static void migrate_keys(test_redis *src, test_redis *dst, const char *slot) {
+    char port[16];
+    snprintf(port, sizeof(port), "%d", dst->port);
+    redisReply *keys = test_redis_cmd(src, "CLUSTER GETKEYSINSLOT %s 100", slot);
+    cr_assert(keys && keys->type == REDIS_REPLY_ARRAY);
+    redisContext *k = test_redis_connect(src);
+    cr_assert_not_null(k);
+    for (size_t i = 0; i < keys->elements; i++) {
+        redisReply *rep = redisCommand(k, "MIGRATE 127.0.0.1 %s %s 0 5000", port, keys->element[i]->str);
+        cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "MIGRATE: %s", rep && rep->str ? rep->str : "?");
+        freeReplyObject(rep);
+    }
+    redisFree(k);
+    freeReplyObject(keys);
+}
+
+/* What the reshard test shows as each semaphore name going 0.5-1 s
+ * without a grant while its slot moves (its slot's whole half-moved time),
+ * step by step: a semaphore of 2 permits, held by a (long) and c; b
+ * waits, subscribed on the slot's master, src. The slot migrates and its
+ * keys go to dst. c releases: the release follows ASK and runs on dst,
+ * whose SPUBLISH reaches dst's subscribers only (sharded pub/sub stays in
+ * its shard), so b is not woken. b waits until the slot is dst's (src ends
+ * its subscription) or its fallback timer (the end of a's lease), though
+ * its try, through ASK, would be granted at once on dst: a newcomer d is,
+ * ahead of b. README: "Waiters are woken by the release, not the lease".
+ * Disabled: it fails (b not served within 2 s; d served in 2-3 ms through
+ * ASK; b 2 s after the release, once the slot had moved). Not a one-line
+ * fix: a release answered through ASK could SPUBLISH a wakeup (no token)
+ * on the node the map names (Redis serves a shard channel from the source
+ * until the slot has moved), but a woken try whose keys are missing on dst
+ * (a free mutex, a drained semaphore) then meets TRYAGAIN until the slot
+ * has moved, and a try that does so past request_timeout_ms fails every
+ * waiter of its name (HILOCK_EREPLY): today those waiters sleep through. */
+Test(topo_reshard, a_waiter_hears_a_release_made_through_ask, .disabled = true) {
+    const char *name = "zx-sem";
+    hilock_client *a, *b, *d, *unused;
+    lease_pair(&a, &b);
+    lease_pair(&d, &unused);
+    char slot[8], src_id[64], dst_id[64], left[256];
+    unsigned s = cluster_slot_of(name);
+    snprintf(slot, sizeof(slot), "%u", s);
+    test_redis *src = test_cluster_master_of(&e.cl, s), *dst = cluster_other_master(&e.cl, src);
+    cr_assert(src && dst);
+    cluster_node_id(src, src_id, sizeof(src_id));
+    cluster_node_id(dst, dst_id, sizeof(dst_id));
+    hilock_acquire_opts o;
+    hilock_acquire_opts_init(&o);
+    o.lease_ms = 10000; /* b's fallback timer: a's lease, far away */
+    got ga = {0, 0, NULL, 0}, gc = {0, 0, NULL, 0}, gb = {0, 0, NULL, 0}, gd = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_semaphore_acquire(a, name, 2, 1, &o, got_cb, &ga, NULL), 0);
+    cr_assert(test_loop_until(e.base, &ga.calls, 5000));
+    cr_assert_eq(hilock_semaphore_acquire(a, name, 2, 1, &o, got_cb, &gc, NULL), 0);
+    cr_assert(test_loop_until(e.base, &gc.calls, 5000));
+    cr_assert(ga.status == 0 && gc.status == 0);
+    cr_assert_eq(hilock_semaphore_acquire(b, name, 2, 1, &o, got_cb, &gb, NULL), 0);
+    test_loop_for(e.base, 300);
+    cr_assert_eq(gb.calls, 0, "granted beyond the permits");
+
+    cr_assert(cluster_run_on(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id));
+    cr_assert(cluster_run_on(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id));
+    migrate_keys(src, dst, slot);
+    test_loop_for(e.base, 100);
+    long long t0 = test_now_ms();
+    rel rc = {0, 0};
+    cr_assert_eq(hilock_release(gc.hold, rel_cb, &rc), 0);
+    test_loop_until(e.base, &gb.calls, 2000);
+    cr_expect_eq(rc.status, 0, "the release through ASK: %s", hilock_strerror(rc.status));
+    cr_expect_eq(gb.calls, 1, "the waiter did not hear the release (2 s)");
+    if (gb.calls == 0) { /* a newcomer is served at once, through ASK */
+        long long t1 = test_now_ms();
+        cr_assert_eq(hilock_semaphore_acquire(d, name, 2, 1, &o, got_cb, &gd, NULL), 0);
+        test_loop_until(e.base, &gd.calls, 2000);
+        cr_log_info("a newcomer: status %d in %lld ms, ahead of the waiter", gd.status, gd.at_ms - t1);
+    }
+    /* Afterwards: the slot is dst's, the permits go round, nothing left. */
+    cluster_slot_to(&e.cl, slot, dst_id);
+    if (gd.calls && gd.status == 0) cr_expect_eq(cluster_give_back(&e, gd.hold), 0);
+    cr_assert(test_loop_until(e.base, &gb.calls, 3000), "the waiter was never served");
+    cr_log_info("the waiter: status %d, %lld ms after the release", gb.status, gb.at_ms - t0);
+    if (gb.status == 0) cr_expect_eq(cluster_give_back(&e, gb.hold), 0);
+    cr_expect_eq(cluster_give_back(&e, ga.hold), 0);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(cluster_leftovers(dst, slot, left, sizeof(left)), 0, "%s left behind", left);
+    hilock_client_free(a);
+    hilock_client_free(b);
+    hilock_client_free(d);
+    hilock_client_free(unused);
+}
+
+/* ---- A release on the migrating source ---------------------------------------- */
+
+enum kind { K_READ, K_WRITE, K_SEM };
+
+static const char *kind_name[] = {"read", "write", "semaphore"};
+
+/* `name` of `kind` held alone by a, a waiter b of the same kind (a writer
+ * for a reader), and the slot MIGRATING with the keys still on src (the
+ * first moments of every slot's move in a reshard, before redis-cli's
+ * first MIGRATE): a's release runs on src and deletes the key its token
+ * was in. It must end with status 0 and wake b. The scripts read that key
+ * again after deleting it (rw_release.lua: EXISTS after the writer's DEL,
+ * ZCARD after the last reader's ZREM; sem_release.lua: EXISTS after the
+ * last holder's ZREM); on a migrating node Redis sends a command on a
+ * missing key elsewhere (ASK), and inside a script that is "ERR Script
+ * attempted to access a non local key in a cluster node script", after
+ * the delete took effect: the release ended HILOCK_EREPLY, and the
+ * waiters were not told (seen once in 4 runs of
+ * read_write_locks_through_a_reshard). topo_attack's "keys on src" steps
+ * send their release after the keys have moved (the loop runs only after
+ * migrate_slot_keys), so they did not see it. */
+static void release_on_migrating_source(enum kind k, const char *name) {
+    hilock_client *a, *b;
+    lease_pair(&a, &b);
+    char slot[8], src_id[64], dst_id[64], left[256];
+    unsigned s = cluster_slot_of(name);
+    snprintf(slot, sizeof(slot), "%u", s);
+    test_redis *src = test_cluster_master_of(&e.cl, s), *dst = cluster_other_master(&e.cl, src);
+    cr_assert(src && dst);
+    cluster_node_id(src, src_id, sizeof(src_id));
+    cluster_node_id(dst, dst_id, sizeof(dst_id));
+    got ga = {0, 0, NULL, 0}, gb = {0, 0, NULL, 0};
+    for (int i = 0; i < 2; i++) {
+        hilock_client *c = i ? b : a;
+        got *g = i ? &gb : &ga;
+        int rc = k == K_SEM ? hilock_semaphore_acquire(c, name, 1, 1, NULL, got_cb, g, NULL)
+                 : k == K_READ && i == 0 ? hilock_read_acquire(c, name, NULL, got_cb, g, NULL)
+                                         : hilock_write_acquire(c, name, NULL, got_cb, g, NULL);
+        cr_assert_eq(rc, 0);
+        test_loop_for(e.base, 300);
+    }
+    cr_assert_eq(ga.calls, 1);
+    cr_assert_eq(ga.status, 0);
+    cr_assert_eq(gb.calls, 0, "%s: granted while held", kind_name[k]);
+
+    cr_assert(cluster_run_on(dst, "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id));
+    cr_assert(cluster_run_on(src, "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id));
+    rel ra = {0, 0};
+    cr_assert_eq(hilock_release(ga.hold, rel_cb, &ra), 0);
+    cr_assert(test_loop_until(e.base, &ra.calls, 3000), "%s: the release never ended", kind_name[k]);
+    cr_expect_eq(ra.status, 0, "%s: the release on the migrating source: %s (%s)", kind_name[k],
+                 hilock_strerror(ra.status), hilock_client_errstr(a));
+    /* b cannot be served before the slot has moved (its try meets
+     * TRYAGAIN or ASK to missing keys); it must be at once after. */
+    migrate_keys(src, dst, slot);
+    cluster_slot_to(&e.cl, slot, dst_id);
+    cr_assert(test_loop_until(e.base, &gb.calls, 3000), "%s: the waiter was not served", kind_name[k]);
+    cr_expect_eq(gb.status, 0, "%s: %s (%s)", kind_name[k], hilock_strerror(gb.status), hilock_client_errstr(b));
+    if (gb.status == 0) cr_expect_eq(cluster_give_back(&e, gb.hold), 0);
+    test_loop_for(e.base, 100);
+    cr_expect_eq(cluster_leftovers(dst, slot, left, sizeof(left)), 0, "%s: %s left behind", kind_name[k], left);
+    cr_expect_eq(cluster_leftovers(src, slot, left, sizeof(left)), 0, "%s: %s left on src", kind_name[k], left);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+Test(topo_reshard, a_release_on_the_migrating_source_succeeds) {
+    release_on_migrating_source(K_READ, "zs-read");
+    release_on_migrating_source(K_WRITE, "zs-write");
+    release_on_migrating_source(K_SEM, "zs-sem");
+}
