@@ -72,25 +72,6 @@ static size_t migrate_slot_keys(test_redis *src, test_redis *dst, const char *sl
     return n;
 }
 
-/* Keys of `slot` on r that are neither fence keys (they outlive locks by
- * design) nor the fair lock's processes (a sorted set that lives 5 s past
- * its client's last word). */
-static int leftovers(test_redis *r, const char *slot, char *first, size_t n) {
-    redisReply *keys = test_redis_cmd(r, "CLUSTER GETKEYSINSLOT %s 100", slot);
-    int left = 0;
-    first[0] = 0;
-    for (size_t i = 0; keys && keys->type == REDIS_REPLY_ARRAY && i < keys->elements; i++) {
-        const char *key = keys->element[i]->str;
-        size_t len = strlen(key);
-        if ((len >= 5 && strcmp(key + len - 5, "fence") == 0) || (len >= 4 && strcmp(key + len - 4, ":rwf") == 0) ||
-            (len >= 7 && strcmp(key + len - 7, ":fair:p") == 0))
-            continue;
-        if (left++ == 0) snprintf(first, n, "%s", key);
-    }
-    if (keys) freeReplyObject(keys);
-    return left;
-}
-
 /* A slot migrated step by step, by hand: `name`'s slot, its master (src)
  * and another (dst). */
 typedef struct migration {
@@ -120,11 +101,11 @@ static void migration_end(const migration *m, int moved) {
     cluster_slot_to(&e.cl, m->slot, m->dst_id);
 }
 
-/* Nothing but what may stay (see leftovers) on either node. */
+/* Nothing but what may stay (see cluster_leftovers) on either node. */
 static void migration_clean(const migration *m, const char *what) {
     char left[256];
-    cr_expect_eq(leftovers(m->dst, m->slot, left, sizeof(left)), 0, "%s: %s left behind", what, left);
-    cr_expect_eq(leftovers(m->src, m->slot, left, sizeof(left)), 0, "%s: %s left on the old master", what, left);
+    cr_expect_eq(cluster_leftovers(m->dst, m->slot, left, sizeof(left)), 0, "%s: %s left behind", what, left);
+    cr_expect_eq(cluster_leftovers(m->src, m->slot, left, sizeof(left)), 0, "%s: %s left on the old master", what, left);
 }
 
 /* The steps of a migration at which the holder releases. */
@@ -497,7 +478,7 @@ Test(topo_attack, the_fair_queue_keeps_its_order_through_failovers) {
                  ch.order[2]);
     char s[8], left[256];
     snprintf(s, sizeof(s), "%u", slot);
-    cr_expect_eq(leftovers(test_cluster_master_of(&e.cl, slot), s, left, sizeof(left)), 0, "%s left behind", left);
+    cr_expect_eq(cluster_leftovers(test_cluster_master_of(&e.cl, slot), s, left, sizeof(left)), 0, "%s left behind", left);
     hilock_client_free(a);
     hilock_client_free(b);
 }
@@ -586,7 +567,7 @@ Test(topo_attack, semaphores_and_fair_locks_through_failovers, .timeout = 120) {
     char sl[8], left[256];
     for (int i = 0; i < SEMLOAD_NAMES; i++) {
         snprintf(sl, sizeof(sl), "%u", cluster_slot_of(names[i]));
-        cr_expect_eq(leftovers(test_cluster_master_of(&e.cl, cluster_slot_of(names[i])), sl, left, sizeof(left)), 0,
+        cr_expect_eq(cluster_leftovers(test_cluster_master_of(&e.cl, cluster_slot_of(names[i])), sl, left, sizeof(left)), 0,
                      "%s left behind", left);
     }
     free(res);

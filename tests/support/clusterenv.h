@@ -139,6 +139,27 @@ static inline int cluster_give_back(clusterenv *e, hilock_hold *h) {
     return release_loop(e->base, h, 10000);
 }
 
+/* Keys of `slot` on r that are neither fence keys (they outlive locks by
+ * design: the mutex's, semaphore's and fair lock's `fence`, the read-write
+ * lock's `:rwf`) nor the fair lock's processes (a sorted set that lives
+ * 5 s past its client's last word); the first into `first`. CLUSTER
+ * GETKEYSINSLOT: no ASK, whatever the slot's state. */
+static inline int cluster_leftovers(test_redis *r, const char *slot, char *first, size_t n) {
+    redisReply *keys = test_redis_cmd(r, "CLUSTER GETKEYSINSLOT %s 100", slot);
+    int left = 0;
+    first[0] = 0;
+    for (size_t i = 0; keys && keys->type == REDIS_REPLY_ARRAY && i < keys->elements; i++) {
+        const char *key = keys->element[i]->str;
+        size_t len = strlen(key);
+        if ((len >= 5 && strcmp(key + len - 5, "fence") == 0) || (len >= 4 && strcmp(key + len - 4, ":rwf") == 0) ||
+            (len >= 7 && strcmp(key + len - 7, ":fair:p") == 0))
+            continue;
+        if (left++ == 0) snprintf(first, n, "%s", key);
+    }
+    if (keys) freeReplyObject(keys);
+    return left;
+}
+
 /* ---- Contention with the exclusion invariant ------------------------------ */
 
 /* Turns of acquire-hold-release on up to 8 names: two holders of one name

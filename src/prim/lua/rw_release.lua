@@ -14,19 +14,29 @@
 -- free nothing for anyone), and when a marker went (readers held off by it
 -- may come in). The other kind's key is not read: if it holds, the waiters
 -- told try once and are refused.
+-- KEYS[1] is never touched again once a command may have deleted it: on a
+-- node whose slot is MIGRATING, Redis sends a command on a missing key
+-- elsewhere (ASK), which inside a script is an error ("Script attempted to
+-- access a non local key") raised after the delete took effect. What is
+-- left is counted from what was read before.
 local ours = 0
 local told = false
 if ARGV[3] == 'w' then
-  if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
+  local holder = redis.call('HGET', KEYS[1], 'token')
+  if holder == ARGV[1] then
     redis.call('DEL', KEYS[1])
     ours = 1
   end
-  told = redis.call('EXISTS', KEYS[1]) == 0
+  told = ours == 1 or not holder
 elseif ARGV[3] == 'r' then
   local t = redis.call('TIME')
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-  ours = redis.call('ZREM', KEYS[1], ARGV[1])
-  told = redis.call('ZCARD', KEYS[1]) == 0
+  local left = redis.call('ZCARD', KEYS[1])
+  left = left - redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  if left > 0 then
+    ours = redis.call('ZREM', KEYS[1], ARGV[1])
+    left = left - ours
+  end
+  told = left == 0
 elseif redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   told = true

@@ -16,7 +16,11 @@ if v then
   redis.call('HINCRBY', KEYS[2], 'u', -tonumber(string.match(v, '^%d+')))
   redis.call('HDEL', KEYS[2], ARGV[1])
 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
+-- The holders' key is not read again after the ZREM that may delete it: on
+-- a node whose slot is MIGRATING, a command on a missing key is sent
+-- elsewhere (ASK), inside a script an error after the ZREM took effect.
+-- The hash never empties here (it keeps 'u').
+local holders = redis.call('ZCARD', KEYS[1])
+if holders - redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then redis.call('DEL', KEYS[2]) end
 if ARGV[3] then redis.call(ARGV[3], ARGV[2], 'r') end
 return ours
