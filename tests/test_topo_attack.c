@@ -111,13 +111,20 @@ static void migration_clean(const migration *m, const char *what) {
 /* The steps of a migration at which the holder releases. */
 enum step { AT_END, WITH_KEYS_ON_SRC, WITH_KEYS_ON_DST };
 
-/* At step `at`, a releases its hold, without waiting for the answer (the
- * migration goes on meanwhile, as an operator's would): the waiter must
- * not have been served before. */
+/* At step `at`, a releases its hold: the waiter must not have been served
+ * before. Mid-migration the release must end in that step, on src or
+ * through ASK (the steps' own commands are sent without turning the
+ * loop, so a release merely sent would run after them: with the keys on
+ * dst, or the slot moved). */
 static void release_at(enum kind k, enum step now, enum step at, got *ga, got *gb, rel *r) {
     if (now != at) return;
     cr_expect_eq(gb->calls, 0, "%s: granted while held", kind_name[k]);
     cr_assert_eq(hilock_release(ga->hold, rel_cb, r), 0);
+    /* The release is written when the loop turns: it must run, and end,
+     * before the next step (which blocks the loop while it moves things). */
+    if (now != AT_END)
+        cr_expect(test_loop_until(e.base, &r->calls, 1500), "%s: the release did not end at step %d", kind_name[k],
+                  (int)now);
 }
 
 /* `name` of `kind`, held by a (a lease of 1500 ms, renewed every 500 ms)
