@@ -330,6 +330,35 @@ Test(topo_attack, a_fair_release_without_waiters_mid_migration) {
     fair_lone_release_mid_migration("tz-fair2", 1);
 }
 
+/* A fair lock released mid-migration (keys on src) with only a dead
+ * process's entry in its queue: the release pops it, which deletes the
+ * queue, and looked for the next entry in the deleted key, which a node
+ * whose slot is MIGRATING refuses inside a script ("non local key"): the
+ * release failed and the lock stayed for its lease. */
+Test(topo_attack, a_fair_release_past_a_dead_entry_mid_migration) {
+    const char *name = "td-fair";
+    hilock_client *a, *b;
+    cluster_client_pair(&e.cl, &e.loop, &a, &b);
+    migration m;
+    migration_of(name, &m);
+    got ga = held(K_FAIR, a, name, 5000, NULL);
+    char dead[33]; /* a token: 32 hex digits */
+    memset(dead, 'f', 32); /* of a client that never spoke here */
+    dead[32] = 0;
+    cr_assert_eq(test_redis_int(m.src, "ZADD %s 2024 %s", prim_key(name, ":fair:q"), dead), 1);
+    migration_begin(&m);
+    rel ra = {0, 0};
+    cr_assert_eq(hilock_release(ga.hold, rel_cb, &ra), 0);
+    cr_assert(test_loop_until(e.base, &ra.calls, 1500), "the release did not end");
+    cr_expect_eq(ra.status, 0, "the release: %s (%s)", hilock_strerror(ra.status), hilock_client_errstr(a));
+    cr_expect(!slot_has(m.src, m.slot, prim_key(name, ":fair")), "the lock is still there");
+    migration_end(&m, 0);
+    test_loop_for(e.base, 100);
+    migration_clean(&m, name);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
 /* ---- The fair lock's queue through failovers --------------------------------- */
 
 /* Waits of two clients on one fair lock, each served in turn: it checks

@@ -60,13 +60,20 @@ end
 
 -- The first entry whose process is alive, taken off the queue, and its
 -- claim window; entries of processes gone quiet are dropped on the way.
--- nil: nobody waits.
+-- nil: nobody waits. After a dead entry the queue may be gone (its last
+-- entry popped), and on a node whose slot is MIGRATING a command on a
+-- missing key is an error (Redis would send it elsewhere: ASK), raised
+-- after the pops took effect: the next pops are pcalls, whose error means
+-- nobody is left. (The first pop finds the key: a script runs there only
+-- when every key it declares is there.)
 local function pop_live()
+  local pop = redis.call
   while true do
-    local head = redis.call('ZPOPMIN', KEYS[2])
+    local head = pop('ZPOPMIN', KEYS[2])
     if head[1] == nil then return nil end
     local until_ms = tonumber(redis.call('ZSCORE', KEYS[3], client_of(head[1])))
     if until_ms and until_ms > now then return head[1], tonumber(head[2]) % 1024 end
+    pop = redis.pcall
   end
 end
 
