@@ -196,9 +196,16 @@ Test(regress, grant_read_after_a_stall_is_retried) {
     s.name2 = "stale-c";
     hilock_acquire_opts o = opts_wait(HILOCK_WAIT_FOREVER);
     o.lease_ms = 50;
+    lostrec lost = {0, 0, 0};
+    o.lost_cb = lost_cb;
+    o.lost_data = &lost;
     cr_assert_eq(hilock_acquire(c, "stale-c", &o, check_second, &s, NULL), 0);
     usleep(120 * 1000);
     cr_assert(test_loop_until(e.base, &s.g[1].calls, 5000));
+    /* The stale grant was nobody's: no lost callback, no lost hold counted
+     * (they were, for a hold no callback had had). */
+    cr_expect_eq(lost.calls, 0, "a lost callback for a hold never delivered");
+    cr_expect_eq(stats_of(c).holds_lost, 0, "a hold never delivered counted as lost");
     cr_expect_eq(s.g[1].status, 0, "got %s", hilock_strerror(s.g[1].status));
     cr_expect_eq(s.fence_seen, (long long)hilock_hold_fence(s.g[1].hold),
                  "delivered as held, but Redis has fence %lld", s.fence_seen);

@@ -312,6 +312,7 @@ struct hilock_hold {
     int renew_refused;     /* the last renewal's ACL refusal (HILOCK_EAUTH), or 0 */
     unsigned lost : 1;
     unsigned releasing : 1;
+    unsigned delivered : 1; /* an acquire callback has had it */
     char token[HL_TOKEN_LEN + 1];
 };
 

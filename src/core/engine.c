@@ -369,6 +369,7 @@ static void wait_run(hl_defer *d, int cancel) {
         uint64_t now = now_us / 1000u; /* hl_now_ms() */
         hilock_hold *h = w->hold;
         if ((h->releasing || !hl_hold_live(h, now)) && wait_retry(w, now)) return;
+        if (w->status == 0) h->delivered = 1;
     }
     wait_count(w, now_us);
     /* cb_done is set after the call: a client_free from inside the callback

@@ -77,12 +77,16 @@ void hl_fence_raise(hl_name *n, uint64_t fence) {
 
 /* ---- Loss and the watchdog --------------------------------------------- */
 
+/* A hold that no callback has had yet (a grant gone stale before its
+ * callback, which tries again: engine.c's wait_retry) is lost without a
+ * word: nobody has it to lose, and holds_lost counts what users saw. */
 void hl_hold_mark_lost(hilock_hold *h, int why) {
     if (h->lost) return;
     h->lost = 1;
-    h->c->counts.holds_lost++;
     h->lost_why = why;
     hl_timer_stop(&h->c->loop, &h->watchdog);
+    if (!h->delivered) return;
+    h->c->counts.holds_lost++;
     if (h->terms.lost_cb != NULL && !h->releasing) hl_defer_push(&h->c->loop, &h->lost_defer);
 }
 
