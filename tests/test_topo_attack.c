@@ -535,7 +535,10 @@ static void name_on(test_redis *m, const char *stem, char *out, size_t n) {
  * master fails over to its replica, and back (both graceful): never more
  * than 2 permits (1 for a fair lock) held at once, fences unique and
  * growing, every slot ends without an error (the requests wait for the new
- * master), and nothing but fences and places is left. (Not TAKEOVER under
+ * master), and nothing but fences and places is left. A fair lock's grant
+ * by message whose claim or release the write pause holds back past its
+ * 1 s claim window lapses, and its release says HILOCK_ELOST (README, "A
+ * short claim window"): counted apart, never an overlap. (Not TAKEOVER under
  * this load: it does not wait for the replica to catch up, so a write the
  * old master had acknowledged may be lost, a limit the README states; under
  * ASan a hold was lost so, and a released permit came back until its
@@ -572,6 +575,7 @@ Test(topo_attack, semaphores_and_fair_locks_through_failovers, .timeout = 120) {
         cr_assert_eq(cluster_give_back(&e, g.hold), 0);
     }
     semres *res = calloc(1, sizeof(*res));
+    res->lapse_ok = 1; /* a fair grant whose claim or release a write pause kept past its window */
     static semslot s[24];
     volatile int active = 24, done = 0;
     for (int i = 0; i < 24; i++) {
@@ -591,9 +595,10 @@ Test(topo_attack, semaphores_and_fair_locks_through_failovers, .timeout = 120) {
     cr_log_info("failovers at %ld grants (%lld ms), then at %ld (%lld ms)", (long)g1, t1 - t0, res->grants,
                 test_now_ms() - t0);
     cr_assert(test_loop_until(e.base, &done, 60000), "every slot must end");
-    cr_log_info("semaphores and fair locks through failovers: %ld grants in %lld ms", res->grants,
-                test_now_ms() - t0);
-    cr_expect_eq(res->errors, 0, "first error %s (%s / %s)", hilock_strerror(res->first_error),
+    cr_log_info("semaphores and fair locks through failovers: %ld grants in %lld ms, %ld fair grants lapsed",
+                res->grants, test_now_ms() - t0, res->lapsed);
+    cr_expect_eq(res->errors, 0, "%ld errors, the first %s in a %s (%s / %s)", res->errors,
+                 hilock_strerror(res->first_error), res->first_where,
                  hilock_client_errstr(a), hilock_client_errstr(b));
     cr_expect_eq(res->grants, 24 * 60);
     cr_expect_eq(res->over, 0, "more permits held at once than there are");

@@ -26,6 +26,9 @@ typedef struct semres {
     volatile unsigned long long max_seen[SEMLOAD_NAMES]; /* largest fence delivered */
     volatile long over, grants, errors, stale, nfences;
     volatile int first_error;
+    const char *first_where; /* "fair release", "semaphore acquire", ... */
+    int lapse_ok;           /* see semload_lapsed */
+    volatile long lapsed;
     /* Every grant's fence and name: fences are unique per name (names on
      * different masters of a cluster count on their own, and may meet). */
     struct semload_fence { unsigned long long fence; int idx; } fences[SEMLOAD_FENCES];
@@ -47,10 +50,23 @@ typedef struct semslot {
     int fair;               /* the fair lock NAME (total 1, k 1), not the semaphore */
 } semslot;
 
+/* A fair lock's release that says HILOCK_ELOST: its grant by message
+ * lapsed unclaimed (README: "A short claim window"), which a failover's
+ * write pause may cause; counted in res->lapsed when res->lapse_ok, else
+ * an error. */
+static inline int semload_lapsed(semslot *s, int status) {
+    if (!s->fair || status != HILOCK_ELOST || !s->res->lapse_ok) return 0;
+    __atomic_add_fetch(&s->res->lapsed, 1, __ATOMIC_SEQ_CST);
+    return 1;
+}
+
 static inline void semslot_go(semslot *s);
 
-static inline void semload_error(semres *r, int status) {
-    if (__atomic_fetch_add(&r->errors, 1, __ATOMIC_SEQ_CST) == 0) r->first_error = status;
+static inline void semload_error(semres *r, int status, const semslot *s, const char *where) {
+    if (__atomic_fetch_add(&r->errors, 1, __ATOMIC_SEQ_CST) != 0) return;
+    r->first_error = status;
+    r->first_where = s->fair ? (where[0] == 'r' ? "fair release" : "fair acquire")
+                             : (where[0] == 'r' ? "semaphore release" : "semaphore acquire");
 }
 
 static inline void semslot_next(semslot *s) {
@@ -63,7 +79,7 @@ static inline void semslot_next(semslot *s) {
 
 static inline void semslot_released(int status, void *data) {
     semslot *s = data;
-    if (status != 0) semload_error(s->res, status);
+    if (status != 0 && !semload_lapsed(s, status)) semload_error(s->res, status, s, "release");
     semslot_next(s);
 }
 
@@ -72,7 +88,7 @@ static inline void semslot_release(evutil_socket_t fd, short what, void *data) {
     (void)fd; (void)what;
     __atomic_sub_fetch(&s->res->in_use[s->idx], (long)s->k, __ATOMIC_SEQ_CST);
     if (hilock_release(s->h, semslot_released, s) != 0) {
-        semload_error(s->res, -1000);
+        semload_error(s->res, -1000, s, "release");
         semslot_next(s);
     }
 }
@@ -81,7 +97,7 @@ static inline void semslot_granted(hilock_hold *h, int status, void *data) {
     semslot *s = data;
     semres *r = s->res;
     if (status != 0) {
-        semload_error(r, status);
+        semload_error(r, status, s, "acquire");
         semslot_next(s);
         return;
     }
@@ -114,7 +130,7 @@ static inline void semslot_go(semslot *s) {
                      : hilock_semaphore_acquire(s->c, s->name, s->total, s->k, NULL, semslot_granted, s,
                                                 NULL);
     if (rc != 0) {
-        semload_error(s->res, rc);
+        semload_error(s->res, rc, s, "acquire");
         semslot_next(s);
     }
 }

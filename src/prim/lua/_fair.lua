@@ -66,15 +66,16 @@ end
 -- after the pops took effect: the next pops are pcalls, whose error means
 -- nobody is left. (The first pop finds the key: a script runs there only
 -- when every key it declares is there.)
+-- (Each call names its command: an ACL refusal is explained by the
+-- command on its line, net/req.c's script_call_at.)
 local function pop_live()
-  local pop = redis.call
-  while true do
-    local head = pop('ZPOPMIN', KEYS[2])
-    if head[1] == nil then return nil end
+  local head = redis.call('ZPOPMIN', KEYS[2])
+  while head[1] ~= nil do
     local until_ms = tonumber(redis.call('ZSCORE', KEYS[3], client_of(head[1])))
     if until_ms and until_ms > now then return head[1], tonumber(head[2]) % 1024 end
-    pop = redis.pcall
+    head = redis.pcall('ZPOPMIN', KEYS[2])
   end
+  return nil
 end
 
 -- Give the lock to `token`, for ms (`last`: the fence of the lock being
