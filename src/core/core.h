@@ -337,6 +337,9 @@ static inline int hl_hold_live(const hilock_hold *h, uint64_t now) {
     return !h->lost && now < hl_hold_expiry(h);
 }
 void hl_hold_mark_lost(hilock_hold *h, int why);
+/* Was h's key set for less than its lease (a grant by message: the fair
+ * lock's claim window), and not yet renewed to it? */
+static inline int hl_hold_unclaimed(const hilock_hold *h) { return h->confirmed_lease < h->terms.lease_ms; }
 /* One acquisition of `h` was never delivered: drop its level, and the hold
  * itself (releasing the key) when it was the last. */
 void hl_hold_drop(hilock_hold *h);

@@ -629,7 +629,7 @@ static void busy_behind(hl_name *n, const hl_try *t) {
     while (l != &n->waiters) {
         hilock_wait *o = HL_CONTAINER(l, hilock_wait, link);
         l = l->next;
-        if (o->try_once && o->req == NULL && !o->tried) hl_wait_finish(o, HILOCK_EBUSY, NULL);
+        if (o->try_once && !o->tried) hl_wait_finish(o, HILOCK_EBUSY, NULL); /* (none sent) */
     }
 }
 

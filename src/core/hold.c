@@ -9,14 +9,21 @@
 #include <string.h>
 #include "core/core.h"
 
+/* A hold's name (a reference) and token, kept by a renewal or extension
+ * whose answer may come after the hold is released or gone (see
+ * renewal_outlived). */
+typedef struct hl_hold_key {
+    hl_name *name;
+    char token[HL_TOKEN_LEN + 1];
+} hl_hold_key;
+
 /* A hilock_hold_extend() in flight (see "Extending by hand" below). */
 typedef struct hl_extendop {
     hl_defer defer;
     hl_link link;        /* in hold->extends while its request is out */
     hilock_client *c;
     hilock_hold *hold;   /* NULL once the hold is gone */
-    hl_name *name;       /* a reference, until the answer */
-    char token[HL_TOKEN_LEN + 1];
+    hl_hold_key key;     /* until the answer */
     hilock_release_cb cb;
     void *data;
     uint32_t lease_ms;
@@ -103,8 +110,8 @@ static void lost_run(hl_defer *d, int cancel) {
  * is claimed even then, once, to the lease it asked for. */
 static void watchdog_arm(hilock_hold *h) {
     uint64_t now = hl_now_ms(), expiry = hl_hold_expiry(h);
-    uint32_t lease = h->confirmed_lease < h->terms.lease_ms ? h->confirmed_lease : h->terms.lease_ms;
-    int claim = h->confirmed_lease < h->terms.lease_ms;
+    int claim = hl_hold_unclaimed(h);
+    uint32_t lease = claim ? h->confirmed_lease : h->terms.lease_ms;
     uint64_t next = h->terms.no_renew && !claim ? expiry : now + lease / 3;
     if (next > expiry) next = expiry;
     hl_timer_start(&h->c->loop, &h->watchdog, next > now ? next - now : 0);
@@ -153,29 +160,37 @@ static void renewal_outlived(hl_name *n, const char *token) {
     if (hl_topo_quorum(&n->c->topo)) hl_release_token(n, token, NULL, 0); /* (no modes there) */
 }
 
+static void hold_key_keep(hl_hold_key *k, const hilock_hold *h) {
+    k->name = h->name;
+    h->name->refs++;
+    memcpy(k->token, h->token, sizeof(k->token));
+}
+
+/* The answer came: release again if the renewal `outlived` its hold's
+ * release, and let the name go. */
+static void hold_key_done(hl_hold_key *k, int outlived) {
+    if (outlived) renewal_outlived(k->name, k->token);
+    hl_name_unref(k->name);
+}
+
 /* A renewal in flight. Its request's done and owner may be wrapped by
  * the topology (Redlock's fan-out keeps its own until the answer), so the
  * hold's end is told here, never by rewriting the request. */
 typedef struct hl_renewal {
     hilock_hold *hold;             /* NULL once the hold is gone */
-    hl_name *name;                 /* then, over a quorum: a reference */
-    char token[HL_TOKEN_LEN + 1];  /* and the hold's token */
+    hl_hold_key key;               /* then, over a quorum (else key.name NULL) */
 } hl_renewal;
 
 /* The hold goes while its renewal is out: its answer must not find it. */
 static void renewal_orphan(hilock_hold *h) {
     hl_renewal *rn = h->renew;
     rn->hold = NULL;
-    if (!hl_topo_quorum(&h->c->topo)) return;
-    rn->name = h->name;
-    h->name->refs++;
-    memcpy(rn->token, h->token, sizeof(rn->token));
+    if (hl_topo_quorum(&h->c->topo)) hold_key_keep(&rn->key, h);
 }
 
 /* The answer to a renewal whose hold is gone. */
 static void renewal_orphaned(hl_req *r, hl_renewal *rn) {
-    if (rn->name != NULL && !r->net->loop->freeing) renewal_outlived(rn->name, rn->token);
-    if (rn->name != NULL) hl_name_unref(rn->name);
+    if (rn->key.name != NULL) hold_key_done(&rn->key, !r->net->loop->freeing);
     free(rn);
 }
 
@@ -453,9 +468,7 @@ static void on_extended(hl_req *r, redisReply *reply, int err) {
     err = extend_apply(op, r, reply, err);
     /* An extension is a renewal: over a quorum it may have put the key
      * back behind the release (see renewal_outlived). */
-    if (!r->net->loop->freeing && (op->hold == NULL || op->hold->releasing))
-        renewal_outlived(op->name, op->token);
-    hl_name_unref(op->name);
+    hold_key_done(&op->key, !r->net->loop->freeing && (op->hold == NULL || op->hold->releasing));
     if (hl_linked(&op->link)) hl_list_remove(&op->link);
     op->status = err;
     if (r->net->loop->freeing) extendop_run(&op->defer, 1);
@@ -474,9 +487,7 @@ int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb, 
     op->defer.run = extendop_run;
     op->c = h->c;
     op->hold = h;
-    op->name = h->name;
-    h->name->refs++;
-    memcpy(op->token, h->token, sizeof(op->token));
+    hold_key_keep(&op->key, h);
     hl_list_push(&h->extends, &op->link);
     op->cb = cb;
     op->data = data;

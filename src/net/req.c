@@ -205,7 +205,7 @@ static int req_retry_later(hl_req *r, const redisReply *reply) {
         size_t n = strlen(passing[i].word);
         if (strncmp(reply->str, passing[i].word, n) != 0) continue;
         if (hl_now_ms() + passing[i].ms >= r->deadline.when) return 0;
-        if (r->tryagain_ends && passing[i].word[0] == 'T') return 0;
+        if (r->tryagain_ends && strcmp(passing[i].word, "TRYAGAIN") == 0) return 0;
         hl_set_error(r->net->loop, "%s", reply->str);
         hl_timer_start(r->net->loop, &r->backoff, passing[i].ms);
         return 1;

@@ -137,8 +137,7 @@ static hl_req *fair_release_lock_req(hl_name *n, const char *token, hl_req_done 
  * a renewal. */
 static hl_req *fair_renew_req(hl_name *n, const hilock_hold *h, uint32_t lease_ms, hl_req_done done,
                               void *owner) {
-    int claim = h->confirmed_lease < h->terms.lease_ms;
-    return hl_prim_renew_req(n, claim ? &claim_cmd : &renew_cmd, h->token, lease_ms, done, owner);
+    return hl_prim_renew_req(n, hl_hold_unclaimed(h) ? &claim_cmd : &renew_cmd, h->token, lease_ms, done, owner);
 }
 
 /* A wait that ends without its own grant leaves the queue, and gives back

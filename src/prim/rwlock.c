@@ -108,12 +108,17 @@ static int rw_shares(const hilock_wait *w, const hilock_wait *o) {
 /* release(writer or readers; token, channel, "w" or "r", PUBLISH or
  * SPUBLISH (added by net)): the key of the mode in `terms` only (see
  * release_write_cmd). */
+static hl_req *rw_release_of(hl_name *n, const hl_cmd *cmd, const char *mode, const char *token,
+                             hl_req_done done, void *owner) {
+    hl_req *r = hl_prim_release_req(n, cmd, token, done, owner);
+    if (r != NULL) hl_req_arg(r, mode, 1, "", 0);
+    return r;
+}
+
 static hl_req *rw_release_req(hl_name *n, const char *token, const hl_terms *terms, hl_req_done done,
                               void *owner) {
-    int write = terms->write;
-    hl_req *r = hl_prim_release_req(n, write ? &release_write_cmd : &release_read_cmd, token, done, owner);
-    if (r != NULL) hl_req_arg(r, write ? "w" : "r", 1, "", 0);
-    return r;
+    return terms->write ? rw_release_of(n, &release_write_cmd, "w", token, done, owner)
+                        : rw_release_of(n, &release_read_cmd, "r", token, done, owner);
 }
 
 /* renew(writer or readers; token, lease_ms, "w" or "r"): the hold's own key
@@ -137,10 +142,8 @@ static void on_unmarked(hl_req *r, redisReply *reply, int err) {
 static void rw_abandon(hilock_wait *w) {
     if (!w->terms.write || w->try_once) return;
     hl_release_token(w->name, w->token, &w->terms, 0);
-    hl_req *r = hl_prim_release_req(w->name, &unmark_cmd, w->token, on_unmarked, NULL);
-    if (r == NULL) return;
-    hl_req_arg(r, "m", 1, "", 0);
-    hl_name_submit(w->name, r);
+    hl_req *r = rw_release_of(w->name, &unmark_cmd, "m", w->token, on_unmarked, NULL);
+    if (r != NULL) hl_name_submit(w->name, r);
 }
 
 static int rw_admit(const hilock_wait *w, const hilock_hold *mine);
