@@ -138,6 +138,14 @@ static void fillers(test_redis *r, const char *name, int del) {
     redisFree(k);
 }
 
+/* names[i]: a name of stems[i] in a moving slot, with fillers on src. */
+static void moving_names(const reshard *r, const char *const *stems, char (*names)[32], int n) {
+    for (int i = 0; i < n; i++) {
+        moving_name(stems[i], names[i], 32);
+        fillers(r->src, names[i], 0);
+    }
+}
+
 /* Two clients as cluster_client_pair's, with leases of 2 s (a release
  * stalled by the migration would show as a lost hold or a late grant, not
  * vanish in a 30 s lease) and the default request timeout, 2 s (not
@@ -248,10 +256,7 @@ Test(topo_reshard, semaphores_and_fair_locks_through_a_reshard) {
     lease_pair(&a, &b);
     static char names[SEMLOAD_NAMES][32];
     const char *stems[SEMLOAD_NAMES] = {"rz-s", "rz-t", "rz-f", "rz-g"};
-    for (int i = 0; i < SEMLOAD_NAMES; i++) {
-        moving_name(stems[i], names[i], 32);
-        fillers(r.src, names[i], 0);
-    }
+    moving_names(&r, stems, names, SEMLOAD_NAMES);
     /* Both clients know the map and the scripts on src before it moves. */
     for (int i = 0; i < SEMLOAD_NAMES; i++) {
         got g = {0, 0, NULL, 0};
@@ -406,10 +411,7 @@ Test(topo_reshard, read_write_locks_through_a_reshard) {
     lease_pair(&a, &b);
     static char names[RW_NAMES][32];
     const char *stems[RW_NAMES] = {"rz-rw", "rz-rx", "rz-ry", "rz-rz"};
-    for (int i = 0; i < RW_NAMES; i++) {
-        moving_name(stems[i], names[i], 32);
-        fillers(r.src, names[i], 0);
-    }
+    moving_names(&r, stems, names, RW_NAMES);
     for (int i = 0; i < RW_NAMES; i++) { /* the map and the scripts, before */
         got g = {0, 0, NULL, 0};
         cr_assert_eq(hilock_write_acquire(i % 2 ? a : b, names[i], NULL, got_cb, &g, NULL), 0);
