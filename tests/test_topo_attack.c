@@ -431,19 +431,25 @@ static test_redis *fail_over(unsigned slot, const char *mode) {
     return NULL;
 }
 
+/* A graceful CLUSTER FAILOVER pauses writes on the old master until the
+ * replica has taken over, or for twice cluster-manual-failover-timeout
+ * (Redis's CLUSTER_MF_PAUSE_MULT: 10 s) when it does not complete, which
+ * a loaded machine sees (fail_over then asks again). Requests and leases
+ * that must outlive it are longer. */
+#define PATIENT_MS 15000
+
 /* Two clients as cluster_client_pair's, whose requests wait out a
- * failover: a graceful CLUSTER FAILOVER holds writes on the old master up
- * to 5 s (cluster-manual-failover-timeout), and a try unanswered for
- * request_timeout_ms ends its wait with HILOCK_EDEADLINE (hilock.h); on a
- * loaded 2-vCPU machine under ASan the default was seen to end all 8 waits
- * of the fair queue's test so. */
+ * failover's write pause: a try unanswered for request_timeout_ms ends
+ * its wait with HILOCK_EDEADLINE (hilock.h); on a loaded 2-vCPU machine
+ * under ASan the default was seen to end all 8 waits of the fair queue's
+ * test so. */
 static void patient_pair(hilock_client **a, hilock_client **b) {
     hilock_config cfg;
     cluster_config(&cfg, e.cl.url);
-    cfg.request_timeout_ms = 10000;
+    cfg.request_timeout_ms = PATIENT_MS;
     cr_assert_eq(hilock_client_new(a, &cfg, &e.loop), 0);
     cluster_config(&cfg, e.cl.node[3].url);
-    cfg.request_timeout_ms = 10000;
+    cfg.request_timeout_ms = PATIENT_MS;
     cr_assert_eq(hilock_client_new(b, &cfg, &e.loop), 0);
 }
 
@@ -544,18 +550,21 @@ static void name_on(test_redis *m, const char *stem, char *out, size_t n) {
  * ASan a hold was lost so, and a released permit came back until its
  * lease ran out.) */
 Test(topo_attack, semaphores_and_fair_locks_through_failovers, .timeout = 120) {
-    /* Leases of 8 s (a graceful failover may pause writes for 5 s): a
-     * semaphore waiter whose subscription stayed on the
-     * demoted master (see waiters_hear_releases_after_a_failover) is served
-     * at its fallback timer, the end of the earliest lease. */
+    /* Leases that outlive a failover's write pause (PATIENT_MS): with 8 s,
+     * a first CLUSTER FAILOVER that did not complete paused writes for 10 s,
+     * and semaphore releases ran after their lease (HILOCK_ELOST, truly:
+     * the permits had run out), once in CI's sanitizer step. Not much
+     * longer: a semaphore waiter whose subscription stayed on the demoted
+     * master (see waiters_hear_releases_after_a_failover) is served at its
+     * fallback timer, the end of the earliest lease. */
     hilock_config cfg;
     cluster_config(&cfg, e.cl.url);
-    cfg.default_lease_ms = 8000;
-    cfg.request_timeout_ms = 10000; /* see patient_pair */
+    cfg.default_lease_ms = PATIENT_MS;
+    cfg.request_timeout_ms = PATIENT_MS;
     hilock_client *a = cluster_client_cfg(&e, &cfg);
     cluster_config(&cfg, e.cl.node[3].url);
-    cfg.default_lease_ms = 8000;
-    cfg.request_timeout_ms = 10000; /* see patient_pair */
+    cfg.default_lease_ms = PATIENT_MS;
+    cfg.request_timeout_ms = PATIENT_MS;
     hilock_client *b = cluster_client_cfg(&e, &cfg);
     static char names[SEMLOAD_NAMES][32];
     test_redis *m = test_cluster_master_of(&e.cl, cluster_slot_of("fo-s-0"));
