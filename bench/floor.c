@@ -19,7 +19,10 @@
  * And the same for the fair lock (floor_measure with fair 1, self_sub 1):
  * its scripts; the waiting process's try joins the queue, and the release
  * message that names its token is the grant (latency = the release call to
- * that message), with no command after it. */
+ * that message), with no command after it. Each process listens on its own
+ * channel of grants (the name's, followed by its client's id, which is the
+ * first 16 characters of its token), as hilock's clients do, so the
+ * releaser gets no copy of a grant. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,9 +103,11 @@ static int fl_child(struct fl_shm *s, int me, int self_sub, const struct fl_keys
     if (cmd == NULL || sub == NULL) { s->errors++; return 1; }
     char token[40]; /* as hilock's: its first 16 characters name the process */
     snprintf(token, sizeof token, "%016lx%016x", (unsigned long)getpid(), (unsigned)me);
+    char ch[sizeof k->ch + 16];
+    snprintf(ch, sizeof ch, "%s%.*s", k->ch, k->fair ? 16 : 0, token);
     int subscribed = 0;
     if (self_sub) {
-        redisReply *r = redisCommand(sub, "SUBSCRIBE %s", k->ch);
+        redisReply *r = redisCommand(sub, "SUBSCRIBE %s", ch);
         if (r == NULL) { s->errors++; return 1; }
         freeReplyObject(r);
         subscribed = 1;
@@ -128,14 +133,14 @@ static int fl_child(struct fl_shm *s, int me, int self_sub, const struct fl_keys
             int ok = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
             if (r) freeReplyObject(r);
             if (!ok) { s->errors++; break; }
-            if (subscribed && fl_read_sub(sub, token) != 0) { s->errors++; break; } /* our own message */
+            if (subscribed && !k->fair && fl_read_sub(sub, token) != 0) { s->errors++; break; } /* our own message */
             fl_wait(&s->holder, 1 - me, &s->errors); /* it is the other's now */
             continue;
         }
         /* Waiting: (subscribe,) try once, block on the subscriber socket. */
         if (s->count >= s->total) break;
         if (!subscribed) {
-            redisReply *r = redisCommand(sub, "SUBSCRIBE %s", k->ch);
+            redisReply *r = redisCommand(sub, "SUBSCRIBE %s", ch);
             if (r == NULL) { s->errors++; break; }
             freeReplyObject(r);
             subscribed = 1;
@@ -155,7 +160,7 @@ static int fl_child(struct fl_shm *s, int me, int self_sub, const struct fl_keys
         }
         s->count++;
         if (!self_sub) {
-            redisReply *r = redisCommand(sub, "UNSUBSCRIBE %s", k->ch);
+            redisReply *r = redisCommand(sub, "UNSUBSCRIBE %s", ch);
             if (r) freeReplyObject(r);
             subscribed = 0;
         }
@@ -188,7 +193,7 @@ static struct fl_shm *fl_run(int handoffs, int self_sub, int fair, int *rcode) {
     k.fair = fair;
     snprintf(k.lock, sizeof k.lock, "%s%s", base, fair ? ":fair" : "");
     snprintf(k.fence, sizeof k.fence, "%s:fence", k.lock);
-    snprintf(k.ch, sizeof k.ch, "%s:ch", k.lock);
+    snprintf(k.ch, sizeof k.ch, "%s:ch%s", k.lock, fair ? ":" : "");
     snprintf(k.queue, sizeof k.queue, "%s:q", k.lock);
     snprintf(k.procs, sizeof k.procs, "%s:p", k.lock);
 

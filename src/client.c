@@ -48,17 +48,23 @@ const char *hilock_client_errstr(const hilock_client *c) {
  * libuuid call at client creation) and a counter passed through splitmix64,
  * a bijection, so no two tokens of a client repeat. One uuid per token cost
  * six system calls each (libuuid 2.38 reseeds every time). */
-void hl_token_new(hilock_client *c, char *out) {
+static void hex16(uint64_t v, char *out) {
     static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 16; i++) out[i] = hex[(v >> (60 - 4 * i)) & 15];
+}
+
+void hl_token_new(hilock_client *c, char *out) {
     uint64_t z = c->token_seq++ + c->token_salt;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
-    uint64_t parts[2] = {c->token_id, z};
-    for (int p = 0; p < 2; p++)
-        for (int i = 0; i < 16; i++)
-            out[p * 16 + i] = hex[(parts[p] >> (60 - 4 * i)) & 15];
+    hex16(c->token_id, out);
+    hex16(z, out + HL_CLIENT_ID_LEN);
     out[HL_TOKEN_LEN] = '\0';
+}
+
+void hl_client_id(const hilock_client *c, char *out) {
+    hex16(c->token_id, out);
 }
 
 /* ---- Configuration ---------------------------------------------------------- */

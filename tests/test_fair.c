@@ -72,6 +72,51 @@ Test(fair, handoff_by_message_in_order) {
     for (int i = 0; i < 4; i++) hilock_client_free(c[i]);
 }
 
+static uint64_t wakeups_of(const hilock_client *c) {
+    hilock_stats s;
+    hilock_stats_init(&s);
+    cr_assert_eq(hilock_client_stats(c, &s), 0);
+    return s.wakeups;
+}
+
+/* No herd of wakeups: a grant goes to the grantee's client alone (its own
+ * channel), so the other clients that wait on the name, and the releaser,
+ * whose subscription lingers, are not woken by it. Four clients, each its
+ * own subscriber connection as four processes would have; each release
+ * must wake exactly one of them: the grantee. */
+Test(fair, a_grant_wakes_its_grantee_alone) {
+    hilock_client *c[4];
+    got g[4];
+    for (int i = 0; i < 4; i++) c[i] = lockenv_client(&e);
+    g[0] = fair_now(c[0], "wk", NULL);
+    cr_assert_eq(g[0].status, 0, "%s", hilock_strerror(g[0].status));
+    for (int i = 1; i < 4; i++) {
+        fair_start(c[i], "wk", NULL, &g[i], NULL);
+        test_loop_for(e.base, 30);
+    }
+    test_loop_for(e.base, 200);
+    cr_assert_eq(queued("wk"), 3, "every waiter joined the queue");
+    /* One channel per waiting client, one subscriber each. */
+    redisReply *r = test_redis_cmd(&e.r, "PUBSUB CHANNELS %s*", fkey("wk", ":ch:"));
+    cr_assert(r != NULL && r->type == REDIS_REPLY_ARRAY);
+    cr_expect_eq(r->elements, 3, "%zu channels for 3 waiting clients", r->elements);
+    freeReplyObject(r);
+    for (int i = 1; i < 4; i++) {
+        uint64_t before[4];
+        for (int j = 0; j < 4; j++) before[j] = wakeups_of(c[j]);
+        cr_assert_eq(release_now(&e, g[i - 1].hold), 0);
+        cr_assert(test_loop_until(e.base, &g[i].calls, 3000), "waiter %d never granted", i);
+        cr_assert_eq(g[i].status, 0, "%s", hilock_strerror(g[i].status));
+        test_loop_for(e.base, 50); /* a copy of the grant sent elsewhere would be here by now */
+        for (int j = 0; j < 4; j++)
+            cr_expect_eq(wakeups_of(c[j]) - before[j], j == i, "handoff %d woke client %d %llu times", i, j,
+                         (unsigned long long)(wakeups_of(c[j]) - before[j]));
+    }
+    cr_assert_eq(release_now(&e, g[3].hold), 0);
+    cr_expect_eq(held("wk"), 0);
+    for (int i = 0; i < 4; i++) hilock_client_free(c[i]);
+}
+
 /* Waits of one client, and try once: EBUSY while anyone waits. */
 Test(fair, one_client_many_waits_and_try_once) {
     hilock_client *c = lockenv_client(&e), *o = lockenv_client(&e);

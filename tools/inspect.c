@@ -37,7 +37,8 @@ static const char inspect_usage[] =
 "Show what Redis holds for the locks NAME: per primitive found (the mutex\n"
 "always, the semaphore, read-write lock and fair lock NAME when their keys\n"
 "exist), held or free, the holder's token, its fence, the remaining lease,\n"
-"the last fence given, and the processes waiting (subscribers of its channel).\n"
+"the last fence given, and the processes waiting (subscribers of its channel;\n"
+"the fair lock's: channels, one per process).\n"
 "\n"
 "  -u URL          Redis URL (default: $HILOCK_URL, else redis://127.0.0.1:6379);\n"
 "                  a cluster is inspected on every master, redlock:// on each\n"
@@ -442,7 +443,7 @@ enum { K_LOCK, K_FENCE, K_CH, K_SEM, K_SEMH, K_SEMFENCE, K_SEMCH, K_RW, K_RWR, K
        K_RWCH, K_FAIR, K_FAIRQ, K_FAIRFENCE, K_FAIRCH, NKEYS };
 static const char *const suffixes[NKEYS] = {
     "", ":fence", ":ch", ":sem", ":sem:h", ":sem:fence", ":sem:ch", ":rw", ":rwr", ":rwf", ":rww",
-    ":rw:ch", ":fair", ":fair:q", ":fair:fence", ":fair:ch",
+    ":rw:ch", ":fair", ":fair:q", ":fair:fence", ":fair:ch:",
 };
 
 /* The reads of one name, sent in one pipeline to the master of its slot
@@ -467,7 +468,9 @@ static const struct { const char *fmt; int key; } queries[NQ] = {
     [Q_FAIRFENCE] = { "GET %b", K_FAIRFENCE },
     [Q_FAIRQ] = { "ZCARD %b", K_FAIRQ },
 };
-/* The channels whose subscribers are counted, per primitive. */
+/* The channels whose subscribers are counted, per primitive. The fair
+ * lock's is the prefix of one channel per client (its grants go to the
+ * grantee's process alone): its channels are counted, not subscribers. */
 enum { CH_MUTEX, CH_SEM, CH_RW, CH_FAIR, NCH };
 static const int channels[NCH] = { K_CH, K_SEMCH, K_RWCH, K_FAIRCH };
 
@@ -517,31 +520,52 @@ static int read_replies(ctx *x, node *n, redisReply **rep, int count) {
     return 0;
 }
 
-/* PUBSUB NUMSUB (or SHARDNUMSUB) of the name's channels, added to
- * l->waiting. A server older than Redis 7 has no sharded pub/sub: its
- * error reply counts 0. */
+/* The PUBSUB pattern of the fair lock's channels: its prefix, glob
+ * characters escaped, then a client's 16 hex digits. */
+static char *fair_channels_pattern(const lookup *l) {
+    const char *k = l->key[K_FAIRCH];
+    char *p = xcalloc(2 * l->len[K_FAIRCH] + 16 * 8 + 1, 1), *o = p;
+    for (size_t i = 0; i < l->len[K_FAIRCH]; i++) {
+        if (strchr("*?[]\\", k[i])) *o++ = '\\';
+        *o++ = k[i];
+    }
+    for (int i = 0; i < 16; i++) o += sprintf(o, "[0-9a-f]");
+    return p;
+}
+
+/* PUBSUB NUMSUB (or SHARDNUMSUB) of the name's channels, and CHANNELS (or
+ * SHARDCHANNELS) of the fair lock's, added to l->waiting. A server older
+ * than Redis 7 has no sharded pub/sub: its error replies count 0. */
 static int count_subs(ctx *x, node *n, lookup *l, const char *sub, int optional) {
-    redisReply *r;
-    int rc = 0;
+    redisReply *r[2];
+    int rc = 0, sharded = strncmp(sub, "SHARD", 5) == 0;
     const char *argv[2 + NCH] = { "PUBSUB", sub };
     size_t argl[2 + NCH] = { 6, strlen(sub) };
+    char *pattern = fair_channels_pattern(l);
 
-    for (int c = 0; c < NCH; c++) {
+    for (int c = 0; c < CH_FAIR; c++) {
         argv[2 + c] = l->key[channels[c]];
         argl[2 + c] = l->len[channels[c]];
     }
-    if (n->c == NULL) return -1;
-    redisAppendCommandArgv(n->c, 2 + NCH, argv, argl);
-    if (read_replies(x, n, &r, 1) != 0) return -1;
-    if (r->type == REDIS_REPLY_ERROR) {
-        if (!optional) { fail(x, n, "PUBSUB %s: %s", sub, r->str); rc = -1; }
+    if (n->c == NULL) { free(pattern); return -1; }
+    redisAppendCommandArgv(n->c, 2 + CH_FAIR, argv, argl);
+    redisAppendCommand(n->c, "PUBSUB %s %s", sharded ? "SHARDCHANNELS" : "CHANNELS", pattern);
+    free(pattern);
+    if (read_replies(x, n, r, 2) != 0) return -1;
+    if (r[0]->type == REDIS_REPLY_ERROR || r[1]->type == REDIS_REPLY_ERROR) {
+        if (!optional) {
+            fail(x, n, "PUBSUB %s: %s", sub, (r[0]->type == REDIS_REPLY_ERROR ? r[0] : r[1])->str);
+            rc = -1;
+        }
     } else {
-        for (int c = 0; c < NCH; c++) {
-            long long v = num(elem(r, 2 * (size_t)c + 1));
+        for (int c = 0; c < CH_FAIR; c++) {
+            long long v = num(elem(r[0], 2 * (size_t)c + 1));
             if (v != NONE) l->waiting[c] += v;
         }
+        if (r[1]->type == REDIS_REPLY_ARRAY) l->waiting[CH_FAIR] += (long long)r[1]->elements;
     }
-    freeReplyObject(r);
+    freeReplyObject(r[0]);
+    freeReplyObject(r[1]);
     return rc;
 }
 

@@ -57,6 +57,9 @@ static inline int hl_client_refuses(const hilock_client *c) {
     return c->loop.forked ? HILOCK_EFORK : c->loop.freeing || c->closing ? HILOCK_ECLOSED : 0;
 }
 void hl_token_new(hilock_client *c, char *out);
+/* The client's id: the first HL_CLIENT_ID_LEN characters of its tokens. */
+#define HL_CLIENT_ID_LEN 16
+void hl_client_id(const hilock_client *c, char *out);
 void hl_close_progress(void *client);
 
 /* ---- Names ---------------------------------------------------------------- */
@@ -65,8 +68,9 @@ enum { HL_SUB_NONE, HL_SUB_PENDING, HL_SUB_ACTIVE, HL_SUB_LEAVING };
 
 /* A lock name as one primitive sees it: its waiters, its subscription, its
  * keys. Identified by its channel, which is the primitive's base key plus
- * the primitive's channel suffix, so a semaphore and a mutex of the same
- * name never share an entry. */
+ * the primitive's channel suffix (and, for a primitive whose messages are
+ * each for one client, that client's id: hl_prim.client_channel), so a
+ * semaphore and a mutex of the same name never share an entry. */
 struct hl_name {
     hl_name *next_in_bucket;
     uint32_t hash;
@@ -99,6 +103,9 @@ struct hl_name {
 };
 
 static inline const char *hl_name_channel(const hl_name *n) { return n->buf; }
+/* The channel without this client's id (hl_prim.client_channel): what the
+ * scripts get, to name the channel of the client they write to. */
+size_t hl_name_channel_base_len(const hl_name *n);
 /* The node that serves n's keys, and the one that carries its channel. */
 hl_node *hl_name_node(const hl_name *n);
 hl_node *hl_name_sub_node(const hl_name *n);
@@ -189,6 +196,12 @@ typedef struct hl_grant {
  * cancel, holds, watchdog). See docs/ARCHITECTURE.md, "A new primitive". */
 struct hl_prim {
     const char *channel_suffix;
+    /* Each message is for one client (the fair lock's grants): a client
+     * listens on the channel suffix followed by its id, and the scripts,
+     * given the channel without it, write to the grantee's client alone. A
+     * grant then wakes one process, not every process that waits on the
+     * name (on a small machine those wakeups run before the grantee's). */
+    int client_channel;
     /* The try for a waiter: a request on n's keys with `token` and `lease`. */
     hl_req *(*try_req)(hl_name *n, const char *token, uint32_t lease_ms, hl_req_done done,
                        void *owner);

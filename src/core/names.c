@@ -63,16 +63,25 @@ static hl_name *name_new(hilock_client *c, const hl_prim *p, const char *ch, siz
 
 hl_name *hl_name_get(hilock_client *c, const hl_prim *p, const char *name, size_t len) {
     size_t keylen = c->prefix_len + 2 + hl_tag_len(name, len);
-    size_t suflen = strlen(p->channel_suffix), chlen = keylen + suflen;
+    size_t suflen = strlen(p->channel_suffix);
+    size_t chlen = keylen + suflen + (p->client_channel ? HL_CLIENT_ID_LEN : 0);
     char stack[512], *ch = chlen < sizeof(stack) ? stack : malloc(chlen + 1);
     if (ch == NULL) return NULL;
     hl_key_write(ch, c->prefix, c->prefix_len, name, len);
     memcpy(ch + keylen, p->channel_suffix, suflen + 1);
+    if (p->client_channel) {
+        hl_client_id(c, ch + keylen + suflen);
+        ch[chlen] = '\0';
+    }
     uint32_t h = hash_bytes(ch, chlen);
     hl_name *n = lookup(&c->names, ch, chlen, h);
     if (n == NULL) n = name_new(c, p, ch, chlen, keylen, name, len, h);
     if (ch != stack) free(ch);
     return n;
+}
+
+size_t hl_name_channel_base_len(const hl_name *n) {
+    return n->chlen - (n->prim->client_channel ? HL_CLIENT_ID_LEN : 0);
 }
 
 hl_name *hl_name_by_channel(hilock_client *c, const char *ch, size_t len) {

@@ -8,7 +8,9 @@
  * its lease as TTL), P{T}:fair:q the queue (a sorted set, token -> place),
  * P{T}:fair:p the clients that wait (a sorted set: the first 16 digits of
  * their tokens -> until when their entries count, server ms),
- * P{T}:fair:fence the last fence, and P{T}:fair:ch the channel of grants.
+ * P{T}:fair:fence the last fence, and P{T}:fair:ch:ID the channel of the
+ * grants to the client whose id (the first 16 digits of its tokens) is ID:
+ * a grant wakes the grantee's process alone.
  * The scripts are lua/fair_*.lua; _fair.lua says how they keep the queue.
  *
  * On the engine (hl_prim.joins): every wait joins the queue with its first
@@ -17,7 +19,8 @@
  * HL_FAIR_REFRESH_MS, which keeps all of this client's entries alive (one
  * refresh per client and name, none per waiter) and finds a grant whose
  * message was lost. A release grants the first live entry for a claim
- * window of 1 s and publishes "g TOKEN FENCE NOW_MS 1000"; the waiting
+ * window of 1 s and publishes "g TOKEN FENCE NOW_MS 1000" to the
+ * grantee's client; the waiting
  * client grants that wait (fair_grant_msg), dating the lease by the
  * server's clock, and the hold's watchdog claims it (renews it to its
  * lease) a third of the window later, if it is still held. A grant to a
@@ -57,7 +60,8 @@ static const hl_cmd renew_cmd = {&hl_script_fair_renew, 1, {":fair"}};
 /* acquire(lock, queue, clients, fence; token, lease_ms, fence_ttl_s, once
  * (or 2: join again at the tail, w->rejoining; 3: a try of a token that
  * has had its place, w->placed, so that a place found gone is a queue
- * lost; 0: a first try), channel, PUBLISH or SPUBLISH (added by net)).
+ * lost; 0: a first try), the channel without a client's id, PUBLISH or
+ * SPUBLISH (added by net)).
  * `owner` is the wait. */
 static hl_req *fair_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_req_done done,
                             void *owner) {
@@ -68,7 +72,7 @@ static hl_req *fair_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl
     hl_req_arg_u64(r, lease_ms);
     hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
     hl_req_arg(r, w->try_once ? "1" : w->rejoining ? "2" : w->placed ? "3" : "0", 1, "", 0);
-    hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
+    hl_req_arg(r, hl_name_channel(n), hl_name_channel_base_len(n), "", 0);
     r->publishes = 1; /* a try that finds the lock free may grant the first waiter */
     return r;
 }
@@ -112,8 +116,9 @@ static int fair_shares(const hilock_wait *w, const hilock_wait *o) {
     return w->terms.owner != NULL && o->terms.owner == w->terms.owner;
 }
 
-/* release(lock, queue, clients, fence; token, fence_ttl_s, channel,
- * PUBLISH or SPUBLISH (added by net)): also how a waiter leaves. */
+/* release(lock, queue, clients, fence; token, fence_ttl_s, the channel
+ * without a client's id, PUBLISH or SPUBLISH (added by net)): also how a
+ * waiter leaves. */
 static hl_req *fair_release_req(hl_name *n, const char *token, const hl_terms *terms, hl_req_done done,
                                 void *owner) {
     (void)terms;
@@ -121,13 +126,15 @@ static hl_req *fair_release_req(hl_name *n, const char *token, const hl_terms *t
     if (r == NULL) return NULL;
     hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
     hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
-    hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
+    hl_req_arg(r, hl_name_channel(n), hl_name_channel_base_len(n), "", 0);
     r->publishes = 1;
     r->everywhere = 1;
     return r;
 }
 
-/* release_lock(lock; token, channel, PUBLISH or SPUBLISH (added by net)) */
+/* release_lock(lock; token, this client's channel, PUBLISH or SPUBLISH
+ * (added by net)): it wakes this client's waits of the name; the others'
+ * refresh finds the lock free within HL_FAIR_REFRESH_MS. */
 static hl_req *fair_release_lock_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
     return hl_prim_release_req(n, &release_lock_cmd, token, done, owner);
 }
@@ -175,7 +182,8 @@ static int fair_grant_msg(const char *data, size_t len, hl_grant *out) {
 }
 
 const hl_prim hl_fair = {
-    .channel_suffix = ":fair:ch",
+    .channel_suffix = ":fair:ch:",
+    .client_channel = 1,
     .try_req = fair_try_req,
     .try_parse = fair_try_parse,
     .shares = fair_shares,

@@ -87,7 +87,8 @@ local function set_lock(token, ms, fence_ttl_s, last)
 end
 
 -- Grant the lock to `head` (taken off the queue) for its claim window,
--- and tell its process on the channel: "g TOKEN FENCE NOW_MS CLAIM_MS".
+-- and tell its process on its own channel (`channel` followed by its
+-- client's id: no other process wakes): "g TOKEN FENCE NOW_MS CLAIM_MS".
 -- The grantee's process has its time cut to that window, so that its
 -- other entries are skipped once the grant lapses unclaimed (no LT is
 -- needed: while the grant stands, the lock is held and nothing pops). The
@@ -101,7 +102,7 @@ local function grant_by_message(head, claim, fence_ttl_s, channel, publish, last
   else
     redis.call('ZADD', KEYS[3], 'XX', now + claim, client_of(head))
   end
-  redis.call(publish, channel, 'g ' .. head .. ' ' .. f .. ' ' .. now .. ' ' .. claim)
+  redis.call(publish, channel .. client_of(head), 'g ' .. head .. ' ' .. f .. ' ' .. now .. ' ' .. claim)
   return fence
 end
 

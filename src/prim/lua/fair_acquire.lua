@@ -3,8 +3,9 @@
 -- once (without joining the queue), '0' (the token's first try), '3' (a
 -- later try: the token had its place), or '2' to join again at the tail
 -- (after this client's places were lost: its waits join again in their
--- order, whatever places some of them kept), ARGV[5] channel, ARGV[6]
--- PUBLISH or SPUBLISH.
+-- order, whatever places some of them kept), ARGV[5] the channel of
+-- grants without a client's id (_fair.lua's grant_by_message adds the
+-- grantee's), ARGV[6] PUBLISH or SPUBLISH.
 -- The first try of every wait joins the queue at its tail; later tries
 -- (the head of each process's waits, at least every second) keep its
 -- process's entries alive, and find a grant whose message was missed.

@@ -1,5 +1,6 @@
 -- release: KEYS as in _fair.lua (lock, queue, processes, fence);
--- ARGV[1] token, ARGV[2] fence_ttl_s, ARGV[3] channel, ARGV[4] PUBLISH or
+-- ARGV[1] token, ARGV[2] fence_ttl_s, ARGV[3] the channel of grants
+-- without a client's id (as fair_acquire.lua's ARGV[5]), ARGV[4] PUBLISH or
 -- SPUBLISH.
 -- The holder's release, or a waiter leaving (cancelled, timed out, or
 -- served by its owner's grant): `token` leaves the queue, and the lock,
