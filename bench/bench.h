@@ -185,6 +185,9 @@ typedef struct lock_impl {
     void (*client_free)(void *client);
     int (*acquire)(void *client, const char *name, bench_waiter *w);
     int (*release)(void *client, void *hold, bench_waiter *w);
+    /* NULL, or the messages the client has received on its locks'
+     * channels (each one a process woken): hilock's stats.wakeups. */
+    unsigned long long (*messages)(void *client);
 } lock_impl;
 
 extern const lock_impl hilock_impl;      /* the mutex: hilock_acquire */

@@ -481,12 +481,18 @@ static int hl_release(void *c, void *hold, bench_waiter *w) {
     return hilock_release(hold, hl_released, w);
 }
 
+static unsigned long long hl_messages(void *c) {
+    hilock_stats s;
+    hilock_stats_init(&s);
+    return hilock_client_stats(c, &s) == 0 ? (unsigned long long)s.wakeups : 0;
+}
+
 static const char *const hl_commands[] = {"evalsha", "eval", "subscribe", "unsubscribe", "ping", NULL};
 
 const lock_impl hilock_impl = {
-    "hilock", hl_commands, hl_client_new, hl_client_free, hl_acquire, hl_release,
+    "hilock", hl_commands, hl_client_new, hl_client_free, hl_acquire, hl_release, hl_messages,
 };
 
 const lock_impl hilock_fair_impl = {
-    "hilock-fair", hl_commands, hl_client_new, hl_client_free, hl_fair_acquire, hl_release,
+    "hilock-fair", hl_commands, hl_client_new, hl_client_free, hl_fair_acquire, hl_release, hl_messages,
 };

@@ -168,5 +168,5 @@ static int pl_release(void *c_, void *hold, bench_waiter *w) {
 static const char *const pl_commands[] = {"set", "evalsha", "eval", NULL};
 
 const lock_impl polling_impl = {
-    "polling", pl_commands, pl_client_new, pl_client_free, pl_acquire, pl_release,
+    "polling", pl_commands, pl_client_new, pl_client_free, pl_acquire, pl_release, NULL,
 };

@@ -332,6 +332,48 @@ Test(inspect, semaphore_rwlock_and_fair_lines, .timeout = 30) {
     hilock_client_free(c);
 }
 
+/* The fair lock's waiters are counted by their channels, one per process
+ * (P{T}:fair:ch:ID), matched by a PUBSUB pattern: glob characters in the
+ * name are escaped (unescaped, "g?" would count "gx"'s waiter too). And
+ * the README's monitoring rule is enough for it. */
+Test(inspect, fair_waiters_counted_by_their_channels_with_the_monitor_rule, .timeout = 30) {
+    static const char *const rule[] = {
+        "ACL", "SETUSER", "hilock-monitor", "reset", "on", ">pw", "%R~hilock:*", "resetchannels", "-@all",
+        "+info", "+time", "+get", "+hmget", "+hgetall", "+pttl", "+exists", "+zrange", "+zcard", "+scan",
+        "+pubsub|numsub", "+pubsub|shardnumsub", "+pubsub|channels", "+pubsub|shardchannels"};
+    hilock_client *c = lockenv_client(&env);
+    char out[4096], err[1024], url[128];
+    cells row;
+    redisContext *k = test_redis_connect(&env.r);
+    redisReply *rep = redisCommandArgv(k, (int)(sizeof(rule) / sizeof(rule[0])), (const char **)rule, NULL);
+    cr_assert(rep != NULL && rep->type == REDIS_REPLY_STATUS, "ACL SETUSER: %s", rep ? rep->str : "no reply");
+    freeReplyObject(rep);
+    redisFree(k);
+    snprintf(url, sizeof(url), "redis://hilock-monitor:pw@127.0.0.1:%d", env.r.port);
+
+    hold_fair(&env, c, "g?");
+    hold_fair(&env, c, "gx");
+    hold_mutex(&env, c, "g?");
+    spawn_waiter(env.r.url, "-f", "g?");
+    spawn_waiter(env.r.url, "-f", "g?");
+    spawn_waiter(env.r.url, "-f", "gx");
+    spawn_waiter(env.r.url, "", "g?");
+    WAIT_UNTIL(test_redis_int(&env.r, "ZCARD %s", prim_key("g?", ":fair:q")) == 2 &&
+               test_redis_int(&env.r, "ZCARD %s", prim_key("gx", ":fair:q")) == 1, 5000);
+    cr_assert_eq(test_redis_int(&env.r, "ZCARD %s", prim_key("g?", ":fair:q")), 2);
+    WAIT_UNTIL(INSPECT(out, err, "-u", url, "g?") == 0 && row_of(out, "g?", "mutex", &row) &&
+               strcmp(row.f[7], "1") == 0, 5000); /* the CLI waiter subscribes after its first try */
+
+    cr_assert_eq(INSPECT(out, err, "-u", url, "g?", "gx"), 0, "stderr: %s", err);
+    cr_assert(row_of(out, "g?", "fair", &row), "%s", out);
+    cr_expect_str_eq(row.f[7], "2", "the two waiting processes of g?: %s", out);
+    cr_assert(row_of(out, "gx", "fair", &row), "%s", out);
+    cr_expect_str_eq(row.f[7], "1", "%s", out);
+    cr_assert(row_of(out, "g?", "mutex", &row), "%s", out);
+    cr_expect_str_eq(row.f[7], "1", "%s", out);
+    hilock_client_free(c);
+}
+
 Test(inspect, odd_names_are_escaped_in_text_and_json, .timeout = 30) {
     static const char odd[] = "a{b%c} d";
     static const char bad[] = "\x01q\"\\\xff\xc3\xa9";     /* control, quote, backslash, not UTF-8, é */

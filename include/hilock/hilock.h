@@ -46,8 +46,8 @@ extern "C" {
  * versioning for the API. HILOCK_SOVERSION is the N of libhilock.so.N: it
  * counts ABI breaks and is bumped on every one (see CHANGELOG.md). */
 #define HILOCK_VERSION_MAJOR 0
-#define HILOCK_VERSION_MINOR 7
-#define HILOCK_VERSION_PATCH 3
+#define HILOCK_VERSION_MINOR 8
+#define HILOCK_VERSION_PATCH 0
 #define HILOCK_SOVERSION     2
 #define HILOCK_VERSION_STR_(x) #x
 #define HILOCK_VERSION_STR(a, b, c) HILOCK_VERSION_STR_(a) "." HILOCK_VERSION_STR_(b) "." HILOCK_VERSION_STR_(c)
@@ -784,8 +784,9 @@ HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb 
  *                      hex digits of their tokens -> until when their
  *                      places count (the server's Unix time in ms)
  *     P{T}:fair:fence  the last fence, with a TTL of fence_ttl_s
- *     P{T}:fair:ch     the channel of its grants ("g TOKEN FENCE NOW_MS
- *                      CLAIM_MS") and releases
+ *     P{T}:fair:ch:ID  the channel of the grants ("g TOKEN FENCE NOW_MS
+ *                      CLAIM_MS") to the client whose tokens begin with
+ *                      the 16 hex digits ID: a grant wakes one process
  * where T is NAME with '%', '{' and '}' written as "%25", "%7B", "%7D".
  * That keeps T brace-free and non-empty, so the hash tag is exactly T, and
  * distinct names never share keys. */
