@@ -33,19 +33,25 @@ static long long script_calls(void) { return script_calls_of(&e.r); }
  * lock to the next in order, by the release's own message: two scripts per
  * handoff (the waiter's join, the holder's release), none by the new
  * holder. */
-Test(fair, handoff_by_message_in_order) {
-    hilock_client *c[4];
-    got g[4];
+/* Four clients: c[0] holds `name` (g[0]), c[1..3] wait for it in that
+ * order, each joined the queue before the next started. */
+static void held_with_three_queued(const char *name, hilock_client *c[4], got g[4]) {
     for (int i = 0; i < 4; i++) c[i] = lockenv_client(&e);
-    g[0] = fair_now(c[0], "h", NULL);
+    g[0] = fair_now(c[0], name, NULL);
     cr_assert_eq(g[0].status, 0, "%s", hilock_strerror(g[0].status));
-    cr_expect_str_eq(hilock_hold_name(g[0].hold), "h");
+    cr_expect_str_eq(hilock_hold_name(g[0].hold), name);
     for (int i = 1; i < 4; i++) {
-        fair_start(c[i], "h", NULL, &g[i], NULL);
+        fair_start(c[i], name, NULL, &g[i], NULL);
         test_loop_for(e.base, 30);
     }
     test_loop_for(e.base, 200);
-    cr_expect_eq(queued("h"), 3, "every waiter joined the queue");
+    cr_assert_eq(queued(name), 3, "every waiter joined the queue");
+}
+
+Test(fair, handoff_by_message_in_order) {
+    hilock_client *c[4];
+    got g[4];
+    held_with_three_queued("h", c, g);
     for (int i = 1; i < 4; i++) {
         long long calls0 = script_calls();
         long long t0 = test_now_ms();
@@ -87,15 +93,7 @@ static uint64_t wakeups_of(const hilock_client *c) {
 Test(fair, a_grant_wakes_its_grantee_alone) {
     hilock_client *c[4];
     got g[4];
-    for (int i = 0; i < 4; i++) c[i] = lockenv_client(&e);
-    g[0] = fair_now(c[0], "wk", NULL);
-    cr_assert_eq(g[0].status, 0, "%s", hilock_strerror(g[0].status));
-    for (int i = 1; i < 4; i++) {
-        fair_start(c[i], "wk", NULL, &g[i], NULL);
-        test_loop_for(e.base, 30);
-    }
-    test_loop_for(e.base, 200);
-    cr_assert_eq(queued("wk"), 3, "every waiter joined the queue");
+    held_with_three_queued("wk", c, g);
     /* One channel per waiting client, one subscriber each. */
     redisReply *r = test_redis_cmd(&e.r, "PUBSUB CHANNELS %s*", fkey("wk", ":ch:"));
     cr_assert(r != NULL && r->type == REDIS_REPLY_ARRAY);
