@@ -105,6 +105,7 @@ void hilock_config_init_size(hilock_config *cfg, size_t size) {
     d.reconnect_max_ms = 1000;
     d.fence_ttl_s = 7 * 24 * 3600;
     d.wait_timeout_ms = 100;
+    d.starve_ms = 100;
     hl_struct_export(cfg, size, &d, sizeof(d));
 }
 
@@ -130,6 +131,7 @@ static int config_take(hilock_config *out, const hilock_config *cfg) {
     out->reconnect_max_ms = or_default(out->reconnect_max_ms, d.reconnect_max_ms);
     out->fence_ttl_s = or_default(out->fence_ttl_s, d.fence_ttl_s);
     out->wait_timeout_ms = or_default(out->wait_timeout_ms, d.wait_timeout_ms);
+    out->starve_ms = or_default(out->starve_ms, d.starve_ms);
     if (out->pubsub < HILOCK_PUBSUB_AUTO || out->pubsub > HILOCK_PUBSUB_CLASSIC) return HILOCK_EINVAL;
     if (out->wait_replicas > 64) return HILOCK_EINVAL;
     return 0;

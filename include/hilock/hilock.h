@@ -263,7 +263,21 @@ typedef struct hilock_config {
      * its name). For self-signed test setups only: anyone in the path can
      * then pose as the server. Default 0. */
     int tls_insecure;
+    /* Bounded waiting (the mutex): a wait that has waited starve_ms without
+     * its lock stops racing for it. Its try then takes a place in a queue
+     * in Redis, the release hands the lock to the first live place (by a
+     * message to its client, as the fair lock does), and no other try takes
+     * the lock past it: a process whose waits keep losing the race to
+     * another's gets its turn among the starving processes, one grant each
+     * in turn. Below the threshold a lock goes to the first try that
+     * reaches Redis after a release (the fastest handoff). 0: the default,
+     * 100 ms; HILOCK_STARVE_NEVER: always race (no bound). Not over Redlock,
+     * where waits always race: see the README. */
+    uint32_t starve_ms;
 } hilock_config;
+
+/* hilock_config.starve_ms: never hand the lock over to a starving wait. */
+#define HILOCK_STARVE_NEVER UINT32_MAX
 
 /* hilock_config.pubsub */
 #define HILOCK_PUBSUB_AUTO    0
