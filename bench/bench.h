@@ -16,6 +16,10 @@
  *   tls.c           the TLS scenario: handoff, throughput and PING over
  *                   the server's TLS port, each beside its plain port in
  *                   the same run
+ *   fairness.c      the fairness scenario: P processes x W loops on one
+ *                   name, the shares of the grants and the waits per
+ *                   process, for the mutex (bounded waiting, and always
+ *                   racing), the write lock, the semaphore, the fair lock
  */
 #ifndef HILOCK_BENCH_H
 #define HILOCK_BENCH_H
@@ -55,6 +59,10 @@ typedef struct bench_opts {
     const char *tls_ca;        /* -C: the CA its certificate chains to */
     int tls_reps;              /* tls: alternations of TCP and TLS */
     int tls_handoffs;          /* tls: handoffs per run */
+    int fair_procs;            /* fairness: processes (BENCH_FAIR_P) */
+    int fair_loops;            /* fairness: loops per process (BENCH_FAIR_W) */
+    int fair_hold_ms;          /* fairness: hold time (BENCH_FAIR_HOLD_MS) */
+    double fair_seconds;       /* fairness: window per primitive (BENCH_FAIR_SECONDS) */
 } bench_opts;
 
 extern bench_opts g_opts;
@@ -224,6 +232,12 @@ typedef struct bench_results {
     double rl_acq_p50, rl_acq_one_p50, rl_acq_ratio;
     int rl_ho_run;            /* redlock_handoff */
     double rl_ho_p50, rl_ho_one_p50, rl_ho_ratio;
+    int fa_run;               /* fairness, against its fair lock's run */
+    int fa_procs;
+    double fa_fair_tp, fa_fair_wait;
+    /* [0] the mutex, [1] the write lock, [2] the mutex always racing (the before) */
+    int fa_share_ok[3], fa_wait_ok[3], fa_tp_ok[3], fa_run_len[3];
+    double fa_share_min[3], fa_share_max[3], fa_wait[3], fa_tp[3];
 } bench_results;
 
 extern bench_results g_res;
@@ -309,5 +323,7 @@ int scenario_redlock_handoff(void);
 /* tls.c: on the -S TLS port, beside the -u plain port (see there). Without
  * TLS built in: a line that says so, and 0. */
 int scenario_tls(void);
+/* fairness.c: P processes x W loops on one name, per primitive (see there). */
+int scenario_fairness(void);
 
 #endif

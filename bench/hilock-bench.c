@@ -21,6 +21,18 @@
  *               waiter, errors, subscriber connections
  *   throughput  uncontended acquire+release cycles, many in flight, beside
  *               redis-benchmark -P 16 running hilock's acquire script
+ *   fairness    P processes x W loops on one name, each loop acquiring,
+ *               holding H ms and releasing for D s, once per primitive:
+ *               the mutex, the mutex always racing (starve_ms
+ *               HILOCK_STARVE_NEVER, as before bounded waiting), the write
+ *               lock, a semaphore of 2 permits and the fair lock. Each
+ *               process's share of the grants, its waits (p50, p99, max),
+ *               the longest run of grants to one process, the grants per
+ *               second; the mutex's and the write lock's against the fair
+ *               lock's of the same run (see fairness.c). P, W, H and D
+ *               come from BENCH_FAIR_P (3), BENCH_FAIR_W (20),
+ *               BENCH_FAIR_HOLD_MS (5) and BENCH_FAIR_SECONDS (6; 1.5
+ *               with -q)
  *   polling     handoff and herd with the polling baseline (SET NX PX,
  *               retry every 10 ms), written in C on the same loop
  *   cluster     (with -c, a Redis Cluster's seeds) cluster_handoff,
@@ -65,7 +77,7 @@ static void usage(FILE *f) {
             "                    [-n HANDOFFS] [-w WAITERS] [-N NAMES] [-k IN_FLIGHT]\n"
             "                    [-t SECONDS] [-r REPS] [-b REDIS_BENCHMARK]\n"
             "  SCENARIOS: comma-separated of handoff,fair_handoff,herd,fair_herd,waiters,\n"
-            "             throughput,primitives,polling,\n"
+            "             throughput,primitives,fairness,polling,\n"
             "             cluster (= cluster_handoff,cluster_throughput,cluster_bus),\n"
             "             redlock (= redlock_acquire,redlock_handoff), tls\n"
             "             (default all; the cluster ones need -c, the Redlock ones -r URL,\n"
@@ -78,7 +90,10 @@ static void usage(FILE *f) {
             "  -C FILE the CA (PEM) that the TLS port's certificate chains to\n"
             "  -T      exit 0 if this build has TLS (rediss://), 1 if not\n"
             "  -o DIR  write raw handoff latencies there (handoff-CLIENT.dat)\n"
-            "  -q      quick: small counts, for a smoke test\n");
+            "  -q      quick: small counts, for a smoke test\n"
+            "  fairness: BENCH_FAIR_P processes (3) x BENCH_FAIR_W loops (20), hold\n"
+            "          BENCH_FAIR_HOLD_MS (5), BENCH_FAIR_SECONDS per primitive (6; -q 1.5)\n"
+            "          from the environment\n");
 }
 
 /* "SCHEME://HOST:PORT" (the scheme optional) into a one-server target. */
@@ -130,6 +145,22 @@ static int positive(const char *s, const char *what, int *out) {
         return -1;
     }
     *out = (int)v;
+    return 0;
+}
+
+/* A number in [min, max] from the environment (unset: *out is kept); a
+ * whole number if `integer`. */
+static int env_num(const char *name, double min, double max, int integer, double *out) {
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0') return 0;
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (errno || *end || !(d >= min && d <= max) || (integer && d != (double)(long)d)) {
+        fprintf(stderr, "hilock-bench: bad %s: %s\n", name, v);
+        return -1;
+    }
+    *out = d;
     return 0;
 }
 
@@ -210,6 +241,27 @@ static void targets(void) {
                 g_res.rl_ho_one_p50, verdict(a));
         json_bool("redlock_handoff_p50_le_1_3x_one_master", a);
     }
+    if (g_res.fa_run) {
+        static const char *const what[3] = {"mutex", "write lock", "mutex always racing (before)"};
+        static const char *const key[2] = {"fairness_mutex", "fairness_write"};
+        double fair = 1.0 / g_res.fa_procs;
+        for (int i = 0; i < 3; i++) {
+            fprintf(stderr, "  fairness %s: shares %.3f..%.3f within 1/P %.3f +-25%%: %s; max wait "
+                    "%.0f ms <= 2 x the fair lock's %.0f ms: %s; %.1f grants/s >= 0.9 x the fair "
+                    "lock's %.1f: %s (longest run %d)\n", what[i], g_res.fa_share_min[i],
+                    g_res.fa_share_max[i], fair, verdict(g_res.fa_share_ok[i]), g_res.fa_wait[i],
+                    g_res.fa_fair_wait, verdict(g_res.fa_wait_ok[i]), g_res.fa_tp[i], g_res.fa_fair_tp,
+                    verdict(g_res.fa_tp_ok[i]), g_res.fa_run_len[i]);
+            if (i == 2) break; /* the before: printed, not a target */
+            char k[64];
+            snprintf(k, sizeof k, "%s_share_within_25pct", key[i]);
+            json_bool(k, g_res.fa_share_ok[i]);
+            snprintf(k, sizeof k, "%s_max_wait_le_2x_fair", key[i]);
+            json_bool(k, g_res.fa_wait_ok[i]);
+            snprintf(k, sizeof k, "%s_throughput_ge_0_9x_fair", key[i]);
+            json_bool(k, g_res.fa_tp_ok[i]);
+        }
+    }
     if (g_res.poll_p50 > 0 && g_res.handoff_run)
         fprintf(stderr, "  polling baseline: handoff p50 %.0f us, p99 %.0f us (hilock: %.0f, %.0f)\n",
                 g_res.poll_p50, g_res.poll_p99, g_res.ho_p50, g_res.ho_p99);
@@ -221,7 +273,7 @@ static void targets(void) {
 
 int main(int argc, char **argv) {
     const char *url = "redis://127.0.0.1:6379";
-    const char *scen = "handoff,fair_handoff,herd,fair_herd,waiters,throughput,primitives,polling,"
+    const char *scen = "handoff,fair_handoff,herd,fair_herd,waiters,throughput,primitives,fairness,polling,"
                        "cluster,redlock,tls";
     int scen_given = 0;
     g_opts.redis_benchmark = getenv("REDIS_BENCHMARK") ? getenv("REDIS_BENCHMARK") : "redis-benchmark";
@@ -241,6 +293,10 @@ int main(int argc, char **argv) {
     g_opts.redlock_handoffs = 300;
     g_opts.tls_reps = 7; /* short runs, many pairs: the ratios' median is what counts */
     g_opts.tls_handoffs = 200;
+    g_opts.fair_procs = 3;
+    g_opts.fair_loops = 20;
+    g_opts.fair_hold_ms = 5;
+    g_opts.fair_seconds = 6.0;
     int n = 0, w = 0, N = 0, k = 0, r = 0, t = 0, opt;
     while ((opt = getopt(argc, argv, "u:c:s:o:qn:w:N:k:t:r:b:S:C:Th")) != -1) {
         switch (opt) {
@@ -316,7 +372,16 @@ int main(int argc, char **argv) {
         g_opts.redlock_handoffs = 50;
         g_opts.tls_reps = 3;
         g_opts.tls_handoffs = 100;
+        g_opts.fair_seconds = 1.5;
     }
+    double fp = g_opts.fair_procs, fw = g_opts.fair_loops, fh = g_opts.fair_hold_ms;
+    if (env_num("BENCH_FAIR_P", 1, 64, 1, &fp) || env_num("BENCH_FAIR_W", 1, 10000, 1, &fw) ||
+        env_num("BENCH_FAIR_HOLD_MS", 0, 60000, 1, &fh) ||
+        env_num("BENCH_FAIR_SECONDS", 0.1, 3600, 0, &g_opts.fair_seconds))
+        return 2;
+    g_opts.fair_procs = (int)fp;
+    g_opts.fair_loops = (int)fw;
+    g_opts.fair_hold_ms = (int)fh;
     if (n) g_opts.handoffs = n;
     if (w) g_opts.waiters = w;
     if (N) g_opts.names = N;
@@ -374,6 +439,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "== primitives: mutex, semaphore, read and write lock on one name, %d x %.0f s\n",
                 g_opts.reps, g_opts.tp_seconds);
         failed |= scenario_primitives();
+    }
+    if (has(scen, "fairness")) {
+        fprintf(stderr, "== fairness: %d processes x %d loops on one name, hold %d ms, %.1f s per "
+                "primitive\n", g_opts.fair_procs, g_opts.fair_loops, g_opts.fair_hold_ms,
+                g_opts.fair_seconds);
+        failed |= scenario_fairness();
     }
     if (has(scen, "polling")) {
         fprintf(stderr, "== polling baseline: handoff, %d handoffs\n", g_opts.poll_handoffs);

@@ -8,7 +8,9 @@
 #                     redlock on 5 masters (needs node and npm)
 #   make bench-nginx  ngx_http_hilock_module in a throwaway nginx on a
 #                     throwaway redis-server: each location with `hilock`
-#                     beside the same one without, same run
+#                     beside the same one without, same run; then two nginx
+#                     on shared hot keys driven at once, each one's lock
+#                     wait p99 and max (mutex, starve=off, fair)
 #                     ($(BUILD)/bench/nginx.jsonl); `make bench` runs it too
 #   make bench-tls HIREDIS=/tmp/hiredis1
 #                     the tls scenario alone: hilock's handoff, throughput
@@ -17,6 +19,10 @@
 #                     build without TLS (hiredis 0.14) skips it. In such a
 #                     build `make bench` runs it too
 #   BENCH_QUICK=1     any of them as a smoke test: small counts (hilock-bench -q)
+#   BENCH_FAIR_P=3 BENCH_FAIR_W=20 BENCH_FAIR_HOLD_MS=5 BENCH_FAIR_SECONDS=6
+#                     the fairness scenario's processes, loops per process,
+#                     hold time and window per primitive (hilock-bench reads
+#                     them from the environment)
 # Included by the Makefile before its own rules: keep `all` the default goal.
 .DEFAULT_GOAL := all
 

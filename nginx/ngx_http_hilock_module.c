@@ -1,9 +1,10 @@
 /* ngx_http_hilock_module: hold a hilock distributed lock while a request is
  * served.
  *
- *   hilock_redis URL [timeout=TIME] [fence_ttl=TIME] [name=TEXT];
- *                                          http, server: where the locks live
- *   hilock NAME [wait=TIME] [lease=TIME];  http, server, location (or "off")
+ *   hilock_redis URL [timeout=TIME] [fence_ttl=TIME] [starve=TIME|off]
+ *                [name=TEXT];              http, server: where the locks live
+ *   hilock NAME [wait=TIME] [lease=TIME] [fair];
+ *                                          http, server, location (or "off")
  *   hilock_timeout_status CODE;            default 503
  *   hilock_error_status CODE;              default 503
  *   hilock_fail_open on|off;               default off
@@ -24,6 +25,20 @@
  * already taken (or the outcome of its wait) stays the request's: no
  * second lock is taken.
  *
+ * Two kinds of lock (one per hilock directive). By default the mutex NAME:
+ * after a release the lock goes to the first try that reaches Redis, which
+ * is the fastest handoff but favours the nginx closest to Redis (or the
+ * least loaded one); starve= bounds that: a wait that has waited that long
+ * stops racing and queues in Redis for its turn (hilock_config.starve_ms,
+ * one value per client, so per hilock_redis). With "fair", the fair lock
+ * NAME (hilock_fair_acquire): every wait queues in Redis when it starts and
+ * the lock goes strictly in arrival order over every nginx, at the cost of
+ * a queue entry per waiting request and a handoff by message. The two are
+ * separate locks: a mutex NAME and a fair NAME never exclude each other,
+ * so every location that names a lock must agree on "fair". The fair lock
+ * has no queue over Redlock's N masters: "fair" with a redlock:// Redis
+ * fails `nginx -t`.
+ *
  * Statistics (hilock_stats): each worker copies its clients' snapshots
  * (hilock_client_stats) into a shared zone, a slot per worker and client,
  * every second and whenever it serves the stats location itself; the
@@ -43,6 +58,7 @@ typedef struct {
     ngx_str_t url;                    /* NUL-terminated */
     ngx_msec_t timeout;               /* connect and request timeout; 0: hilock's */
     ngx_msec_t fence_ttl;             /* s; 0: hilock's (7 days) */
+    uint32_t starve;                  /* hilock_config.starve_ms; 0: hilock's */
     ngx_str_t label;                  /* redis="..." in the statistics */
 } ngx_http_hilock_redis_t;
 
@@ -79,6 +95,7 @@ typedef struct {
     ngx_http_complex_value_t *name;   /* NULL: off */
     ngx_msec_t wait;                  /* NGX_CONF_UNSET_MSEC with name: default */
     ngx_msec_t lease;                 /* 0: the client's default */
+    ngx_flag_t fair;                  /* the fair lock NAME, not the mutex */
     ngx_uint_t timeout_status;
     ngx_uint_t error_status;
     ngx_flag_t fail_open;
@@ -157,14 +174,14 @@ static ngx_conf_num_bounds_t ngx_http_hilock_status_bounds = {
 
 static ngx_command_t ngx_http_hilock_commands[] = {
     { ngx_string("hilock_redis"),
-      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_CONF_TAKE1234,
+      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_CONF_1MORE,
       ngx_http_hilock_redis,
       NGX_HTTP_SRV_CONF_OFFSET,
       0,
       NULL },
 
     { ngx_string("hilock"),
-      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE123,
+      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1234,
       ngx_http_hilock,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
@@ -493,7 +510,8 @@ static ngx_int_t ngx_http_hilock_handler(ngx_http_request_t *r) {
     opts.wait_ms = (int64_t)lcf->wait;
     if (lcf->lease) opts.lease_ms = (uint32_t)lcf->lease;
     opts.lost_cb = ngx_http_hilock_lost;
-    rc = hilock_acquire(client, cname, &opts, ngx_http_hilock_acquired, op, &op->wait);
+    rc = (lcf->fair ? hilock_fair_acquire : hilock_acquire)(client, cname, &opts, ngx_http_hilock_acquired,
+                                                            op, &op->wait);
     if (rc != 0) {
         free(op);
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "hilock: acquire \"%s\": %s",
@@ -604,6 +622,7 @@ static void *ngx_http_hilock_create_loc_conf(ngx_conf_t *cf) {
     lcf->name = NGX_CONF_UNSET_PTR;
     lcf->wait = NGX_CONF_UNSET_MSEC;
     lcf->lease = NGX_CONF_UNSET_MSEC;
+    lcf->fair = NGX_CONF_UNSET;
     lcf->timeout_status = NGX_CONF_UNSET_UINT;
     lcf->error_status = NGX_CONF_UNSET_UINT;
     lcf->fail_open = NGX_CONF_UNSET;
@@ -613,17 +632,20 @@ static void *ngx_http_hilock_create_loc_conf(ngx_conf_t *cf) {
 
 static char *ngx_http_hilock_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child) {
     ngx_http_hilock_loc_conf_t *prev = parent, *conf = child;
+    ngx_http_hilock_main_conf_t *mcf;
+    ngx_http_hilock_redis_t *redis;
     ngx_http_hilock_srv_conf_t *scf;
     /* hilock_stats is this location's own (not inherited), and a stats
      * location takes no lock from an outer hilock: a scrape must not wait
      * for, nor take, a lock named by the server's requests. */
     if (conf->stats == NGX_CONF_UNSET) conf->stats = 0;
     if (conf->stats && conf->name == NGX_CONF_UNSET_PTR) conf->name = NULL;
-    /* NAME, wait= and lease= come together. */
+    /* NAME, wait=, lease= and fair come together. */
     if (conf->name == NGX_CONF_UNSET_PTR) {
         conf->name = prev->name == NGX_CONF_UNSET_PTR ? NULL : prev->name;
         conf->wait = prev->wait;
         conf->lease = prev->lease;
+        conf->fair = prev->fair;
     }
     /* Locations are merged after their server (whose conf cf->ctx holds):
      * a lock with nowhere to live fails `nginx -t`, not every request. */
@@ -632,6 +654,20 @@ static char *ngx_http_hilock_merge_loc_conf(ngx_conf_t *cf, void *parent, void *
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"hilock\" needs \"hilock_redis\" in its server or in http");
         return NGX_CONF_ERROR;
     }
+    /* The fair lock is refused on a redlock:// client at every acquire
+     * (no single queue over N masters): say so now, not per request. */
+    if (conf->name != NULL && conf->fair == 1) {
+        mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_hilock_module);
+        redis = mcf->urls.elts;
+        if (redis[scf->redis].url.len >= 10 && ngx_strncasecmp(redis[scf->redis].url.data,
+                                                               (u_char *)"redlock://", 10) == 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"hilock ... fair\" cannot use a redlock:// \"hilock_redis\" "
+                               "(the fair lock has no queue over several masters)");
+            return NGX_CONF_ERROR;
+        }
+    }
+    if (conf->fair == NGX_CONF_UNSET) conf->fair = 0;
     if (conf->wait == NGX_CONF_UNSET_MSEC) conf->wait = NGX_HTTP_HILOCK_WAIT_DEFAULT;
     if (conf->lease == NGX_CONF_UNSET_MSEC) conf->lease = 0;
     ngx_conf_merge_uint_value(conf->timeout_status, prev->timeout_status,
@@ -662,9 +698,10 @@ static ngx_int_t ngx_http_hilock_url_label(ngx_pool_t *pool, ngx_str_t *url, ngx
     return NGX_OK;
 }
 
-/* A malformed URL fails `nginx -t`, not the first request; the message
- * shows it without its user and password (a log must not carry them). */
-static ngx_int_t ngx_http_hilock_url_check(ngx_conf_t *cf, ngx_str_t *url) {
+/* A malformed URL (or a config hilock refuses with it) fails `nginx -t`,
+ * not the first request; the message shows the URL without its user and
+ * password (a log must not carry them). */
+static ngx_int_t ngx_http_hilock_url_check(ngx_conf_t *cf, ngx_str_t *url, uint32_t starve) {
     hilock_config cfg;
     ngx_str_t shown; /* the URL in the message, without its password */
     int rc;
@@ -674,6 +711,7 @@ static ngx_int_t ngx_http_hilock_url_check(ngx_conf_t *cf, ngx_str_t *url) {
     s[url->len] = '\0';
     hilock_config_init(&cfg);
     cfg.url = (const char *)s;
+    cfg.starve_ms = starve;
     rc = hilock_config_check(&cfg);
     if (rc == 0) return NGX_OK;
     if (ngx_http_hilock_url_label(cf->pool, url, &shown) != NGX_OK) return NGX_ERROR;
@@ -681,32 +719,46 @@ static ngx_int_t ngx_http_hilock_url_check(ngx_conf_t *cf, ngx_str_t *url) {
     return NGX_ERROR;
 }
 
-/* A parameter "KEY=TIME" (ms; `min` the least allowed): NGX_OK with *out
- * set, NGX_DECLINED when the parameter is not KEY=, NGX_ERROR (said) when
- * its time is bad. */
-static ngx_int_t ngx_http_hilock_param(ngx_conf_t *cf, ngx_str_t *v, const char *key, ngx_msec_t min,
+/* A parameter KEY=TIME of a directive: its least value, and whether
+ * KEY=off is allowed too (its value then NGX_HTTP_HILOCK_OFF). */
+typedef struct {
+    const char *key;                  /* with its '=' */
+    ngx_msec_t min;
+    ngx_uint_t off;
+} ngx_http_hilock_key_t;
+
+#define NGX_HTTP_HILOCK_OFF ((ngx_msec_t)-2)   /* not NGX_CONF_UNSET_MSEC */
+
+/* A parameter "KEY=TIME" (ms): NGX_OK with *out set, NGX_DECLINED when the
+ * parameter is not KEY=, NGX_ERROR (said, naming the parameter) when its
+ * value is bad. */
+static ngx_int_t ngx_http_hilock_param(ngx_conf_t *cf, ngx_str_t *v, const ngx_http_hilock_key_t *k,
                                        ngx_msec_t *out) {
-    size_t klen = ngx_strlen(key);
+    size_t klen = ngx_strlen(k->key);
     ngx_str_t t;
     ngx_msec_t ms;
-    if (v->len < klen || ngx_strncmp(v->data, key, klen) != 0) return NGX_DECLINED;
+    if (v->len < klen || ngx_strncmp(v->data, k->key, klen) != 0) return NGX_DECLINED;
     t.data = v->data + klen;
     t.len = v->len - klen;
+    if (k->off && t.len == 3 && ngx_strncmp(t.data, "off", 3) == 0) {
+        *out = NGX_HTTP_HILOCK_OFF;
+        return NGX_OK;
+    }
     ms = ngx_parse_time(&t, 0);
-    if (ms == (ngx_msec_t)NGX_ERROR || ms < min || ms > (ngx_msec_t)NGX_MAX_INT32_VALUE) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid time \"%V\" (at least %Mms)", v, min);
+    if (ms == (ngx_msec_t)NGX_ERROR || ms < k->min || ms > (ngx_msec_t)NGX_MAX_INT32_VALUE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid time \"%V\" (at least %Mms%s)", v, k->min,
+                           k->off ? ", or off" : "");
         return NGX_ERROR;
     }
     *out = ms;
     return NGX_OK;
 }
 
-/* Each parameter of cf->args from `first` on must be one of keys[] (with
- * its least value in mins[]); its value goes to outs[]. With `name`, a
- * parameter "name=TEXT" is allowed too, its TEXT into *name. */
-static char *ngx_http_hilock_params(ngx_conf_t *cf, ngx_uint_t first, const char *const *keys,
-                                    const ngx_msec_t *mins, ngx_msec_t *outs, ngx_uint_t nkeys,
-                                    ngx_str_t *name) {
+/* Each parameter of cf->args from `first` on must be one of keys[]; its
+ * value goes to outs[]. With `name`, a parameter "name=TEXT" is allowed
+ * too, its TEXT into *name; with `fair`, the flag "fair", *fair set. */
+static char *ngx_http_hilock_params(ngx_conf_t *cf, ngx_uint_t first, const ngx_http_hilock_key_t *keys,
+                                    ngx_msec_t *outs, ngx_uint_t nkeys, ngx_str_t *name, ngx_flag_t *fair) {
     ngx_str_t *value = cf->args->elts;
     ngx_uint_t i, k;
     ngx_int_t rc = NGX_DECLINED;
@@ -716,8 +768,12 @@ static char *ngx_http_hilock_params(ngx_conf_t *cf, ngx_uint_t first, const char
             name->len = value[i].len - 5;
             continue;
         }
+        if (fair != NULL && value[i].len == 4 && ngx_strncmp(value[i].data, "fair", 4) == 0) {
+            *fair = 1;
+            continue;
+        }
         for (k = 0, rc = NGX_DECLINED; k < nkeys && rc == NGX_DECLINED; k++)
-            rc = ngx_http_hilock_param(cf, &value[i], keys[k], mins[k], &outs[k]);
+            rc = ngx_http_hilock_param(cf, &value[i], &keys[k], &outs[k]);
         if (rc == NGX_ERROR) return NGX_CONF_ERROR;
         if (rc == NGX_DECLINED) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &value[i]);
@@ -728,27 +784,33 @@ static char *ngx_http_hilock_params(ngx_conf_t *cf, ngx_uint_t first, const char
 }
 
 static char *ngx_http_hilock_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
-    static const char *const keys[] = {"timeout=", "fence_ttl="};
-    static const ngx_msec_t mins[] = {1, 1000};
+    /* starve=: at least 1ms, as 0 in hilock_config means "the default". */
+    static const ngx_http_hilock_key_t keys[] = {
+        {"timeout=", 1, 0}, {"fence_ttl=", 1000, 0}, {"starve=", 1, 1}};
     ngx_http_hilock_srv_conf_t *scf = conf;
     ngx_http_hilock_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_hilock_module);
     ngx_str_t *value = cf->args->elts;
     ngx_http_hilock_redis_t *have, *u;
-    ngx_msec_t given[2] = {0, 0};
+    ngx_msec_t given[3] = {0, 0, 0};
     ngx_str_t name = ngx_null_string;
+    uint32_t starve;
     ngx_uint_t i;
     (void)cmd;
     if (scf->redis != NGX_CONF_UNSET) return "is duplicate";
+    /* URL and at most one of each parameter (1MORE: nginx has no TAKE5). */
+    if (cf->args->nelts > 2 + 4) return "has too many parameters";
     if (value[1].len == 0) return "needs a URL";
-    if (ngx_http_hilock_url_check(cf, &value[1]) != NGX_OK) return NGX_CONF_ERROR;
-    if (ngx_http_hilock_params(cf, 2, keys, mins, given, 2, &name) != NGX_CONF_OK) return NGX_CONF_ERROR;
+    if (ngx_http_hilock_params(cf, 2, keys, given, 3, &name, NULL) != NGX_CONF_OK) return NGX_CONF_ERROR;
+    starve = given[2] == NGX_HTTP_HILOCK_OFF ? HILOCK_STARVE_NEVER : (uint32_t)given[2];
+    if (ngx_http_hilock_url_check(cf, &value[1], starve) != NGX_OK) return NGX_CONF_ERROR;
     if (name.len == 0 && ngx_http_hilock_url_label(cf->pool, &value[1], &name) != NGX_OK)
         return NGX_CONF_ERROR;
     /* Servers that name the same Redis the same way share a client. */
     have = mcf->urls.elts;
     for (i = 0; i < mcf->urls.nelts; i++) {
         if (have[i].url.len == value[1].len && have[i].timeout == given[0] &&
-            have[i].fence_ttl == given[1] / 1000 && have[i].label.len == name.len &&
+            have[i].fence_ttl == given[1] / 1000 && have[i].starve == starve &&
+            have[i].label.len == name.len &&
             ngx_strncmp(have[i].label.data, name.data, name.len) == 0 &&
             ngx_strncmp(have[i].url.data, value[1].data, value[1].len) == 0) {
             scf->redis = (ngx_int_t)i;
@@ -759,6 +821,7 @@ static char *ngx_http_hilock_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *con
     if (u == NULL) return NGX_CONF_ERROR;
     u->timeout = given[0];
     u->fence_ttl = given[1] / 1000;
+    u->starve = starve;
     u->url.len = value[1].len;
     u->url.data = ngx_pnalloc(cf->pool, value[1].len + 1);
     if (u->url.data == NULL) return NGX_CONF_ERROR;
@@ -770,12 +833,12 @@ static char *ngx_http_hilock_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *con
 }
 
 static char *ngx_http_hilock(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
-    static const char *const keys[] = {"wait=", "lease="};
-    static const ngx_msec_t mins[] = {0, HILOCK_LEASE_MIN};
+    static const ngx_http_hilock_key_t keys[] = {{"wait=", 0, 0}, {"lease=", HILOCK_LEASE_MIN, 0}};
     ngx_http_hilock_loc_conf_t *lcf = conf;
     ngx_str_t *value = cf->args->elts;
     ngx_http_compile_complex_value_t ccv;
     ngx_msec_t given[2] = {NGX_CONF_UNSET_MSEC, NGX_CONF_UNSET_MSEC};
+    ngx_flag_t fair = 0;
     (void)cmd;
     if (lcf->name != NGX_CONF_UNSET_PTR) return "is duplicate";
     if (ngx_strcmp(value[1].data, "off") == 0) {
@@ -783,9 +846,10 @@ static char *ngx_http_hilock(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
         lcf->name = NULL;
         return NGX_CONF_OK;
     }
-    if (ngx_http_hilock_params(cf, 2, keys, mins, given, 2, NULL) != NGX_CONF_OK) return NGX_CONF_ERROR;
+    if (ngx_http_hilock_params(cf, 2, keys, given, 2, NULL, &fair) != NGX_CONF_OK) return NGX_CONF_ERROR;
     lcf->wait = given[0];
     lcf->lease = given[1];
+    lcf->fair = fair;
     lcf->name = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
     if (lcf->name == NULL) return NGX_CONF_ERROR;
     ngx_memzero(&ccv, sizeof(ccv));
@@ -837,6 +901,7 @@ static ngx_int_t ngx_http_hilock_init_process(ngx_cycle_t *cycle) {
             cfg.request_timeout_ms = (uint32_t)redis[i].timeout;
         }
         if (redis[i].fence_ttl) cfg.fence_ttl_s = (uint32_t)redis[i].fence_ttl;
+        cfg.starve_ms = redis[i].starve;
         rc = hilock_client_new(&ngx_http_hilock_clients[i], &cfg, &loop);
         if (rc != 0) {
             ngx_str_t shown = redis[i].url;

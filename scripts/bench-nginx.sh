@@ -19,8 +19,19 @@
 #   hot key    ab -k -c 50: requests/s, /plain vs /hot (one lock handoff
 #              per request)
 #
-# and once, on the same server, the library's own handoff (BUILD/hilock-bench
-# -s handoff) when it is built. Medians of the repetitions go to
+# then two nginx (1 worker each, the same redis-server, the same lock names)
+# driven at once by one ab each with the same load (ab -k -c 20, the same
+# count), on two hot keys (hot:a, hot:b: a connection's key by its number),
+# to see whether one nginx starves the other:
+#
+#   two_mutex           hilock $key wait=60s        (starve= the default)
+#   two_mutex_nostarve  the same, hilock_redis ... starve=off (the race)
+#   two_fair            hilock $key wait=60s fair   (strict arrival order)
+#
+# each instance's lock wait ($hilock_wait_ms, from its access log) p50, p99
+# and max side by side, with its requests/s and time taken; and once, on the
+# same server, the library's own handoff (BUILD/hilock-bench -s handoff)
+# when it is built. Medians of the repetitions go to
 # OUT_DIR/nginx.jsonl (one JSON object per line, the runs beside them) and a
 # table to stdout. Every request must answer 200 (ab's "Failed requests" and
 # "Non-2xx responses"), and nginx's error log must hold no warning or worse:
@@ -55,10 +66,11 @@ done
 if have timeout; then T="timeout"; else T=; fi
 
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
-    REPS=1 N_LAT=300 N_MANY=1000 N_HOT=500 N_PING=2000
+    REPS=1 N_LAT=300 N_MANY=1000 N_HOT=500 N_PING=2000 N_TWO=1000
 else
-    REPS=5 N_LAT=5000 N_MANY=20000 N_HOT=10000 N_PING=10000
+    REPS=5 N_LAT=5000 N_MANY=20000 N_HOT=10000 N_PING=10000 N_TWO=30000
 fi
+C_TWO=20
 CONC=50
 WORKERS="1 2"
 
@@ -68,6 +80,9 @@ throwaway_setup hilock-bench-nginx  # TMP, PID, CHILD, the traps
 
 NGX_PID=    # the nginx master
 NGX_DIR=$TMP/nginx
+CONF_KIND=one   # write_conf: one (the scenarios above) or two (two nginx)
+TWO_PIDS=   # the two nginx masters of a two-instance case
+TWO_AB=     # their two ab
 NPORT=
 QUIT_MS=0
 stop_nginx() {
@@ -97,6 +112,10 @@ cleanup() {
         CHILD=
     fi
     stop_nginx
+    for p in $TWO_AB; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    TWO_AB=
+    for p in $TWO_PIDS; do NGX_PID=$p; stop_nginx; done
+    TWO_PIDS=
     throwaway_cleanup
 }
 trap cleanup EXIT
@@ -117,6 +136,10 @@ USER_LINE=
 
 # write_conf WORKERS PORT
 write_conf() {
+    if [ "$CONF_KIND" = two ]; then
+        write_two_conf "$@"
+        return
+    fi
     cat >"$NGX_DIR/nginx.conf" <<EOF
 load_module $MODULE;
 $USER_LINE
@@ -140,6 +163,43 @@ http {
         location /plain/ { }
         location /many/ { hilock k:\$request_id; }
         location /hot/ { hilock hot wait=30s; }
+    }
+}
+EOF
+}
+
+# write_two_conf WORKERS PORT: an nginx of a two-instance case, its
+# hilock_redis with $TWO_REDIS_PARAMS. Each request's wait goes to
+# waits.log ("$arg_run $hilock_status $hilock_wait_ms"; the warm-up's
+# run=warm is left out of the figures). A keepalive connection keeps one of
+# the two hot keys, by its number.
+write_two_conf() {
+    cat >"$NGX_DIR/nginx.conf" <<EOF
+load_module $MODULE;
+$USER_LINE
+worker_processes $1;
+pid $NGX_DIR/nginx.pid;
+error_log $NGX_DIR/error.log notice;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    client_body_temp_path $NGX_DIR/tmp/body;
+    proxy_temp_path $NGX_DIR/tmp/proxy;
+    fastcgi_temp_path $NGX_DIR/tmp/fastcgi;
+    uwsgi_temp_path $NGX_DIR/tmp/uwsgi;
+    scgi_temp_path $NGX_DIR/tmp/scgi;
+    hilock_redis $URL$TWO_REDIS_PARAMS;
+    log_format waits '\$arg_run \$hilock_status \$hilock_wait_ms';
+    map \$connection \$hot_key { ~[02468]\$ hot:a; default hot:b; }
+    server {
+        listen 127.0.0.1:$2;
+        root $NGX_DIR/www;
+        location = /id { return 200 "$TOKEN\n"; }
+        # start_nginx of the second instance probes the first one's port.
+        location = / { return 404; }
+        location /mutex/ { hilock \$hot_key wait=60s; access_log $NGX_DIR/waits.log waits; }
+        location /fair/ { hilock \$hot_key wait=60s fair; access_log $NGX_DIR/waits.log waits; }
     }
 }
 EOF
@@ -346,6 +406,130 @@ for w in $WORKERS; do
     done
 done
 
+# ---- Two nginx on shared hot keys: does one starve? ----------------------------
+fmt_int() { awk -v v="$1" 'BEGIN { if (v == "") print "-"; else printf "%.0f", v }'; }
+
+# wait_figures LOG: "count p50 p99 max" (ms, nearest rank) of the granted
+# measured requests' waits in LOG; "0 - - -" when there is none.
+wait_figures() {
+    awk '$1 == "m" && $2 == "acquired" { print $3 }' "$1" 2>/dev/null | sort -n |
+        awk '{ v[NR] = $1 } END {
+            if (NR == 0) { print "0 - - -"; exit }
+            i50 = int(NR * 0.50); if (i50 < NR * 0.50) i50++
+            i99 = int(NR * 0.99); if (i99 < NR * 0.99) i99++
+            printf "%d %s %s %s\n", NR, v[i50], v[i99], v[NR] }'
+}
+
+# two_case NAME PATH REDIS_PARAMS: start two nginx, warm them up, drive
+# both at once with the same ab, stop them, and write the case's JSON line.
+two_case() {
+    name=$1 path=$2
+    TWO_REDIS_PARAMS=$3
+    CONF_KIND=two
+    ports=
+    for inst in a b; do
+        NGX_DIR=$TMP/two_$inst
+        rm -rf "$NGX_DIR"
+        mkdir -p "$NGX_DIR/www/mutex" "$NGX_DIR/www/fair" "$NGX_DIR/tmp" || return 1
+        printf 'ok\n' >"$NGX_DIR/www/mutex/x"
+        printf 'ok\n' >"$NGX_DIR/www/fair/x"
+        if ! start_nginx 1; then
+            FAILED=1
+            CONF_KIND=one NGX_DIR=$TMP/nginx
+            for p in $TWO_PIDS; do NGX_PID=$p; stop_nginx; done
+            TWO_PIDS=
+            return 1
+        fi
+        TWO_PIDS="$TWO_PIDS $NGX_PID"
+        NGX_PID=
+        ports="$ports $NPORT"
+    done
+    CONF_KIND=one NGX_DIR=$TMP/nginx
+    # shellcheck disable=SC2086 # two ports
+    set -- $ports
+    pa=$1 pb=$2
+    # Warm up: connections to Redis, the subscriptions, both keys.
+    for p in $pa $pb; do
+        ${T:+$T 60} ab -k -q -c 4 -n 200 "http://127.0.0.1:$p/$path/x?run=warm" </dev/null >/dev/null 2>&1
+    done
+    for p in $pa $pb; do
+        if [ "$p" = "$pa" ]; then inst=a; else inst=b; fi
+        ${T:+$T 120} ab -k -q -c "$C_TWO" -n "$N_TWO" "http://127.0.0.1:$p/$path/x?run=m" \
+            </dev/null >"$TMP/two_$inst.ab" 2>&1 &
+        TWO_AB="$TWO_AB $!"
+    done
+    rcs=
+    for p in $TWO_AB; do
+        wait "$p"
+        rcs="$rcs $?"
+    done
+    TWO_AB=
+    for p in $TWO_PIDS; do NGX_PID=$p; stop_nginx; done   # their logs written
+    TWO_PIDS=
+    json=
+    shown=
+    i=0
+    for inst in a b; do
+        i=$((i + 1))
+        # shellcheck disable=SC2086 # the exit statuses
+        rc=$(echo $rcs | cut -d' ' -f$i)
+        out=$TMP/two_$inst.ab
+        complete=$(sed -n 's/^Complete requests: *\([0-9]*\).*/\1/p' "$out")
+        failed=$(sed -n 's/^Failed requests: *\([0-9]*\).*/\1/p' "$out")
+        non2xx=$(sed -n 's/^Non-2xx responses: *\([0-9]*\).*/\1/p' "$out")
+        if [ "$rc" != 0 ] || [ "${complete:-0}" != "$N_TWO" ] || [ "${failed:-1}" != 0 ] || [ -n "$non2xx" ]; then
+            echo "bench-nginx: $name, nginx $inst: ab exit $rc, complete ${complete:-?}," \
+                "failed ${failed:-?}, non-2xx ${non2xx:-0}" >&2
+            tail -n 25 "$out" >&2
+            echo "$name $inst rc=$rc complete=${complete:-?} failed=${failed:-?} non2xx=${non2xx:-0}" >>"$BAD"
+            FAILED=1
+        fi
+        rps=$(sed -n 's/^Requests per second: *\([0-9.]*\).*/\1/p' "$out")
+        secs=$(sed -n 's/^Time taken for tests: *\([0-9.]*\) seconds.*/\1/p' "$out")
+        # shellcheck disable=SC2046 # four fields
+        set -- $(wait_figures "$TMP/two_$inst/waits.log")
+        n=$1 p50=$2 p99=$3 max=$4
+        if [ "$n" != "$N_TWO" ]; then
+            echo "bench-nginx: $name, nginx $inst: $n granted waits logged, of $N_TWO" >&2
+            FAILED=1
+        fi
+        if [ "$p50" = - ]; then p50='' p99='' max=''; fi
+        json="$json\"${inst}_rps\":$(num "$rps"),\"${inst}_seconds\":$(num "$secs"),\"${inst}_granted\":$n,\"${inst}_wait_p50_ms\":$(num "$p50"),\"${inst}_wait_p99_ms\":$(num "$p99"),\"${inst}_wait_max_ms\":$(num "$max"),"
+        shown="$shown$(printf '%s: p99 %5s ms max %5s ms (p50 %s ms, %s req/s, %s s)' "$inst" \
+            "${p99:--}" "${max:--}" "${p50:--}" "$(fmt_int "$rps")" "${secs:--}")  "
+        if [ $inst = a ]; then a_p99=$p99; else b_p99=$p99; fi
+    done
+    # The larger p99 over the smaller: 1 when neither instance is favoured.
+    p99_ratio=$(awk -v a="$a_p99" -v b="$b_p99" 'BEGIN { if (a != "" && b != "") {
+        hi = a > b ? a : b; lo = a > b ? b : a; printf "%.2f", hi / (lo > 0 ? lo : 1) } }')
+    for k in hot:a hot:b; do
+        if [ "$path" = fair ]; then kk="hilock:{$k}:fair"; else kk="hilock:{$k}"; fi
+        if [ "$($T5 redis-cli -p "$PORT" exists "$kk" 2>/dev/null)" != 0 ]; then
+            echo "bench-nginx: the lock $kk is still held after both nginx quit" >&2
+            LOCKS_LEFT=$((LOCKS_LEFT + 1))
+            FAILED=1
+        fi
+    done
+    nlog=$(cat "$TMP/two_a/error.log" "$TMP/two_b/error.log" 2>/dev/null | grep -cE '\[(warn|error|crit|alert|emerg)\]')
+    if [ "${nlog:-0}" != 0 ]; then
+        echo "bench-nginx: $name: the two nginx logged $nlog warning(s) or worse:" >&2
+        cat "$TMP/two_a/error.log" "$TMP/two_b/error.log" | grep -E '\[(warn|error|crit|alert|emerg)\]' | head -n 10 >&2
+        TWO_LOG=$((TWO_LOG + nlog))
+        FAILED=1
+    fi
+    printf '   %-19s %sp99 hi/lo %s\n' "$name" "$shown" "${p99_ratio:--}"
+    printf '{"scenario":"nginx_two_instances","case":"%s","lock":"%s","hilock_redis_params":"%s","instances":2,"workers_per_instance":1,"keys":2,"keepalive":true,"concurrency_per_instance":%s,"requests_per_instance":%s,%s"wait_p99_hi_over_lo":%s}\n' \
+        "$name" "$( [ "$path" = fair ] && echo fair || echo mutex)" "${TWO_REDIS_PARAMS# }" "$C_TWO" "$N_TWO" \
+        "$json" "$(num "$p99_ratio")" >>"$RESULTS"
+}
+
+TWO_LOG=0
+echo "== two nginx (1 worker each) on hot keys hot:a and hot:b, ab -k -c $C_TWO -n $N_TWO on each at once;" \
+    "each one's lock wait (\$hilock_wait_ms)"
+two_case two_mutex mutex ""
+two_case two_mutex_nostarve mutex " starve=off"
+two_case two_fair fair ""
+
 # ---- The library's own handoff, same server ----------------------------------
 HANDOFF_P50=
 HANDOFF_PING=
@@ -366,7 +550,7 @@ fi
 
 # ---- nginx's error log ----------------------------------------------------------
 NLOG=$(grep -cE '\[(warn|error|crit|alert|emerg)\]' "$NGX_DIR/error.log" 2>/dev/null)
-NLOG=${NLOG:-0}
+NLOG=$((${NLOG:-0} + TWO_LOG))
 if [ "$NLOG" != 0 ]; then
     echo "bench-nginx: nginx's error log has $NLOG warning(s) or worse:" >&2
     grep -E '\[(warn|error|crit|alert|emerg)\]' "$NGX_DIR/error.log" | head -n 20 >&2
@@ -380,7 +564,6 @@ printf '{"scenario":"nginx_checks","failed_runs":%s,"error_log_warnings":%s,"loc
     "$NBAD" "$NLOG" "$LOCKS_LEFT" "$(num "$KEYS_LEFT")" "$( [ "$FAILED" = 0 ] && echo true || echo false)" >>"$RESULTS"
 
 # ---- The table -------------------------------------------------------------------
-fmt_int() { awk -v v="$1" 'BEGIN { if (v == "") print "-"; else printf "%.0f", v }'; }
 fmt() { awk -v v="$1" -v f="$2" 'BEGIN { if (v == "") print "-"; else printf f, v }'; }
 echo
 echo "== ngx_http_hilock_module, medians of $REPS run(s); \"plain\" = the same location without hilock"

@@ -29,6 +29,8 @@
 #
 # BENCH_QUICK=1 (make bench BENCH_QUICK=1): the smoke test, hilock-bench -q
 # and small counts for the peers (a few seconds per scenario).
+# BENCH_FAIR_P, BENCH_FAIR_W, BENCH_FAIR_HOLD_MS, BENCH_FAIR_SECONDS: the
+# fairness scenario's parameters, read by hilock-bench from the environment.
 #
 # OUT_DIR defaults to build/bench. The server listens on a free loopback port,
 # keeps nothing (--save "" --appendonly no, data in a temporary directory) and

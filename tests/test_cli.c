@@ -159,7 +159,10 @@ static pid_t cli_start_io(const sigset_t *ignored, const char *out, const char *
         if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
         fd = err != NULL ? open(tmp(err), O_WRONLY | O_CREAT | O_TRUNC, 0600) : -1;
         if (fd >= 0) { dup2(fd, 2); close(fd); }
+        /* The defaults of whoever runs the tests must not change what a
+         * test asks for. */
         unsetenv("HILOCK_URL");
+        unsetenv("HILOCK_STARVE");
         if (env != NULL) putenv((char *)env);
         execv(cli, argv);
         _exit(126);
@@ -883,6 +886,11 @@ Test(cli, usage_errors_exit_64, .timeout = 60) {
         { "-u", srv.url, "-x", "-f", "name", "--", "touch", ran, NULL },
         { "-u", srv.url, "-n", NULL },
         { "-u", srv.url, "-f", "name", "--", NULL },              /* missing COMMAND */
+        { "-u", srv.url, "--starve", "0", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "--starve", "x", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "--starve", "-5", "name", "--", "touch", ran, NULL },
+        { "-u", srv.url, "--starve", NULL },
+        { "-u", srv.url, "--starve", "20", "unlock", "name", NULL },
         /* Redlock serves the mutex only. */
         { "-u", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "-n", "2", "name", "--", "touch", ran, NULL },
         { "-u", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "-s", "name", "--", "touch", ran, NULL },
@@ -1417,4 +1425,195 @@ Test(cli, sigterm_ends_a_wait_of_every_kind_and_leaves_nothing, .timeout = 60) {
         else if (i == 2)
             cr_assert_eq(test_redis_int(&srv, "EXISTS hilock:{kn}:sem"), 0, "permits left behind");
     }
+}
+
+/* ---- Bounded waiting: --starve ------------------------------------------- */
+
+/* --starve MS (1 up to the top of its range, also as --starve=MS) and
+ * --starve off run COMMAND under the lock. */
+Test(cli, starve_option_is_accepted, .timeout = 30) {
+    cr_assert_eq(RUN("-u", srv.url, "--starve", "20", "stv", "--", FENCE_TO("a")), 0);
+    cr_assert_geq(fence_in("a"), 1, "COMMAND did not run");
+    cr_assert_eq(RUN("-u", srv.url, "--starve", "off", "stv", "--", FENCE_TO("b")), 0);
+    cr_assert_gt(fence_in("b"), fence_in("a"), "COMMAND did not run with --starve off");
+    cr_assert_eq(RUN("-u", srv.url, "--starve=1", "-w", "0", "stv", "--", "true"), 0);
+    cr_assert_eq(RUN("-u", srv.url, "--starve", "2147483647", "stv", "--", "true"), 0);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("stv")), 0, "the lock was left behind");
+}
+
+/* A wait that has starved far past its --starve threshold behind another
+ * hilock gets the lock when that one releases it: woken by the release,
+ * not by the end of the 30 s lease. */
+Test(cli, starving_wait_gets_the_lock_at_the_release, .timeout = 30) {
+    pid_t holder, waiter;
+    long long t0, took;
+
+    holder = cli_start("holder", NULL, ARGS("-u", srv.url, "stw", "--", UNTIL_GO("ready", "go")));
+    WAIT_UNTIL(file_exists(tmp("ready")), 5000);
+    cr_assert(file_exists(tmp("ready")), "the holder did not start");
+    waiter = cli_start("waiter", NULL, ARGS("-u", srv.url, "--starve", "20", "-w", "10000", "stw", "--",
+                                            FENCE_TO("w")));
+    test_msleep(300);
+    cr_assert_eq(cli_wait(waiter, 0), -1, "the waiter did not wait for the holder");
+    cr_assert(!file_exists(tmp("w")), "COMMAND ran while the lock was held");
+    t0 = test_now_ms();
+    cr_assert_eq(close(open(tmp("go"), O_WRONLY | O_CREAT, 0600)), 0);
+    cr_assert_eq(cli_wait(holder, 5000), 0, "the holder's status");
+    cr_assert_eq(cli_wait(waiter, 5000), 0, "the starving waiter's status");
+    took = test_now_ms() - t0;
+    cr_assert_lt(took, 5000, "the waiter got the lock %lld ms after the release", took);
+    cr_assert_geq(fence_in("w"), 1, "the waiter's COMMAND did not run");
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("stw")), 0, "the lock was left behind");
+}
+
+/* How many keys NAME has under the default prefix: the lock and its fence,
+ * and more once a wait has starved and taken a place in the queue. */
+static long long keys_of(const char *name) {
+    char pattern[256];
+    snprintf(pattern, sizeof(pattern), "hilock:{%s}*", name);
+    return test_redis_int(&srv, "EVAL %s 0 %s", "return #redis.call('KEYS', ARGV[1])", pattern);
+}
+
+/* The threshold reaches the library, from --starve and $HILOCK_STARVE: a
+ * wait behind a holder for 300 ms leaves nothing in Redis with off (it
+ * races), and takes a place in the queue with 20 ms. Each run has a name
+ * of its own, so that none sees what an earlier one left. */
+Test(cli, starve_threshold_reaches_the_library, .timeout = 60) {
+    static const struct {
+        const char *env, *opt; /* "HILOCK_STARVE=..." or NULL; --starve's MS or NULL */
+        int queued;            /* whether the wait is to take a place */
+    } runs[] = {
+        { NULL, "off", 0 },
+        { "HILOCK_STARVE=off", NULL, 0 },
+        { "HILOCK_STARVE=off", "20", 1 },
+        { NULL, "20", 1 },
+        { "HILOCK_STARVE=20", NULL, 1 },
+        { "HILOCK_STARVE=20", "off", 0 },
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+        char name[16], ready[16], go[16];
+        long long held;
+        pid_t holder, waiter;
+
+        snprintf(name, sizeof(name), "stq%zu", i);
+        snprintf(ready, sizeof(ready), "ready%zu", i);
+        snprintf(go, sizeof(go), "go%zu", i);
+        holder = cli_start("holder", NULL, ARGS("-u", srv.url, name, "--", UNTIL_GO(ready, go)));
+        WAIT_UNTIL(file_exists(tmp(ready)), 5000);
+        cr_assert(file_exists(tmp(ready)), "run %zu: the holder did not start", i);
+        held = keys_of(name);
+        if (runs[i].opt != NULL)
+            waiter = cli_start("waiter", runs[i].env, ARGS("-u", srv.url, "--starve", runs[i].opt, name, "--",
+                                                           "touch", tmp("ran")));
+        else
+            waiter = cli_start("waiter", runs[i].env, ARGS("-u", srv.url, name, "--", "touch", tmp("ran")));
+        if (runs[i].queued) WAIT_UNTIL(keys_of(name) > held, 2000);
+        else test_msleep(300);
+        cr_assert_eq(keys_of(name) > held, runs[i].queued, "run %zu (%s, --starve %s): %lld keys, %lld held",
+                     i, runs[i].env ? runs[i].env : "no env", runs[i].opt ? runs[i].opt : "not given",
+                     keys_of(name), held);
+        cr_assert_eq(cli_wait(waiter, 0), -1, "run %zu: the waiter did not wait", i);
+        kill(waiter, SIGTERM);
+        cr_assert_eq(cli_wait(waiter, 5000), 128 + SIGTERM, "run %zu: the waiter's status", i);
+        cr_assert_eq(close(open(tmp(go), O_WRONLY | O_CREAT, 0600)), 0);
+        cr_assert_eq(cli_wait(holder, 5000), 0, "run %zu: the holder's status", i);
+    }
+    cr_assert(!file_exists(tmp("ran")), "a waiter ran COMMAND while the lock was held");
+}
+
+/* Only the mutex has bounded waiting: --starve with -n, -s, -x or -f, and
+ * over Redlock (one master here), is ignored, not a usage error. */
+Test(cli, starve_is_ignored_where_it_does_not_apply, .timeout = 30) {
+    char redlock[64];
+
+    snprintf(redlock, sizeof(redlock), "redlock://127.0.0.1:%d", srv.port);
+    cr_assert_eq(RUN("-u", redlock, "--starve", "20", "stl", "--", FENCE_TO("r")), 0, "over Redlock");
+    cr_assert_geq(fence_in("r"), 1, "COMMAND did not run over Redlock");
+    cr_assert_eq(RUN("-u", srv.url, "--starve", "20", "-n", "2", "stl", "--", "true"), 0, "with -n");
+    cr_assert_eq(RUN("-u", srv.url, "--starve", "20", "-s", "stl", "--", "true"), 0, "with -s");
+    cr_assert_eq(RUN("-u", srv.url, "--starve", "off", "-x", "stl", "--", "true"), 0, "with -x");
+    cr_assert_eq(RUN("-u", srv.url, "-f", "--starve", "20", "stl", "--", "true"), 0, "with -f");
+}
+
+/* A bad MS is refused with the usage status, by a message that names
+ * --starve and what it wants, and COMMAND does not run. */
+Test(cli, starve_bad_values_are_refused, .timeout = 30) {
+    static const char *const bad[] = { "0", "x", "-5", "", "20x", " 20", "2147483648", "OFF", "-1" };
+    static const char hint[] = "Try 'hilock --help' for more information.\n";
+    char out[2048], want[256];
+    size_t i;
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_assert_eq(RUN("-u", srv.url, "--starve", bad[i], "stb", "--", "touch", tmp("ran")), 64,
+                     "--starve '%s'", bad[i]);
+        snprintf(want, sizeof(want), "hilock: bad --starve MS '%s': want milliseconds, 1 to 2147483647, "
+                 "or off\n%s", bad[i], hint);
+        cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), want);
+        cr_assert(!file_exists(tmp("ran")), "--starve '%s' ran COMMAND", bad[i]);
+    }
+    cr_assert_eq(RUN("-u", srv.url, "--starve"), 64);
+    snprintf(want, sizeof(want), "hilock: option --starve needs a value\n%s", hint);
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), want);
+    /* unlock never waits: --starve is refused there as -w is. */
+    hold_key("hilock:", "stb", 10000);
+    cr_assert_eq(RUN("-u", srv.url, "--starve", "20", "unlock", "stb"), 64);
+    snprintf(want, sizeof(want), "hilock: --starve does not apply to unlock\n%s", hint);
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), want);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("stb")), 1, "unlock ran anyway");
+}
+
+/* $HILOCK_STARVE is --starve's default: a good one runs, an empty one is
+ * unset, a bad one is a usage error naming it, unless --starve overrides
+ * it or the command is unlock, which does not use it. */
+Test(cli, starve_default_from_environment, .timeout = 30) {
+    char out[2048];
+
+    cr_assert_eq(cli_run_env("HILOCK_STARVE=20", ARGS("-u", srv.url, "ste", "--", FENCE_TO("a"))), 0);
+    cr_assert_geq(fence_in("a"), 1, "COMMAND did not run");
+    cr_assert_eq(cli_run_env("HILOCK_STARVE=off", ARGS("-u", srv.url, "ste", "--", "true")), 0);
+    cr_assert_eq(cli_run_env("HILOCK_STARVE=", ARGS("-u", srv.url, "ste", "--", "true")), 0);
+
+    cr_assert_eq(cli_run_env("HILOCK_STARVE=x", ARGS("-u", srv.url, "ste", "--", "touch", tmp("ran"))), 64);
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)),
+                     "hilock: bad $HILOCK_STARVE 'x': want milliseconds, 1 to 2147483647, or off\n"
+                     "Try 'hilock --help' for more information.\n");
+    cr_assert(!file_exists(tmp("ran")), "COMMAND ran with a bad $HILOCK_STARVE");
+    cr_assert_eq(cli_run_env("HILOCK_STARVE=0", ARGS("-u", srv.url, "ste", "--", "touch", tmp("ran"))), 64);
+    cr_assert(!file_exists(tmp("ran")), "COMMAND ran with $HILOCK_STARVE=0");
+
+    cr_assert_eq(cli_run_env("HILOCK_STARVE=x", ARGS("-u", srv.url, "--starve", "20", "ste", "--",
+                                                     "touch", tmp("ran"))), 0, "--starve overrides it");
+    cr_assert(file_exists(tmp("ran")));
+    hold_key("hilock:", "ste", 10000);
+    cr_assert_eq(cli_run_env("HILOCK_STARVE=x", ARGS("-u", srv.url, "unlock", "ste")), 0, "unlock");
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("ste")), 0, "unlock did not remove the lock");
+}
+
+/* --help and the man page both say what --starve is, its default, off, and
+ * where it does not apply. */
+Test(cli, starve_is_documented, .timeout = 30) {
+    static const char *const in_help[] = { "[--starve MS]", "  --starve MS    ", "$HILOCK_STARVE",
+                                           "else 100", "off:", "Redlock" };
+    static const char *const in_man[] = { ".IR MS ]", ".BI \\-\\-starve \" MS\"", "else 100.",
+                                          ".B off\n", "ignore it", ".B HILOCK_STARVE\n",
+                                          ".BR \\-\\-starve ,\n" };
+    const char *man = src_path("man/hilock.1");
+    char out[8192], *page, *opt;
+    size_t i;
+
+    cr_assert_eq(RUN("--help"), 0);
+    test_slurp(tmp("out"), out, sizeof(out));
+    for (i = 0; i < sizeof(in_help) / sizeof(in_help[0]); i++)
+        cr_expect_not_null(strstr(out, in_help[i]), "--help lacks \"%s\":\n%s", in_help[i], out);
+    cr_assert_not_null(man, "no man/hilock.1 above the test binary");
+    page = slurp_all(man);
+    cr_assert_not_null(page);
+    opt = strstr(page, ".BI \\-\\-starve \" MS\"");
+    cr_expect(opt != NULL && strstr(page, ".SH OPTIONS") < opt && opt < strstr(page, ".SH UNLOCK"),
+              "man/hilock.1 has no --starve entry in OPTIONS");
+    for (i = 0; i < sizeof(in_man) / sizeof(in_man[0]); i++)
+        cr_expect_not_null(strstr(page, in_man[i]), "man/hilock.1 lacks \"%s\"", in_man[i]);
+    free(page);
 }

@@ -827,3 +827,62 @@ Test(fair, the_claim_window_is_never_longer_than_the_lease) {
     side_stop(&s);
     hilock_client_free(h);
 }
+
+/* ---- A try held back past its wait's grant ----------------------------------- */
+
+typedef struct release_at_once {
+    got g;
+    rel r;
+} release_at_once;
+
+static void release_at_once_cb(hilock_hold *h, int status, void *data) {
+    release_at_once *x = data;
+    got_cb(h, status, &x->g);
+    if (status == 0) hilock_release(h, rel_cb, &x->r);
+}
+
+/* B's first wait W1 is queued behind A's hold, then C's X1, then B's W2.
+ * Writes are refused for 1.2 s (min-replicas-to-write with no replica:
+ * NOREPLICAS), so B's refresh try for W1 waits in net's retry timer.
+ * Writes come back and A releases: W1 is granted by message and released
+ * in its callback, before that held-back try runs. The try must find
+ * nothing to do: it once joined W1's dead token again at the tail and
+ * said "places lost", so W2 moved behind it, and after X1 the lock went
+ * to the dead token for its whole claim window (W2 a second late). */
+Test(fair, a_try_held_back_past_its_grant_does_not_join_again) {
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e), *c = lockenv_client(&e);
+    got ga = fair_now(a, "held-back", NULL), gx, gw2;
+    release_at_once w1;
+    memset(&w1, 0, sizeof(w1));
+    cr_assert_eq(hilock_fair_acquire(b, "held-back", NULL, release_at_once_cb, &w1, NULL), 0);
+    test_loop_for(e.base, 50);
+    fair_start(c, "held-back", NULL, &gx, NULL);
+    test_loop_for(e.base, 50);
+    fair_start(b, "held-back", NULL, &gw2, NULL);
+    test_loop_for(e.base, 100);
+    cr_assert_eq(queued("held-back"), 3);
+    redisReply *rep = test_redis_cmd(&e.r, "CONFIG SET min-replicas-to-write 1");
+    cr_assert(rep && rep->type == REDIS_REPLY_STATUS);
+    freeReplyObject(rep);
+    test_loop_for(e.base, 1200); /* B's and C's refresh tries meet NOREPLICAS */
+    rep = test_redis_cmd(&e.r, "CONFIG SET min-replicas-to-write 0");
+    cr_assert(rep && rep->type == REDIS_REPLY_STATUS);
+    freeReplyObject(rep);
+    cr_assert_eq(release_now(&e, ga.hold), 0);
+    cr_assert(test_loop_until(e.base, &w1.r.calls, 3000), "W1 never granted and released");
+    cr_expect_eq(w1.g.status, 0);
+    cr_assert(test_loop_until(e.base, &gx.calls, 3000), "X1 never granted");
+    cr_expect_eq(gx.status, 0);
+    test_loop_for(e.base, 300); /* the held-back tries have run */
+    cr_expect_eq(queued("held-back"), 1, "the queue holds more than W2");
+    long long t0 = test_now_ms();
+    cr_assert_eq(release_now(&e, gx.hold), 0);
+    cr_assert(test_loop_until(e.base, &gw2.calls, 3000), "W2 never granted");
+    cr_expect_eq(gw2.status, 0);
+    cr_log_info("held-back try: W2 granted %lld ms after X1's release", gw2.at_ms - t0);
+    cr_expect_lt(gw2.at_ms - t0, 500, "W2 waited for a dead grant");
+    if (gw2.status == 0) release_now(&e, gw2.hold);
+    hilock_client_free(a);
+    hilock_client_free(b);
+    hilock_client_free(c);
+}

@@ -493,6 +493,163 @@ Test(nginx, bad_configuration_fails_nginx_t) {
     cr_expect(strstr(out, "s3cr") == NULL, "the password is in:\n%s", out);
 }
 
+/* ---- The fair lock and bounded waiting ------------------------------------ */
+
+/* A fair lock's keys (hilock.h, "Keys"): P{T}:fair (the lock) and
+ * P{T}:fair:q (its queue), not the mutex's P{T}. */
+static long long fair_key_exists(const char *name, const char *suffix) {
+    char key[HILOCK_NAME_MAX * 3 + 64];
+    hilock_key("hilock:", name, key, sizeof(key));
+    strcat(key, suffix);
+    return test_redis_int(&R, "EXISTS %s", key);
+}
+
+/* Neither the lock nor a place in its queue is left within a second. */
+static int fair_lock_gone(const char *name) {
+    for (long long until = test_now_ms() + 1000; test_now_ms() < until; test_msleep(5))
+        if (fair_key_exists(name, ":fair") == 0 && fair_key_exists(name, ":fair:q") == 0) return 1;
+    return 0;
+}
+
+#define FAIR_LOCATION "location /fair/ { hilock k:$arg_key wait=20s fair; " SHOW " proxy_pass http://127.0.0.1:%d; }\n"
+
+/* The fence of a reply (0: none). */
+static unsigned long long reply_fence(const test_http *h) {
+    char v[64];
+    return strtoull(test_http_header(h, "X-Hilock-Fence", v, sizeof(v)), NULL, 10);
+}
+
+/* `fair` takes the fair lock of NAME (its key, not the mutex's, is held
+ * while a request is served). Waits queued one after the other, on two
+ * nginx of two workers each, are granted in the order they arrived (their
+ * fences grow in that order), and a burst of concurrent requests on both
+ * never overlaps at the backend, with fences that increase. */
+Test(nginx, fair_serialises_in_arrival_order_across_instances) {
+    enum { Q = 24, BURST = 120 };
+    static test_http h[Q + 1], b[BURST];
+    char extra[512];
+    snprintf(extra, sizeof(extra), FAIR_LOCATION, B.port);
+    for (int i = 0; i < 2; i++) start_nginx_with(&N[i], 2, R.url, extra);
+
+    cr_assert_eq(test_http_send(&h[0], N[0].port, "/fair/?key=fq&ms=1500"), 0);
+    cr_assert(backend_inflight("fq", 1, 5000), "the holder never reached the backend");
+    cr_expect_eq(fair_key_exists("k:fq", ":fair"), 1, "no fair lock is held for the request");
+    cr_expect_eq(key_exists("k:fq"), 0, "the mutex of the name is held: \"fair\" was ignored");
+    /* One waiter every 25 ms, alternating the instances: each has reached
+     * Redis's queue before the next is sent. */
+    for (int i = 1; i <= Q; i++) {
+        cr_assert_eq(test_http_send(&h[i], N[i % 2].port, "/fair/?key=fq&ms=5"), 0);
+        test_msleep(25);
+    }
+    cr_assert_eq(test_http_wait(h, Q + 1, 30000), 0, "requests still waiting after 30 s");
+    cr_expect_eq(count_status(h, Q + 1, 200), Q + 1, "every request gets 200");
+    char v[64];
+    cr_expect_str_eq(test_http_header(&h[1], "X-Hilock-Status", v, sizeof(v)), "acquired");
+    for (int i = 1; i <= Q; i++)
+        cr_expect_gt(reply_fence(&h[i]), reply_fence(&h[i - 1]),
+                     "request %d (nginx %d) was granted before request %d: fences %llu, %llu", i, i % 2,
+                     i - 1, reply_fence(&h[i]), reply_fence(&h[i - 1]));
+    cr_expect_geq(h[Q].done_ms - h[0].done_ms, Q * 5, "%d waiters of 5 ms each were served in %lld ms: "
+                  "not one at a time", Q, h[Q].done_ms - h[0].done_ms);
+
+    send_all(b, BURST, 2, "/fair/?key=%s&ms=%d", "fb", 2);
+    cr_assert_eq(test_http_wait(b, BURST, 60000), 0, "requests still waiting after 60 s");
+    cr_expect_eq(count_status(b, BURST, 200), BURST, "every request of the burst gets 200");
+    test_backend_key q = test_backend_key_get(&B, "fq"), k = test_backend_key_get(&B, "fb");
+    cr_expect_eq(q.served, Q + 1);
+    cr_expect_eq(k.served, BURST);
+    cr_expect_eq(q.overlaps + k.overlaps, 0, "the backend saw %d overlaps", q.overlaps + k.overlaps);
+    cr_expect_eq(q.fence_errors + k.fence_errors, 0, "fences that did not increase");
+    cr_expect_eq(B.no_fence, 0, "requests without a fence");
+    cr_expect(fair_lock_gone("k:fq") && fair_lock_gone("k:fb"), "a fair lock or a place in its queue left behind");
+    quit_clean(2);
+}
+
+/* Fair waiters whose clients go away give up their places: the one that
+ * stayed, queued behind them, is served right after the holder, and no
+ * fair lock is left. */
+Test(nginx, fair_client_abort_while_waiting_leaves_no_lock) {
+    enum { W = 40 };
+    static test_http h[W + 1];
+    char extra[512];
+    snprintf(extra, sizeof(extra), FAIR_LOCATION, B.port);
+    for (int i = 0; i < 2; i++) start_nginx_with(&N[i], 2, R.url, extra);
+    cr_assert_eq(test_http_send(&h[0], N[0].port, "/fair/?key=fab&ms=800"), 0);
+    cr_assert(backend_inflight("fab", 1, 5000), "the holder never reached the backend");
+    send_all(h + 1, W, 2, "/fair/?key=%s&ms=%d", "fab", 0);
+    test_msleep(200);
+    for (int i = 1; i < W; i++) test_http_abort(&h[i]);
+    cr_assert_eq(test_http_wait(h, W + 1, 10000), 0);
+    cr_expect_eq(h[0].status, 200);
+    cr_expect_eq(h[W].status, 200, "the waiter that stayed is served");
+    cr_expect_lt(h[W].done_ms - h[0].done_ms, 1000, "served %lld ms after the release",
+                 h[W].done_ms - h[0].done_ms);
+    cr_expect_eq(test_backend_key_get(&B, "fab").served, 2, "aborted waiters never reach the backend");
+    cr_expect(fair_lock_gone("k:fab"), "the fair lock of k:fab or a place in its queue is left behind");
+    quit_clean(2);
+}
+
+/* starve= and fair are checked by `nginx -t`, each refusal naming the
+ * parameter; starve=off and starve=TIME are accepted and lock as before. */
+Test(nginx, starve_and_fair_parameters) {
+    static const struct { const char *http, *server, *says; } bad[] = {
+        {"hilock_redis redis://127.0.0.1:1 starve=soon;", "", "invalid time \"starve=soon\""},
+        {"hilock_redis redis://127.0.0.1:1 starve=0;", "", "\"starve=0\" (at least 1ms, or off)"},
+        {"hilock_redis redis://127.0.0.1:1 starve=;", "", "invalid time \"starve=\""},
+        {"hilock_redis redis://127.0.0.1:1 starve=offf;", "", "invalid time \"starve=offf\""},
+        {"hilock_redis redis://127.0.0.1:1 starve=9999999999;", "", "invalid time \"starve=9999999999\""},
+        {"hilock_redis redis://127.0.0.1:1 starve;", "", "invalid parameter \"starve\""},
+        {"hilock_redis redis://127.0.0.1:1 fair;", "", "invalid parameter \"fair\""},
+        {"hilock_redis redis://127.0.0.1:1 timeout=1s fence_ttl=1d starve=1s name=a name=b;", "",
+         "has too many parameters"},
+        {"hilock_redis redis://127.0.0.1:1;", "location / { hilock a unfair; }", "invalid parameter \"unfair\""},
+        {"hilock_redis redis://127.0.0.1:1;", "location / { hilock a fair=on; }", "invalid parameter \"fair=on\""},
+        {"hilock_redis redis://127.0.0.1:1;", "location / { hilock a starve=1s; }",
+         "invalid parameter \"starve=1s\""},
+        {"hilock_redis redis://127.0.0.1:1;", "location / { hilock off fair; }", "no parameters after"},
+        {"hilock_redis redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3;", "location / { hilock a fair; }",
+         "cannot use a redlock://"},
+        {"hilock_redis redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3;",
+         "hilock a wait=1s fair; location / { }", "cannot use a redlock://"},
+    };
+    static const struct { const char *http, *server; } good[] = {
+        {"hilock_redis redis://127.0.0.1:1 starve=off;", "location / { hilock a; }"},
+        {"hilock_redis redis://127.0.0.1:1 starve=20ms;", "location / { hilock a fair; }"},
+        {"hilock_redis redis://127.0.0.1:1 timeout=1s fence_ttl=1d starve=2s name=x;",
+         "location / { hilock k:$arg_id fair wait=5s lease=10s; }"},
+        {"hilock_redis redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3 starve=off;", "location / { hilock a; }"},
+    };
+    char out[4096];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_expect_eq(test_nginx_check(1, bad[i].http, bad[i].server, out, sizeof(out)), 1,
+                     "case %zu passed nginx -t:\n%s", i, out);
+        cr_expect(strstr(out, bad[i].says) != NULL, "case %zu: no \"%s\" in:\n%s", i, bad[i].says, out);
+    }
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        cr_expect_eq(test_nginx_check(1, good[i].http, good[i].server, out, sizeof(out)), 0,
+                     "good case %zu fails nginx -t:\n%s", i, out);
+
+    /* Both thresholds make working clients: a hot key on two nginx, one
+     * with starve=off and one with starve=20ms, serialised. */
+    enum { C = 60 };
+    static test_http h[C];
+    char url[128], extra[512];
+    snprintf(extra, sizeof(extra), FAIR_LOCATION, B.port);
+    snprintf(url, sizeof(url), "%s starve=off", R.url);
+    start_nginx_with(&N[0], 1, url, extra);
+    snprintf(url, sizeof(url), "%s starve=20ms", R.url);
+    start_nginx_with(&N[1], 1, url, extra);
+    send_all(h, C, 2, "/k/?key=%s&ms=%d", "sv", 3);
+    cr_assert_eq(test_http_wait(h, C, 30000), 0, "requests still waiting after 30 s");
+    cr_expect_eq(count_status(h, C, 200), C, "every request gets 200");
+    test_backend_key k = test_backend_key_get(&B, "sv");
+    cr_expect_eq(k.served, C);
+    cr_expect_eq(k.overlaps, 0, "the backend saw %d overlaps", k.overlaps);
+    cr_expect_eq(k.fence_errors, 0);
+    cr_expect(lock_gone("k:sv"), "the lock of k:sv is left behind");
+    quit_clean(2);
+}
+
 /* ---- hilock_stats --------------------------------------------------------- */
 
 #define METRICS "location = /metrics { hilock_stats; }\n"

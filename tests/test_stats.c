@@ -396,3 +396,51 @@ Test(stats_text, log_quote) {
     cr_expect_str_eq(hl_log_quote(out, 4, "abc"), "...");
     cr_expect_str_eq(hl_log_quote(out, sizeof(out), ""), "");
 }
+
+/* fallbacks counts the wakeups at the end of a holder's lease only: a fair
+ * wait, a writer waiting for a reader and a starving mutex wait, each
+ * behind a holder with a long lease for 3.5 s, refresh their places or
+ * marker every second, which is no fallback (it was counted as one, so an
+ * alert on it fired for any waiting name). A holder that dies without a
+ * release is: its waiter counts one when the lease ends. */
+Test(stats, fallbacks_count_lease_ends_only) {
+    hilock_client *h = lockenv_client(&e), *c = lockenv_client(&e);
+    hilock_acquire_opts lo = opts_wait_lease(0, 20000);
+    got g[3], w[3];
+    memset(g, 0, sizeof(g));
+    cr_assert_eq(hilock_fair_acquire(h, "fb-fair", &lo, got_cb, &g[0], NULL), 0);
+    cr_assert_eq(hilock_read_acquire(h, "fb-rw", &lo, got_cb, &g[1], NULL), 0);
+    cr_assert_eq(hilock_acquire(h, "fb-mutex", &lo, got_cb, &g[2], NULL), 0);
+    for (int i = 0; i < 3; i++) {
+        cr_assert(test_loop_until(e.base, &g[i].calls, 3000));
+        cr_assert_eq(g[i].status, 0);
+    }
+    hilock_acquire_opts wo = opts_wait_lease(4000, 1000);
+    memset(w, 0, sizeof(w));
+    cr_assert_eq(hilock_fair_acquire(c, "fb-fair", &wo, got_cb, &w[0], NULL), 0);
+    cr_assert_eq(hilock_write_acquire(c, "fb-rw", &wo, got_cb, &w[1], NULL), 0);
+    cr_assert_eq(hilock_acquire(c, "fb-mutex", &wo, got_cb, &w[2], NULL), 0);
+    test_loop_for(e.base, 3500);
+    hilock_stats s = stats_of(c);
+    cr_expect_gt(s.tries, 6, "the waits did not refresh (%llu tries)", (unsigned long long)s.tries);
+    cr_expect_eq(s.fallbacks, 0, "%llu fallback wakeups with nothing wrong", (unsigned long long)s.fallbacks);
+    hilock_client_free(h); /* holds abandoned: no release, the leases run out */
+    test_loop_until(e.base, &w[2].calls, 1000);
+    hilock_client_free(c);
+
+    /* A holder gone without a release: its waiter's wakeup at the lease's end. */
+    h = lockenv_client(&e);
+    c = lockenv_client(&e);
+    hilock_acquire_opts so = opts_wait_lease(0, 600);
+    got gh = {0, 0, NULL, 0}, gw = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(h, "fb-gone", &so, got_cb, &gh, NULL), 0);
+    cr_assert(test_loop_until(e.base, &gh.calls, 3000));
+    hilock_client_free(h);
+    hilock_acquire_opts go = opts_wait_lease(3000, 1000);
+    cr_assert_eq(hilock_acquire(c, "fb-gone", &go, got_cb, &gw, NULL), 0);
+    cr_assert(test_loop_until(e.base, &gw.calls, 3000));
+    cr_expect_eq(gw.status, 0);
+    cr_expect_geq(stats_of(c).fallbacks, 1);
+    if (gw.status == 0) release_now(&e, gw.hold);
+    hilock_client_free(c);
+}

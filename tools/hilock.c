@@ -1,7 +1,7 @@
 /* hilock: run a command while holding a distributed lock, a flock(1) for
  * machines that share one Redis.
  *
- *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE] [-n N | -s | -x | -f] [-v] NAME -- COMMAND [ARG...]
+ *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--starve MS] [-p PREFIX] [-E CODE] [-n N | -s | -x | -f] [-v] NAME -- COMMAND [ARG...]
  *     hilock [-u URL] [-p PREFIX] [-v] unlock NAME
  *
  * Everything happens on one libevent loop: the lock request, the watchdog
@@ -40,9 +40,13 @@
 #define DEFAULT_PREFIX "hilock:"
 #define DEFAULT_LEASE  30000
 
+/* Long options of our own, numbered after the TLS ones (tlsopt.h). */
+enum { OPT_STARVE = OPT_INSECURE + 1 };
+
 static const char usage_text[] =
-"Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [-p PREFIX] [-E CODE]\n"
-"              [-n N | -s | -x | -f] [TLS OPTIONS] [-v] NAME -- COMMAND [ARG...]\n"
+"Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--starve MS] [-p PREFIX]\n"
+"              [-E CODE] [-n N | -s | -x | -f] [TLS OPTIONS] [-v]\n"
+"              NAME -- COMMAND [ARG...]\n"
 "       hilock [-u URL] [-p PREFIX] [TLS OPTIONS] [-v] unlock NAME\n"
 "       hilock inspect [-u URL] [-p PREFIX] [TLS OPTIONS] [--json]\n"
 "              NAME... | --scan PATTERN\n"
@@ -53,6 +57,11 @@ static const char usage_text[] =
 "  -w WAIT_MS     give up after waiting this long (default: wait forever;\n"
 "                 0: try once)\n"
 "  -l LEASE_MS    lease of the lock, renewed while COMMAND runs (default 30000)\n"
+"  --starve MS    after waiting MS ms, stop racing for the lock and be handed\n"
+"                 it in turn with the other waits that have waited that long,\n"
+"                 on any machine (default: $HILOCK_STARVE, else 100; off:\n"
+"                 always race); the plain mutex only: ignored by -n, -s, -x,\n"
+"                 -f and over Redlock\n"
 "  -p PREFIX      prefix of the Redis keys (default " DEFAULT_PREFIX ")\n"
 "  -E CODE        exit status when NAME is busy or not acquired within WAIT_MS\n"
 "                 (1 to 255, default 75), to tell it from COMMAND's own\n"
@@ -564,7 +573,10 @@ typedef struct args {
     hilock_config tls;      /* its tls_* fields: --cacert... (tlsopt.h) */
     long long wait_ms;
     long long lease_ms;
-    char lock_only;         /* a lock-only option given (-w, -l, -E, -n, -s, -x, -f), or 0 */
+    uint32_t starve_ms;     /* --starve or $HILOCK_STARVE; 0: the library's default */
+    int starve_given;       /* --starve given: $HILOCK_STARVE is not read */
+    const char *lock_only;  /* a lock-only option given ("-w", "-l", "-E", "-n", "-s",
+                               "-x", "-f", "--starve"), or NULL */
     int unlock;             /* unlock NAME, not NAME -- COMMAND */
 } args;
 
@@ -583,7 +595,7 @@ static int parse_operands(cli *c, args *a, int n, char **v) {
     int rc;
 
     if (n == 2 && strcmp(v[0], "unlock") == 0 && strcmp(v[1], "--") != 0) {
-        if (a->lock_only) return usage_error("-%c does not apply to unlock", a->lock_only);
+        if (a->lock_only) return usage_error("%s does not apply to unlock", a->lock_only);
         a->unlock = 1;
         c->name = v[1];
         return check_name(c->name);
@@ -600,6 +612,23 @@ static int parse_operands(cli *c, args *a, int n, char **v) {
     return -1;
 }
 
+/* The MS of --starve MS or of $HILOCK_STARVE (from: which, for the message):
+ * milliseconds, or "off" never to hand the lock over. The top is -l's: a
+ * wait of 24 days is as good as never, and "off" says that plainly. Returns
+ * -1 to go on, or the usage status. */
+static int parse_starve(const char *from, const char *s, uint32_t *out) {
+    long long ms;
+
+    if (strcmp(s, "off") == 0) {
+        *out = HILOCK_STARVE_NEVER;
+        return -1;
+    }
+    if (parse_num(s, 1, INT32_MAX, &ms) != 0)
+        return usage_error("bad %s '%s': want milliseconds, 1 to %d, or off", from, s, INT32_MAX);
+    *out = (uint32_t)ms;
+    return -1;
+}
+
 /* Fill c and a from the command line. Returns -1 to go on, or the status
  * to exit with at once (-h, -V, a usage error). */
 static int parse_args(cli *c, args *a, int argc, char **argv) {
@@ -607,10 +636,12 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         TLS_LONGOPTS,
+        { "starve", required_argument, NULL, OPT_STARVE },
         { NULL, 0, NULL, 0 },
     };
+    const char *env_starve;
     long long code;
-    int opt;
+    int opt, rc;
 
     opterr = 0; /* our own messages */
     while ((opt = getopt_long(argc, argv, "+:hVu:w:l:p:E:n:svxf", longopts, NULL)) != -1) {
@@ -624,20 +655,20 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
         case 'w':
             if (parse_num(optarg, 0, LLONG_MAX, &a->wait_ms) != 0)
                 return usage_error("bad -w WAIT_MS '%s': want milliseconds, 0 to try once", optarg);
-            a->lock_only = 'w';
+            a->lock_only = "-w";
             break;
         case 'l':
             if (parse_num(optarg, HILOCK_LEASE_MIN, INT32_MAX, &a->lease_ms) != 0)
                 return usage_error("bad -l LEASE_MS '%s': want milliseconds, %u to %d",
                                    optarg, HILOCK_LEASE_MIN, INT32_MAX);
-            a->lock_only = 'l';
+            a->lock_only = "-l";
             break;
         case 'E':
             /* 0 would make "busy" look like success. */
             if (parse_num(optarg, 1, 255, &code) != 0)
                 return usage_error("bad -E CODE '%s': want an exit status, 1 to 255", optarg);
             c->busy_status = (int)code;
-            a->lock_only = 'E';
+            a->lock_only = "-E";
             break;
         case 'n':
             if (parse_num(optarg, 1, HILOCK_PERMITS_MAX, &code) != 0)
@@ -645,7 +676,12 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
                                    HILOCK_PERMITS_MAX);
             if (c->mode != 0) return usage_error("-n, -s, -x and -f exclude each other");
             c->permits_total = (unsigned)code;
-            a->lock_only = 'n';
+            a->lock_only = "-n";
+            break;
+        case OPT_STARVE:
+            if ((rc = parse_starve("--starve MS", optarg, &a->starve_ms)) >= 0) return rc;
+            a->starve_given = 1;
+            a->lock_only = "--starve";
             break;
         case 's':
         case 'x':
@@ -653,7 +689,7 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
             if ((c->mode != 0 && c->mode != opt) || c->permits_total > 0)
                 return usage_error("-n, -s, -x and -f exclude each other");
             c->mode = (char)opt;
-            a->lock_only = (char)opt;
+            a->lock_only = opt == 's' ? "-s" : opt == 'x' ? "-x" : "-f";
             break;
         case ':':
             if (optopt >= OPT_CACERT) return usage_error("option %s needs a value", argv[optind - 1]);
@@ -665,7 +701,14 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
     }
     if ((a->tls.tls_cert_file == NULL) != (a->tls.tls_key_file == NULL))
         return usage_error("--cert and --key go together (or $HILOCK_CERT and $HILOCK_KEY)");
-    return parse_operands(c, a, argc - optind, argv + optind);
+    if ((rc = parse_operands(c, a, argc - optind, argv + optind)) >= 0) return rc;
+    /* The environment's default, read only where it would be used: a bad
+     * one must not stop an unlock, which never waits, nor a --starve that
+     * overrides it. An empty variable is unset, as $HILOCK_URL. */
+    env_starve = getenv("HILOCK_STARVE");
+    if (!a->unlock && !a->starve_given && env_starve != NULL && *env_starve != '\0')
+        return parse_starve("$HILOCK_STARVE", env_starve, &a->starve_ms);
+    return -1;
 }
 
 /* The URL, prefix and TLS settings of a: the client's, and inspect's
@@ -697,6 +740,7 @@ static int open_client(cli *c, const args *a) {
     hilock_libevent_init(&loop, c->base);
     config_of(a, &cfg);
     cfg.default_lease_ms = (uint32_t)a->lease_ms;
+    cfg.starve_ms = a->starve_ms;
     cfg.log_cb = on_log;
     cfg.log_data = c;
     rc = hilock_client_new(&c->client, &cfg, &loop);

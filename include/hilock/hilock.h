@@ -401,7 +401,25 @@ typedef void (*hilock_acquire_cb)(hilock_hold *hold, int status, void *data);
  * `opts` may be NULL for the defaults; a struct must be filled by
  * hilock_acquire_opts_init() first. Returns 0 and, if wait_out is not NULL, the wait handle; or
  * a negative code at once (HILOCK_EINVAL, HILOCK_ENOMEM, HILOCK_ECLOSED), in
- * which case nothing was sent and `cb` will not run. */
+ * which case nothing was sent and `cb` will not run.
+ *
+ * Who gets the lock after a release: this client's waits of the name in
+ * the order they were made (one tries at a time). Across clients, a wait
+ * that has waited less than hilock_config.starve_ms (100 ms by default)
+ * races: the first try to reach Redis after a release wins, which is the
+ * fastest handoff but favours the releasing process (its next wait tries
+ * at once; the others hear of the release a round trip later). A wait
+ * that has waited longer starves: it takes a place in a queue in Redis,
+ * and from then on every release hands the lock to the first place, by a
+ * message to its client, and no racing try takes a released lock past it.
+ * A process has one place at a time (its first wait's), so processes that
+ * starve are served one grant each in turn: no wait of a live process
+ * waits while other processes keep being served, beyond the threshold and
+ * one turn of the others. The cost shows only under contention: the
+ * starving wait's try per grant, and a message per handoff that every
+ * waiting process hears. A starving client that dies is skipped after
+ * its grant's 1 s claim window, or 5 s after its last word. Over Redlock
+ * waits always race (a queue on each master would make no one order). */
 HILOCK_API int hilock_acquire(hilock_client *c, const char *name,
                               const hilock_acquire_opts *opts,
                               hilock_acquire_cb cb, void *data,
@@ -770,9 +788,17 @@ HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb 
 
 /* hilock stores lock NAME under prefix P in these keys, all hash-tagged so
  * that they share one Redis Cluster slot:
- *     P{T}        the lock (a hash: token, fence), with a TTL of the lease
+ *     P{T}        the lock (a hash: token, fence, and q, 1 while a
+ *                 wait may starve in the queue), with a TTL of the lease
+ *                 (of the claim window, for a grant by message not yet
+ *                 claimed)
  *     P{T}:fence  the last fence, with a TTL of fence_ttl_s
- *     P{T}:ch     the pub/sub channel on which releases are announced
+ *     P{T}:ch     the pub/sub channel on which releases ("r") and grants
+ *                 to starving waits ("g TOKEN FENCE NOW_MS CLAIM_MS") are
+ *                 announced
+ *     P{T}:q      the starving waits: as P{T}:fair:q below, 5 s at most
+ *                 after the last word of a starving client
+ *     P{T}:p      their clients: as P{T}:fair:p below
  * and the semaphore NAME in these (none shared with the mutex NAME):
  *     P{T}:sem        its holders: a sorted set of token -> end of lease
  *                     (the server's Unix time in ms); it expires with the

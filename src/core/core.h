@@ -87,6 +87,8 @@ struct hl_name {
     unsigned trying : 1; /* the head's try is in flight */
     unsigned woken : 1;  /* a wakeup came while trying */
     unsigned known_held : 1; /* the last try was answered: the lock is taken */
+    unsigned fallback_lease : 1; /* the fallback timer is at the end of the
+                                    holder's lease, not a refresh */
     uint32_t answers;    /* tries answered without error (see wait_seen_held) */
     /* The server's clock as the last try that reported it read it
      * (srv_ms), and when that try was sent (srv_at, ours): grants by
@@ -160,6 +162,9 @@ typedef struct hl_try {
     int granted;
     uint64_t fence;        /* granted: ours; else the holder's, if `holder` */
     uint64_t retry_ms;     /* not granted: the lock may be free by then */
+    int refresh;           /* not granted: retry_ms is when what the try
+                              keeps (a writer's marker) needs refreshing,
+                              not a holder's lease end */
     /* granted, and more is free now (a semaphore with permits left, a
      * read-write lock's read grant): the next head tries at once instead of
      * waiting for a release. */
@@ -242,12 +247,27 @@ struct hl_prim {
      * granted, by a try or by message; a wait that ends without its own
      * token granted (also one served by its owner's grant) is abandoned. */
     int joins;
-    /* A name with waiters tries at least this often (ms; 0: no bound):
-     * the fair lock's tries keep its process's queue entries alive. */
+    /* Bounded waiting (the mutex): a wait that has waited the client's
+     * starve_ms is marked starving (w->starving, never over a quorum nor
+     * for a try-once) when its next try is built, and the primitive's
+     * try_req then takes a place in its queue in Redis, which the release
+     * hands the lock to (by a message that grant_msg reads); its abandon
+     * leaves that place. A head that is not starving yet sleeps no longer
+     * than until it is. */
+    int bounded;
+    /* A name whose head has a place in the queue (every wait of a
+     * primitive that joins; a starving one) tries at least this often
+     * (ms; 0: no bound): the tries keep its process's entries alive. */
     uint32_t refresh_ms;
     /* Optional: read a message on the name's channel. 1: a grant, *out
      * filled; 0: a wakeup (the head tries, as after a release). */
     int (*grant_msg)(const char *data, size_t len, hl_grant *out);
+    /* Optional: a wait was granted by message while a try of its token,
+     * `r`, is out (held back by net's retry timer after NOREPLICAS,
+     * LOADING, TRYAGAIN or CLUSTERDOWN, or not yet run): make r harmless
+     * should it run after the hold's release (the queue's try: it must not
+     * take a place again for a token whose wait is over). */
+    void (*granted_out)(hl_req *r);
 };
 
 /* ---- Waits ---------------------------------------------------------------- */
@@ -281,6 +301,8 @@ struct hilock_wait {
                               by the prim's try_req) */
     unsigned rejoining : 1;/* the join being built goes to the queue's tail
                               (hl_try.rejoin; read by the prim's try_req) */
+    unsigned starving : 1; /* it waited starve_ms: its tries go through the
+                              queue (hl_prim.bounded; read by try_req) */
     char token[HL_TOKEN_LEN + 1];
 };
 

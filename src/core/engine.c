@@ -19,6 +19,8 @@
 
 static void try_send(hilock_wait *w);
 static void try_submit(hilock_wait *w, int join);
+static uint64_t starves_in(const hilock_wait *w, uint64_t now);
+static int req_has_token(const hl_req *r, const char *token);
 
 /* ---- Subscription state -------------------------------------------------- */
 
@@ -64,9 +66,12 @@ static void linger_fired(hl_timer *t) {
     }
 }
 
+/* A fallback wakeup is counted only at the end of a holder's lease (a
+ * release message missed, or a holder gone without one): the refresh of
+ * a place in a queue, or of a writer's marker, is the way things work. */
 static void fallback_fired(hl_timer *t) {
     hl_name *n = HL_CONTAINER(t, hl_name, fallback);
-    n->c->counts.fallbacks++;
+    if (n->fallback_lease) n->c->counts.fallbacks++;
     hl_engine_kick(n);
 }
 
@@ -510,8 +515,19 @@ static void kick_fresh(hl_name *n) {
 static void grant_windowed(hilock_wait *w, uint64_t fence, uint64_t at, uint64_t window_ms) {
     hl_name *n = w->name;
     int silent = w->terms.no_renew && window_ms >= w->terms.lease_ms;
+    if (w->req != NULL && req_has_token(w->req, w->token) && n->prim->granted_out != NULL)
+        n->prim->granted_out(w->req);
     grant(w, fence, at, min_lease(window_ms, w));
     if (silent) kick_fresh(n);
+}
+
+/* A grant by message served a starving head (hl_prim.bounded), whose
+ * place it took: the next head, if it has starved too, takes its place now
+ * rather than at its timer, so that this process stays in turn. */
+static void place_next(hl_name *n, uint64_t now) {
+    if (n->nwaiters == 0 || n->trying || n->prim->joins) return;
+    hilock_wait *head = HL_CONTAINER(n->waiters.next, hilock_wait, link);
+    if (starves_in(head, now) == 0) hl_engine_kick(n);
 }
 
 /* A grant by message (the fair lock): the releaser's script gave the lock
@@ -531,6 +547,7 @@ static void grant_message(hl_name *n, const hl_grant *g) {
     }
     uint64_t now = hl_now_ms();
     grant_windowed(w, g->fence, grant_time(n, w, g->server_ms, now), g->ttl_ms);
+    place_next(n, now);
     hl_name_check(n);
 }
 
@@ -543,21 +560,51 @@ static void fail_all(hl_name *n, int err) {
     }
 }
 
+/* Bounded waiting (hl_prim.bounded): ms until `w` starves and its next
+ * try takes a place in the queue (0: it has, or does now), or UINT64_MAX:
+ * never (a try-once, starve_ms HILOCK_STARVE_NEVER, Redlock). */
+static uint64_t starves_in(const hilock_wait *w, uint64_t now) {
+    const hilock_client *c = w->c;
+    if (w->starving) return 0;
+    if (!w->name->prim->bounded || w->try_once || c->cfg.starve_ms == HILOCK_STARVE_NEVER ||
+        hl_topo_quorum(&c->topo))
+        return UINT64_MAX;
+    uint64_t due = w->started_at + c->cfg.starve_ms;
+    return due > now ? due - now : 0;
+}
+
+/* Does `w` have (or take, with its next try) a place in the queue? */
+static int head_has_place(const hilock_wait *w) {
+    return w->name->prim->joins || w->starving;
+}
+
 /* After a try, a name that still has waiters must try again: at once when
  * a wakeup came meanwhile, the head only tries once, or the lock is free
  * (retry_ms 0); else on a release message, or when the fallback timer at
  * retry_ms fires (a lock that expires without a release still wakes us),
- * or the primitive's refresh_ms, if sooner. */
-static void try_later(hl_name *n, uint64_t retry_ms) {
+ * or the primitive's refresh_ms while the head has a place, or when the
+ * head starves, if sooner. `refresh`: retry_ms is itself a refresh (a
+ * writer's marker), not a holder's lease end (see fallback_fired). */
+static void try_later_refresh(hl_name *n, uint64_t retry_ms, int refresh) {
     if (n->nwaiters == 0) return;
     hilock_wait *head = HL_CONTAINER(n->waiters.next, hilock_wait, link);
-    uint32_t refresh = n->prim->refresh_ms;
+    uint64_t now = hl_now_ms(), lease_end = refresh ? UINT64_MAX : retry_ms;
     if (!n->woken) n->woke_us = 0; /* that release went to another client */
     ensure_subscribed(n);
-    if (refresh != 0 && retry_ms > refresh) retry_ms = refresh;
-    if (retry_ms > UNSETTLED_RETRY_MS && hl_now_ms() < n->unsettled_until) retry_ms = UNSETTLED_RETRY_MS;
-    if (n->woken || head->try_once || retry_ms == 0) hl_engine_kick(n);
-    else hl_timer_start(&n->c->loop, &n->fallback, retry_ms);
+    if (head_has_place(head) && n->prim->refresh_ms != 0 && retry_ms > n->prim->refresh_ms)
+        retry_ms = n->prim->refresh_ms;
+    if (!head->starving && retry_ms > starves_in(head, now)) retry_ms = starves_in(head, now);
+    if (retry_ms > UNSETTLED_RETRY_MS && now < n->unsettled_until) retry_ms = UNSETTLED_RETRY_MS;
+    if (n->woken || head->try_once || retry_ms == 0) {
+        hl_engine_kick(n);
+    } else {
+        n->fallback_lease = retry_ms == lease_end;
+        hl_timer_start(&n->c->loop, &n->fallback, retry_ms);
+    }
+}
+
+static void try_later(hl_name *n, uint64_t retry_ms) {
+    try_later_refresh(n, retry_ms, 0);
 }
 
 /* The answer to `w`'s try or join says this client had no time left in
@@ -659,7 +706,7 @@ static void try_answered(hilock_wait *w, const hl_try *t, const hl_req *r) {
          * (hl_prim.joins), a writer's marker (the read-write lock). */
         else if (w->state == HL_WAIT_DONE && !w->own_grant) wait_abandon(w);
         try_found_holder(n, t, r);
-        try_later(n, t->retry_ms);
+        try_later_refresh(n, t->retry_ms, t->refresh);
     }
     if (!t->refused) busy_behind(n, t);
     if (t->rejoin) rejoin_all(n, w);
@@ -778,6 +825,7 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
 /* Send w's try: the name's (the head's), or w's join (hl_prim.joins). */
 static void try_submit(hilock_wait *w, int join) {
     hl_name *n = w->name;
+    if (starves_in(w, hl_now_ms()) == 0) w->starving = 1;
     hl_req *r = n->prim->try_req(n, w->token, w->terms.lease_ms, on_try_done, w);
     if (r == NULL) {
         if (join) hl_wait_finish(w, HILOCK_ENOMEM, NULL);

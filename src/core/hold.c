@@ -32,22 +32,51 @@ typedef struct hl_extendop {
 
 /* ---- Fire-and-forget release (cancel races, unknown outcomes, close) --- */
 
+static void on_token_released(hl_req *r, redisReply *reply, int err);
+
+/* A fire-and-forget release of n's, which keeps n until its answer. */
+static void token_release_submit(hl_name *n, hl_req *r, uint64_t within_ms) {
+    r->owner = n;
+    n->refs++;
+    if (within_ms > 0) hl_name_submit_within(n, r, within_ms);
+    else hl_name_submit(n, r);
+}
+
+/* A release answered TRYAGAIN (its slot is half moved, and some of the
+ * keys it names are missing beside the lock): the primitive's release on
+ * the lock's key alone, which follows ASK, as hilock_release() does. */
+static void token_release_narrower(hl_name *n, const hl_req *r) {
+    char token[HL_TOKEN_LEN + 1];
+    memcpy(token, r->argv[r->nkeys], HL_TOKEN_LEN);
+    token[HL_TOKEN_LEN] = '\0';
+    hl_req *lone = n->prim->release_lock_req(n, token, on_token_released, NULL);
+    if (lone != NULL) token_release_submit(n, lone, 0);
+}
+
 static void on_token_released(hl_req *r, redisReply *reply, int err) {
     hl_net *net = r->net;
-    /* After an unknown outcome, 0 is ambiguous: the unanswered try may still
-     * sit unread in a dead connection's socket on the server. Once this reply
-     * is here, the server has read what older connections had sent before,
-     * so one more release settles it. */
-    if (err == 0 && r->rounds == 1 && reply->type == REDIS_REPLY_INTEGER &&
-        reply->integer == 0 && !net->loop->freeing) {
+    hl_name *n = r->owner;
+    if (net->loop->freeing) {
+        n->refs--; /* names go with the client */
+        return;
+    }
+    if (err == 0 && r->tryagain_ends && reply->type == REDIS_REPLY_ERROR &&
+        strncmp(reply->str, "TRYAGAIN", 8) == 0) {
+        token_release_narrower(n, r);
+    } else if (err == 0 && r->rounds == 1 && reply->type == REDIS_REPLY_INTEGER && reply->integer == 0) {
+        /* After an unknown outcome, 0 is ambiguous: the unanswered try may
+         * still sit unread in a dead connection's socket on the server.
+         * Once this reply is here, the server has read what older
+         * connections had sent before, so one more release settles it. */
         uint64_t now = hl_now_ms();
         hl_req *again = hl_req_copy(r, on_token_released, NULL);
         if (again != NULL) {
             again->rounds = 2;
-            hl_topo_submit(hl_topo_of(net), again, r->deadline.when > now ? r->deadline.when - now
-                                                                          : net->request_timeout_ms);
+            token_release_submit(n, again, r->deadline.when > now ? r->deadline.when - now
+                                                                 : net->request_timeout_ms);
         }
     }
+    hl_name_unref(n);
 }
 
 /* Release a lock that `token` may hold, with nobody to tell. unknown_lease_ms
@@ -57,19 +86,16 @@ void hl_release_token(hl_name *n, const char *token, const hl_terms *terms, uint
     hl_req *r = n->prim->release_req(n, token, terms, on_token_released, NULL);
     uint32_t timeout = n->c->topo.net.request_timeout_ms;
     if (r == NULL) return;
-    if (unknown_lease_ms > 0) {
-        r->rounds = 1;
-        hl_name_submit_within(n, r, unknown_lease_ms > timeout ? unknown_lease_ms : timeout);
-    } else {
-        hl_name_submit(n, r);
-    }
+    r->tryagain_ends = n->prim->release_lock_req != NULL;
+    if (unknown_lease_ms > 0) r->rounds = 1;
+    token_release_submit(n, r, unknown_lease_ms == 0 ? 0 : unknown_lease_ms > timeout ? unknown_lease_ms : timeout);
 }
 
 void hl_release_quiet(hl_name *n, const char *token, const hl_terms *terms) {
     hl_req *r = n->prim->release_req(n, token, terms, on_token_released, NULL);
     if (r == NULL) return;
     r->publishes = 0; /* the script publishes only when given the command */
-    hl_name_submit(n, r);
+    token_release_submit(n, r, 0);
 }
 
 static void on_fence_raised(hl_req *r, redisReply *reply, int err) {

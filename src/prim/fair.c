@@ -11,17 +11,18 @@
  * P{T}:fair:fence the last fence, and P{T}:fair:ch:ID the channel of the
  * grants to the client whose id (the first 16 digits of its tokens) is ID:
  * a grant wakes the grantee's process alone.
- * The scripts are lua/fair_*.lua; _fair.lua says how they keep the queue.
+ * The scripts are lua/fair_*.lua; _queue.lua says how they keep the queue,
+ * which the mutex's starving waits use too (queue.c).
  *
  * On the engine (hl_prim.joins): every wait joins the queue with its first
  * try, sent at once in this client's order of arrival, so the queue keeps
  * it; the head of this client's waits tries again at least every
- * HL_FAIR_REFRESH_MS, which keeps all of this client's entries alive (one
+ * HL_QUEUE_REFRESH_MS, which keeps all of this client's entries alive (one
  * refresh per client and name, none per waiter) and finds a grant whose
  * message was lost. A release grants the first live entry for a claim
  * window of 1 s and publishes "g TOKEN FENCE NOW_MS 1000" to the
  * grantee's client; the waiting
- * client grants that wait (fair_grant_msg), dating the lease by the
+ * client grants that wait (hl_queue_grant_msg), dating the lease by the
  * server's clock, and the hold's watchdog claims it (renews it to its
  * lease) a third of the window later, if it is still held. A grant to a
  * client that died lapses after the window, and the next script that
@@ -33,10 +34,6 @@
 #include <string.h>
 #include "prim/prim.h"
 
-/* The head of a client's waits tries at least this often: _fair.lua's
- * ALIVE_MS (5000) must leave room for a few missed tries. */
-#define HL_FAIR_REFRESH_MS 1000u
-
 static const hl_cmd acquire_cmd = {&hl_script_fair_acquire, 4,
                                    {":fair", ":fair:q", ":fair:p", ":fair:fence"}};
 static const hl_cmd release_cmd = {&hl_script_fair_release, 4,
@@ -47,7 +44,7 @@ static const hl_cmd release_cmd = {&hl_script_fair_release, 4,
  * until the slot has moved; this one names the lock alone. */
 static const hl_cmd release_lock_cmd = {&hl_script_fair_release_lock, 1, {":fair"}};
 /* The claim of a grant by message gives the client back the time in the
- * queue that the grant cut to the claim window (_fair.lua), so it declares
+ * queue that the grant cut to the claim window (_queue.lua), so it declares
  * the clients' key too, which the grant has just written. A later renewal
  * declares only the lock: the clients' key runs out 5 s after the last
  * word on the name, and while the slot migrates a script with a declared
@@ -61,53 +58,12 @@ static const hl_cmd renew_cmd = {&hl_script_fair_renew, 1, {":fair"}};
  * (or 2: join again at the tail, w->rejoining; 3: a try of a token that
  * has had its place, w->placed, so that a place found gone is a queue
  * lost; 0: a first try), the channel without a client's id, PUBLISH or
- * SPUBLISH (added by net)).
- * `owner` is the wait. */
+ * SPUBLISH (added by net)). `owner` is the wait. */
 static hl_req *fair_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_req_done done,
                             void *owner) {
     const hilock_wait *w = owner;
-    hl_req *r = hl_name_req(n, &acquire_cmd, HL_TOKEN_LEN + 3 * 20 + 1 + n->chlen, done, owner);
-    if (r == NULL) return NULL;
-    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
-    hl_req_arg_u64(r, lease_ms);
-    hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
-    hl_req_arg(r, w->try_once ? "1" : w->rejoining ? "2" : w->placed ? "3" : "0", 1, "", 0);
-    hl_req_arg(r, hl_name_channel(n), hl_name_channel_base_len(n), "", 0);
-    r->publishes = 1; /* a try that finds the lock free may grant the first waiter */
-    return r;
-}
-
-/* {granted, n, now, holder, its fence, flags} (fair_acquire.lua): ours
- * with fence n (flags & 1: ours already, renewed), or held by `holder` for
- * n ms more; flags & 2: this client's other places were lost. */
-static int fair_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
-    static const int types[6] = {REDIS_REPLY_INTEGER, REDIS_REPLY_INTEGER, REDIS_REPLY_INTEGER,
-                                 REDIS_REPLY_STRING, REDIS_REPLY_INTEGER, REDIS_REPLY_INTEGER};
-    if (reply->type == REDIS_REPLY_ERROR) return hl_reply_error(&c->loop, reply);
-    int ok = reply->type == REDIS_REPLY_ARRAY && reply->elements == 6;
-    for (size_t i = 0; ok && i < 6; i++) ok = reply->element[i]->type == types[i];
-    long long got = ok ? reply->element[0]->integer : 0, val = ok ? reply->element[1]->integer : 0;
-    size_t holder_len = ok ? reply->element[3]->len : 0;
-    if (!ok || (got == 0 && holder_len != HL_TOKEN_LEN)) {
-        hl_set_error(&c->loop, "unexpected reply to the fair lock's acquire script");
-        return HILOCK_EPROTO;
-    }
-    long long flags = reply->element[5]->integer;
-    out->granted = got == 1;
-    out->server_ms = (uint64_t)reply->element[2]->integer;
-    out->rejoin = (flags & 2) != 0;
-    if (out->granted) {
-        out->fence = (uint64_t)val;
-        out->renewed = (flags & 1) != 0;
-        return 0;
-    }
-    /* The lock may be free by the end of its lease (-2: gone already;
-     * -1, no TTL: not ours, look again soon). */
-    out->retry_ms = val >= 0 ? (uint64_t)val + 1 : val == -2 ? 0 : HL_FAIR_REFRESH_MS;
-    out->holder = reply->element[3]->str;
-    out->holder_ms = val > 0 ? (uint64_t)val : 0;
-    out->fence = (uint64_t)reply->element[4]->integer;
-    return 0;
+    char mode = w->try_once ? '1' : w->rejoining ? '2' : w->placed ? '3' : '0';
+    return hl_queue_try_req(n, &acquire_cmd, token, lease_ms, mode, done, owner);
 }
 
 /* Reentrancy: acquires by the same owner that queued behind the grantee
@@ -122,19 +78,12 @@ static int fair_shares(const hilock_wait *w, const hilock_wait *o) {
 static hl_req *fair_release_req(hl_name *n, const char *token, const hl_terms *terms, hl_req_done done,
                                 void *owner) {
     (void)terms;
-    hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN + 20 + n->chlen, done, owner);
-    if (r == NULL) return NULL;
-    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
-    hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
-    hl_req_arg(r, hl_name_channel(n), hl_name_channel_base_len(n), "", 0);
-    r->publishes = 1;
-    r->everywhere = 1;
-    return r;
+    return hl_queue_release_req(n, &release_cmd, token, done, owner);
 }
 
 /* release_lock(lock; token, this client's channel, PUBLISH or SPUBLISH
  * (added by net)): it wakes this client's waits of the name; the others'
- * refresh finds the lock free within HL_FAIR_REFRESH_MS. */
+ * refresh finds the lock free within HL_QUEUE_REFRESH_MS. */
 static hl_req *fair_release_lock_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
     return hl_prim_release_req(n, &release_lock_cmd, token, done, owner);
 }
@@ -153,47 +102,20 @@ static void fair_abandon(hilock_wait *w) {
     if (!w->try_once) hl_release_token(w->name, w->token, &w->terms, 0);
 }
 
-static int parse_u64(const char **p, const char *end, uint64_t *out) {
-    const char *s = *p;
-    uint64_t v = 0;
-    if (s >= end || *s < '0' || *s > '9') return 0;
-    for (; s < end && *s >= '0' && *s <= '9'; s++) {
-        if (v > (UINT64_MAX - 9) / 10) return 0;
-        v = v * 10 + (uint64_t)(*s - '0');
-    }
-    *out = v;
-    *p = s;
-    return 1;
-}
-
-/* "g TOKEN FENCE NOW_MS CLAIM_MS" (fair_release.lua, _fair.lua). */
-static int fair_grant_msg(const char *data, size_t len, hl_grant *out) {
-    const char *p = data, *end = data + len;
-    uint64_t ttl;
-    if (data == NULL || len < 3 + HL_TOKEN_LEN || p[0] != 'g' || p[1] != ' ') return 0;
-    memcpy(out->token, p + 2, HL_TOKEN_LEN);
-    out->token[HL_TOKEN_LEN] = '\0';
-    p += 2 + HL_TOKEN_LEN;
-    if (p >= end || *p++ != ' ' || !parse_u64(&p, end, &out->fence)) return 0;
-    if (p >= end || *p++ != ' ' || !parse_u64(&p, end, &out->server_ms)) return 0;
-    if (p >= end || *p++ != ' ' || !parse_u64(&p, end, &ttl) || p != end) return 0;
-    out->ttl_ms = ttl > UINT32_MAX ? UINT32_MAX : (uint32_t)ttl;
-    return 1;
-}
-
 const hl_prim hl_fair = {
     .channel_suffix = ":fair:ch:",
     .client_channel = 1,
     .try_req = fair_try_req,
-    .try_parse = fair_try_parse,
+    .try_parse = hl_queue_try_parse,
     .shares = fair_shares,
     .release_req = fair_release_req,
     .release_lock_req = fair_release_lock_req,
     .renew_req = fair_renew_req,
     .abandon = fair_abandon, /* no fence_req: no Redlock, refused at acquire */
     .joins = 1,
-    .refresh_ms = HL_FAIR_REFRESH_MS,
-    .grant_msg = fair_grant_msg,
+    .refresh_ms = HL_QUEUE_REFRESH_MS,
+    .grant_msg = hl_queue_grant_msg,
+    .granted_out = hl_queue_try_moot,
 };
 
 /* ---- The public API of the fair lock --------------------------------------- */

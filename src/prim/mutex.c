@@ -1,20 +1,47 @@
-/* The mutex: one holder at a time, reentrant per owner.
+/* The mutex: one holder at a time, reentrant per owner, with bounded
+ * waiting across processes.
  *
  * Keys of lock NAME under prefix P (see hilock.h): P{T} the lock, a hash
- * {token, fence} with the lease as its TTL; P{T}:fence the last fence;
- * P{T}:ch the channel of release messages. */
+ * {token, fence, q} with the lease as its TTL; P{T}:fence the last fence;
+ * P{T}:ch the channel of release messages (and grants); P{T}:q the queue
+ * of starving waits and P{T}:p their clients (lua/_queue.lua).
+ *
+ * A wait tries with mutex_acquire.lua, which takes the lock if it is
+ * free: after a release, the first try to reach Redis wins, which is the
+ * fastest handoff, but favours the releasing process, whose next wait
+ * tries at once while the others hear of the release a round trip later.
+ * So a wait that has waited hilock_config.starve_ms (hl_prim.bounded: the
+ * engine marks it w->starving) tries with mutex_join.lua instead, which is
+ * the fair lock's try on this lock: it takes a place in the queue and
+ * marks the lock (q), and the release (mutex_release.lua) hands a marked
+ * lock to the queue's first live entry by message, as the fair lock's
+ * release does. Only a process's head tries, so a process has one place
+ * at a time: the starving processes are served in turn. Not over Redlock
+ * (the engine never marks a wait starving there): a queue per master does
+ * not make one order. */
 #include <stdlib.h>
 #include <string.h>
 #include "prim/prim.h"
 
 static const hl_cmd acquire_cmd = {&hl_script_mutex_acquire, 2, {"", ":fence"}};
-static const hl_cmd release_cmd = {&hl_script_mutex_release, 1, {""}};
+static const hl_cmd join_cmd = {&hl_script_mutex_join, 4, {"", ":q", ":p", ":fence"}};
+static const hl_cmd release_cmd = {&hl_script_mutex_release, 4, {"", ":q", ":p", ":fence"}};
+/* The release while the slot is half moved (hl_prim.release_lock_req):
+ * the queue is missing beside the lock unless a wait starves, so the
+ * release above is answered TRYAGAIN until the slot has moved; this one
+ * names the lock alone. */
+static const hl_cmd release_lock_cmd = {&hl_script_mutex_release_lock, 1, {""}};
 static const hl_cmd renew_cmd = {&hl_script_mutex_renew, 1, {""}};
 static const hl_cmd fence_cmd = {&hl_script_mutex_fence, 1, {":fence"}};
 
-/* acquire(lock, fence; token, lease_ms, fence_ttl_s) */
+/* acquire(lock, fence; token, lease_ms, fence_ttl_s), or a starving
+ * wait's join (hl_queue_try_req). Its mode is always a first try's: a
+ * process has one place, so a place found gone (mode 3 would say so) has
+ * no other places to take back with it. `owner` is the wait. */
 static hl_req *mutex_try_req(hl_name *n, const char *token, uint32_t lease_ms,
                              hl_req_done done, void *owner) {
+    const hilock_wait *w = owner;
+    if (w->starving) return hl_queue_try_req(n, &join_cmd, token, lease_ms, '0', done, owner);
     hl_req *r = hl_name_req(n, &acquire_cmd, HL_TOKEN_LEN + 2 * 20, done, owner);
     if (r == NULL) return NULL;
     hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
@@ -24,9 +51,16 @@ static hl_req *mutex_try_req(hl_name *n, const char *token, uint32_t lease_ms,
 }
 
 /* {1, fence}: ours; {0, pttl, holder}: taken, and may expire in pttl ms (-2: gone
- * already; -1: a key without TTL, not ours: look again after a lease). */
+ * already; -1: a key without TTL, not ours: look again after a lease). Or
+ * a join's reply (hl_queue_try_parse), six elements, whose "places lost"
+ * asks nothing of a process with one place. */
 static int mutex_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
     long long v[3];
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 6) {
+        int rc = hl_queue_try_parse(c, reply, out);
+        out->rejoin = 0;
+        return rc;
+    }
     int rc = hl_prim_try_reply(c, reply, "the acquire script", 0, v);
     if (rc != 0) return rc;
     long long got = v[0], val = v[1];
@@ -41,11 +75,23 @@ static int mutex_shares(const hilock_wait *w, const hilock_wait *o) {
     return w->terms.owner != NULL && o->terms.owner == w->terms.owner;
 }
 
-/* release(lock; token, channel, PUBLISH or SPUBLISH (added by net)) */
+/* release(lock, queue, clients, fence; token, fence_ttl_s, channel, PUBLISH
+ * or SPUBLISH (added by net)): also how a starving wait leaves its place. */
 static hl_req *mutex_release_req(hl_name *n, const char *token, const hl_terms *terms, hl_req_done done,
                                  void *owner) {
     (void)terms;
-    return hl_prim_release_req(n, &release_cmd, token, done, owner);
+    return hl_queue_release_req(n, &release_cmd, token, done, owner);
+}
+
+/* release_lock(lock; token, channel, PUBLISH or SPUBLISH (added by net)) */
+static hl_req *mutex_release_lock_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
+    return hl_prim_release_req(n, &release_lock_cmd, token, done, owner);
+}
+
+/* A starving wait that ends without its own grant leaves the queue, and
+ * gives back a grant that raced its end (the release script does both). */
+static void mutex_abandon(hilock_wait *w) {
+    if (w->starving) hl_release_token(w->name, w->token, &w->terms, 0);
 }
 
 /* renew(lock; token, lease_ms[, fence]). Redlock: with the fence, a master
@@ -75,8 +121,14 @@ const hl_prim hl_mutex = {
     .try_parse = mutex_try_parse,
     .shares = mutex_shares,
     .release_req = mutex_release_req,
+    .release_lock_req = mutex_release_lock_req,
     .renew_req = mutex_renew_req,
     .fence_req = mutex_fence_req,
+    .abandon = mutex_abandon,
+    .bounded = 1,
+    .refresh_ms = HL_QUEUE_REFRESH_MS,
+    .grant_msg = hl_queue_grant_msg,
+    .granted_out = hl_queue_try_moot,
 };
 
 /* ---- The public API of the mutex ------------------------------------------ */

@@ -6,8 +6,8 @@
 #include "core/core.h"
 
 extern const hl_prim hl_mutex, hl_semaphore;
-extern const hl_script hl_script_mutex_acquire, hl_script_mutex_release,
-    hl_script_mutex_renew, hl_script_mutex_break, hl_script_mutex_fence;
+extern const hl_script hl_script_mutex_acquire, hl_script_mutex_join, hl_script_mutex_release,
+    hl_script_mutex_release_lock, hl_script_mutex_renew, hl_script_mutex_break, hl_script_mutex_fence;
 extern const hl_script hl_script_sem_acquire, hl_script_sem_release, hl_script_sem_renew;
 
 /* An acquire of primitive `p` (acquire.c): checks, a wait whose terms are
@@ -37,6 +37,34 @@ hl_req *hl_prim_renew_req(hl_name *n, const hl_cmd *cmd, const char *token, uint
 extern const hl_prim hl_rwlock;
 extern const hl_script hl_script_rw_acquire, hl_script_rw_release, hl_script_rw_renew;
 extern const hl_prim hl_fair;
+
+/* ---- The queue in Redis (queue.c, lua/_queue.lua) ---------------------------
+ * The fair lock's waits, and the mutex's starving ones, have a place in a
+ * queue in Redis, which the release hands the lock to. */
+
+/* A waiting process's head tries at least this often while it has a place:
+ * _queue.lua's ALIVE_MS (5000) must leave room for a few missed tries. */
+#define HL_QUEUE_REFRESH_MS 1000u
+/* A try in the queue: cmd(lock, queue, clients, fence; token, lease_ms,
+ * fence_ttl_s, mode, the channel without a client's id, PUBLISH or
+ * SPUBLISH (added by net)); mode as _queue_try.lua reads it. */
+hl_req *hl_queue_try_req(hl_name *n, const hl_cmd *cmd, const char *token, uint32_t lease_ms,
+                         char mode, hl_req_done done, void *owner);
+/* hl_prim.granted_out: the try out for a wait granted by message becomes
+ * a try once, which never takes a place again. */
+void hl_queue_try_moot(hl_req *r);
+/* The release: cmd(lock, queue, clients, fence; token, fence_ttl_s, the
+ * channel without a client's id, PUBLISH or SPUBLISH (added by net)), to
+ * every node of a quorum; also how a wait leaves its place. */
+hl_req *hl_queue_release_req(hl_name *n, const hl_cmd *cmd, const char *token, hl_req_done done,
+                             void *owner);
+/* Its reply, {granted, n, now, holder, its fence, flags}: ours with fence
+ * n (flags & 1: ours already, renewed), or held by `holder` for n ms more;
+ * flags & 2: this client's other places were lost. */
+int hl_queue_try_parse(hilock_client *c, const redisReply *reply, hl_try *out);
+/* A grant by message, "g TOKEN FENCE NOW_MS CLAIM_MS": 1 and *out filled,
+ * or 0 (another message: a wakeup). */
+int hl_queue_grant_msg(const char *data, size_t len, hl_grant *out);
 extern const hl_script hl_script_fair_acquire, hl_script_fair_release, hl_script_fair_renew,
     hl_script_fair_release_lock;
 

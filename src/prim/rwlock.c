@@ -84,7 +84,8 @@ static hl_req *rw_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_r
 }
 
 /* {1, fence, more}: ours (more: a read grant, the next reader may go in at
- * once); {0, ms}: refused, and the lock may be free in ms. */
+ * once); {0, ms[, 1]}: refused, and the lock may be free in ms (1: or not,
+ * but the writer's marker needs its refresh then). */
 static int rw_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
     long long v[3];
     int rc = hl_prim_try_reply(c, reply, "the read-write lock's acquire script", 1, v);
@@ -94,6 +95,7 @@ static int rw_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) 
     out->fence = out->granted && val > 0 ? (uint64_t)val : 0;
     out->more = out->granted && v[2] == 1;
     out->retry_ms = out->granted ? 0 : val > 0 ? (uint64_t)val : 1;
+    out->refresh = !out->granted && v[2] == 1;
     return 0;
 }
 

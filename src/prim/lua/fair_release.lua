@@ -1,4 +1,4 @@
--- release: KEYS as in _fair.lua (lock, queue, processes, fence);
+-- release: KEYS as in _queue.lua (lock, queue, processes, fence);
 -- ARGV[1] token, ARGV[2] fence_ttl_s, ARGV[3] the channel of grants
 -- without a client's id (as fair_acquire.lua's ARGV[5]), ARGV[4] PUBLISH or
 -- SPUBLISH.
@@ -8,14 +8,16 @@
 -- grant that was never claimed) goes to the first live waiter at once, by
 -- message. Returns 1 if `token` held the lock, else 0.
 -- #include "_fence.lua"
--- #include "_fair.lua"
+-- #include "_queue.lua"
+-- #include "_lock_str.lua"
+queue_clock()
 -- This script is the handoff: every Redis call in it is on the path from
 -- the holder's release to the next holder's callback, so it makes few
 -- (the lock is overwritten for the next holder, not deleted, and
 -- its fence is the last one). A holder is never in the queue (the grant
 -- took it off).
 local token = ARGV[1]
-local held, fence = holder()
+local held, fence = lock.holder()
 if held == token then
   local head, claim = pop_live()
   if head then

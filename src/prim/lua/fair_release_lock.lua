@@ -1,5 +1,5 @@
 -- release, on the lock's key alone: KEYS[1] the lock ("TOKEN FENCE", see
--- _fair.lua); ARGV[1] token, ARGV[2] the releasing client's channel,
+-- _lock_str.lua); ARGV[1] token, ARGV[2] the releasing client's channel,
 -- ARGV[3] PUBLISH or SPUBLISH.
 -- Sent instead of fair_release.lua when that was answered TRYAGAIN: the
 -- name's slot is half moved, and the queue or the clients' key is missing

@@ -6,8 +6,10 @@
 -- to that window. Later renewals name the lock only (see fair.c's
 -- claim_cmd). Returns 1 or 0.
 -- #include "_fence.lua"
--- #include "_fair.lua"
-if holder() ~= ARGV[1] then return 0 end
+-- #include "_queue.lua"
+-- #include "_lock_str.lua"
+queue_clock()
+if lock.holder() ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if KEYS[2] then alive(KEYS[2], ARGV[1]) end
 return 1

@@ -8,7 +8,9 @@
 -- retries refresh its marker before the marker runs out.
 -- Readers whose lease ran out (by the server's clock) are dropped first.
 -- Returns {1, fence, 1} (read granted: more readers may come in at once),
--- {1, fence, 0} (write granted), or {0, ms until it may be free}.
+-- {1, fence, 0} (write granted), {0, ms until it may be free}, or {0,
+-- 1000, 1}: try again in a second to refresh the marker (the readers'
+-- leases last longer).
 --
 -- Many readers or one writer. A writer that finds readers leaves the marker
 -- (unless another writer's is there); while it exists, new readers are
@@ -62,7 +64,7 @@ if redis.call('ZCARD', KEYS[2]) > 0 then
   end
   local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
   local ms = tonumber(last[2]) - now + 1
-  if ms > 1000 then ms = 1000 end
+  if ms > 1000 then return {0, 1000, 1} end -- a refresh of the marker
   return {0, ms}
 end
 local fence, f = next_fence(KEYS[3], ARGV[3], nowus)

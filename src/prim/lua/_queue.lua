@@ -1,35 +1,38 @@
--- The fair lock's queue, shared by its scripts (see src/prim/fair.c).
--- KEYS[1] the lock (a string, "TOKEN FENCE": one SET writes it and its
--- lease, one GET reads it), KEYS[2] the queue (zset: token ->
--- its place * 1024 + its claim window, which is its lease, at most
--- CLAIM_MS), KEYS[3] the processes (zset: the first 16 hex digits of a
--- token, which name its client, -> until when its entries count, server
--- ms), KEYS[4] the last fence; one hash tag, one slot.
+-- The queue of waits that the lock is handed to, in Redis: every wait of
+-- the fair lock, and the mutex's waits that starve (hilock_config.starve_ms).
+-- Shared by their scripts (see src/prim/fair.c and src/prim/mutex.c),
+-- each of which includes a lock after this file (_lock_str.lua, the fair
+-- lock's; _lock_hash.lua, the mutex's) that fills `lock`: holder(),
+-- set(token, ms, fence_ttl_s, last), mark_waiting() and per_client.
+-- KEYS[1] the lock, KEYS[2] the queue (zset: token -> its place * 1024 +
+-- its claim window, which is its lease, at most CLAIM_MS), KEYS[3] the
+-- processes (zset: the first 16 hex digits of a token, which name its
+-- client, -> until when its entries count, server ms), KEYS[4] the last
+-- fence; one hash tag, one slot.
 --
 -- A queue entry lives as long as its process speaks: each try, claim or
 -- release of the process on this name moves its time on to ALIVE_MS from
--- now (fair.c tries at least every 1000 ms while it waits), so entries of
--- a process that died are skipped ALIVE_MS after its last word, with no
--- refresh per waiter. A grant by message lives for the entry's claim
--- window unless its process claims it (renews it to its lease) or
--- releases it; the grant also cuts the process's time to that window, so
--- the other entries of a process that died are skipped with its first
--- lapsed grant, not one by one.
+-- now (a process tries at least every 1000 ms while it has a place), so
+-- entries of a process that died are skipped ALIVE_MS after its last
+-- word, with no refresh per waiter. A grant by message lives for the
+-- entry's claim window unless its process claims it (renews it to its
+-- lease) or releases it; the grant also cuts the process's time to that
+-- window, so the other entries of a process that died are skipped with
+-- its first lapsed grant, not one by one.
 local CLAIM_MS = 1000
 local ALIVE_MS = 5000
-local t = redis.call('TIME')
-local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now = math.floor(nowus / 1000)
+local lock = {}
+local nowus, now
+
+-- Read the server's clock (once, before the functions below run): a
+-- script that may not need the queue calls it only when it does.
+local function queue_clock()
+  local t = redis.call('TIME')
+  nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = math.floor(nowus / 1000)
+end
 
 local function client_of(token) return string.sub(token, 1, 16) end
-
--- The lock's holder and its fence, or false when the lock is free.
-local function holder()
-  local v = redis.call('GET', KEYS[1])
-  if not v then return false end
-  local sp = string.find(v, ' ', 1, true)
-  return string.sub(v, 1, sp - 1), tonumber(string.sub(v, sp + 1))
-end
 
 -- `token`'s process spoke: its entries count for ALIVE_MS more. Returns
 -- true if it had no time left (it was silent too long, or the keys were
@@ -78,17 +81,11 @@ local function pop_live()
   return nil
 end
 
--- Give the lock to `token`, for ms (`last`: the fence of the lock being
--- released, if any).
-local function set_lock(token, ms, fence_ttl_s, last)
-  local fence, f = next_fence(KEYS[4], fence_ttl_s, nowus, last)
-  redis.call('SET', KEYS[1], token .. ' ' .. f, 'PX', ms)
-  return fence, f
-end
-
 -- Grant the lock to `head` (taken off the queue) for its claim window,
--- and tell its process on its own channel (`channel` followed by its
--- client's id: no other process wakes): "g TOKEN FENCE NOW_MS CLAIM_MS".
+-- and tell its process: "g TOKEN FENCE NOW_MS CLAIM_MS", on its own
+-- channel (`channel` followed by its client's id: no other process wakes)
+-- when the lock's clients each have one (lock.per_client), else on the
+-- name's channel.
 -- The grantee's process has its time cut to that window, so that its
 -- other entries are skipped once the grant lapses unclaimed (no LT is
 -- needed: while the grant stands, the lock is held and nothing pops). The
@@ -96,13 +93,14 @@ end
 -- spoke (still_alive), in the same ZADD, before the cut, which wins when
 -- both are one process. Returns the fence.
 local function grant_by_message(head, claim, fence_ttl_s, channel, publish, last, releaser)
-  local fence, f = set_lock(head, claim, fence_ttl_s, last)
+  local fence, f = lock.set(head, claim, fence_ttl_s, last)
   if releaser then
     redis.call('ZADD', KEYS[3], 'XX', now + ALIVE_MS, client_of(releaser), now + claim, client_of(head))
   else
     redis.call('ZADD', KEYS[3], 'XX', now + claim, client_of(head))
   end
-  redis.call(publish, channel .. client_of(head), 'g ' .. head .. ' ' .. f .. ' ' .. now .. ' ' .. claim)
+  if lock.per_client then channel = channel .. client_of(head) end
+  redis.call(publish, channel, 'g ' .. head .. ' ' .. f .. ' ' .. now .. ' ' .. claim)
   return fence
 end
 

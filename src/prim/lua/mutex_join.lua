@@ -1,0 +1,19 @@
+-- acquire of a starving wait (hilock_config.starve_ms): KEYS[1] lock,
+-- KEYS[2] queue, KEYS[3] processes, KEYS[4] fence (as in _queue.lua; the
+-- lock as in _lock_hash.lua); ARGV[1] token, ARGV[2] lease_ms, ARGV[3]
+-- fence_ttl_s, ARGV[4] '0' (the token's first try in the queue: it joins
+-- at the tail) or '3' (a later try: the token had its place), ARGV[5] the
+-- name's channel, ARGV[6] PUBLISH or SPUBLISH.
+-- The fair lock's try (fair_acquire.lua, whose reply it shares), on the
+-- mutex's lock: a wait that starved stops racing. It takes a place in the
+-- queue, and marks the lock (q) so that its release hands it to the
+-- queue's first live entry; a free lock goes to that entry too, by
+-- message, unless it is this one. mutex_acquire.lua, the try of a wait
+-- that has not starved, takes a free lock without looking at the queue:
+-- the lock is free while someone starves only when a holder died or an
+-- older client released it, and the next starving try marks the lock of
+-- whoever took it.
+-- #include "_fence.lua"
+-- #include "_queue.lua"
+-- #include "_lock_hash.lua"
+-- #include "_queue_try.lua"
