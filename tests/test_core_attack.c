@@ -577,9 +577,13 @@ Test(core_attack, script_flush_during_contention) {
 
 /* maxmemory reached with noeviction while a hold renews and a waiter
  * waits: the hold is kept (renewals write no new key), the waiter's try,
- * which must write, ends with HILOCK_EOOM once, and nothing is left. */
+ * which must write, ends with HILOCK_EOOM once, and nothing is left. The
+ * waiter races (a starving one takes a place, a write: the next test). */
 Test(core_attack, out_of_memory_with_a_hold_and_a_waiter) {
-    hilock_client *a = ready_client(), *b = ready_client();
+    hilock_config racing;
+    lockenv_config(&racing, e.r.url);
+    racing.starve_ms = HILOCK_STARVE_NEVER;
+    hilock_client *a = ready_client(), *b = ready_client_cfg(&racing);
     lostrec l = {0, 0, 0};
     hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 300);
     o.lost_cb = lost_cb;
@@ -604,6 +608,36 @@ Test(core_attack, out_of_memory_with_a_hold_and_a_waiter) {
     if (g2.status == 0) release_now(&e, g2.hold);
     test_loop_for(e.base, 100);
     cr_expect_eq(gb.calls, 1);
+    cr_expect_eq(test_redis_int(&e.r, "DEL filler"), 1);
+    cr_expect_eq(nonfence_keys(), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* The same with a waiter that starves (50 ms) while the server is out of
+ * memory: taking its place is a write, which Redis refuses, and the wait
+ * ends with HILOCK_EOOM at once; the hold goes on, its release works, and
+ * nothing is left. */
+Test(core_attack, out_of_memory_when_a_wait_starves) {
+    hilock_config cfg;
+    lockenv_config(&cfg, e.r.url);
+    cfg.starve_ms = 50;
+    hilock_client *a = ready_client(), *b = ready_client_cfg(&cfg);
+    got ga = acquire_now(&e, a, "oom-s", NULL);
+    cr_assert_eq(ga.status, 0);
+    cr_assert_eq(test_redis_int(&e.r, "SET filler x"), -1);
+    ctl("CONFIG SET maxmemory-policy noeviction");
+    ctl("CONFIG SET maxmemory 1");
+    got gb = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(b, "oom-s", NULL, got_cb, &gb, NULL), 0);
+    cr_assert(test_loop_until(e.base, &gb.calls, 3000));
+    cr_expect_eq(gb.status, HILOCK_EOOM, "waiter: %s", hilock_strerror(gb.status));
+    cr_expect_eq(release_now(&e, ga.hold), 0);
+    ctl("CONFIG SET maxmemory 0");
+    got g2 = acquire_now(&e, b, "oom-s", NULL);
+    cr_expect_eq(g2.status, 0);
+    if (g2.status == 0) release_now(&e, g2.hold);
+    test_loop_for(e.base, 100);
     cr_expect_eq(test_redis_int(&e.r, "DEL filler"), 1);
     cr_expect_eq(nonfence_keys(), 0);
     hilock_client_free(a);

@@ -37,11 +37,16 @@ local function client_of(token) return string.sub(token, 1, 16) end
 -- `token`'s process spoke: its entries count for ALIVE_MS more. Returns
 -- true if it had no time left (it was silent too long, or the keys were
 -- lost): its other entries may be gone, and it must join them again.
+-- (ZADD is the first write: a server out of memory refuses a command
+-- that may grow it only while a script has written nothing, and a try
+-- under OOM must end with OOM, as the mutex's plain try does.)
 local function alive(procs, token)
+  local client = client_of(token)
+  local was = tonumber(redis.call('ZSCORE', procs, client))
+  redis.call('ZADD', procs, now + ALIVE_MS, client)
   redis.call('ZREMRANGEBYSCORE', procs, '-inf', now)
-  local new = redis.call('ZADD', procs, now + ALIVE_MS, client_of(token)) == 1
   redis.call('PEXPIRE', procs, ALIVE_MS)
-  return new
+  return was == nil or was <= now
 end
 
 -- Join the queue at its tail, unless there already. Returns true if it
