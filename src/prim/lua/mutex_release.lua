@@ -18,28 +18,33 @@
 -- migrates. The queue may be missing beside the lock, so this script is
 -- answered TRYAGAIN while the slot is half moved: mutex.c then sends
 -- mutex_release_lock.lua, on the lock alone.
--- #include "_fence.lua"
--- #include "_queue.lua"
--- #include "_lock_hash.lua"
+-- The common case first, before the included code: a Lua chunk makes
+-- its functions anew at every call, and a release with nobody starving
+-- needs none of them.
 local held = redis.call('HMGET', KEYS[1], 'token', 'fence', 'q')
-if held[1] == ARGV[1] then
-  if held[3] == '1' and ARGV[4] then
-    queue_clock()
-    local head, claim = pop_live()
-    if head then
-      grant_by_message(head, claim, ARGV[2], ARGV[3], ARGV[4], tonumber(held[2]), ARGV[1])
-      return 1
-    end
-    redis.pcall('DEL', KEYS[3]) -- (see lock.set)
-  end
+if held[1] == ARGV[1] and (held[3] ~= '1' or not ARGV[4]) then
   redis.call('DEL', KEYS[1])
   if ARGV[4] then redis.call(ARGV[4], ARGV[3], 'r') end
   return 1
 end
-if ARGV[4] then
-  if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 and redis.pcall('EXISTS', KEYS[2]) == 0 then
-    redis.pcall('DEL', KEYS[3]) -- the last place left
+if not ARGV[4] then return 0 end
+-- #include "_fence.lua"
+-- #include "_queue.lua"
+-- #include "_lock_hash.lua"
+if held[1] == ARGV[1] then
+  queue_clock()
+  local head, claim = pop_live()
+  if head then
+    grant_by_message(head, claim, ARGV[2], ARGV[3], ARGV[4], tonumber(held[2]), ARGV[1])
+    return 1
   end
-  if held[1] == false then redis.call(ARGV[4], ARGV[3], 'r') end
+  redis.pcall('DEL', KEYS[3]) -- (see lock.set)
+  redis.call('DEL', KEYS[1])
+  redis.call(ARGV[4], ARGV[3], 'r')
+  return 1
 end
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 and redis.pcall('EXISTS', KEYS[2]) == 0 then
+  redis.pcall('DEL', KEYS[3]) -- the last place left
+end
+if held[1] == false then redis.call(ARGV[4], ARGV[3], 'r') end
 return 0
