@@ -825,7 +825,7 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
 /* Send w's try: the name's (the head's), or w's join (hl_prim.joins). */
 static void try_submit(hilock_wait *w, int join) {
     hl_name *n = w->name;
-    if (starves_in(w, hl_now_ms()) == 0) w->starving = 1;
+    if (n->prim->bounded && !w->starving && starves_in(w, hl_now_ms()) == 0) w->starving = 1;
     hl_req *r = n->prim->try_req(n, w->token, w->terms.lease_ms, on_try_done, w);
     if (r == NULL) {
         if (join) hl_wait_finish(w, HILOCK_ENOMEM, NULL);

@@ -96,14 +96,17 @@ end
 -- needed: while the grant stands, the lock is held and nothing pops). The
 -- `releaser`, if any, is the token whose release this is: its process
 -- spoke (still_alive), in the same ZADD, before the cut, which wins when
--- both are one process. Returns the fence.
+-- both are one process. Returns the fence. (The clients' key is written
+-- before the lock: the mutex's lock.set deletes it when the queue is
+-- empty, and on a node whose slot is MIGRATING a key that the script
+-- deleted is an error to touch.)
 local function grant_by_message(head, claim, fence_ttl_s, channel, publish, last, releaser)
-  local fence, f = lock.set(head, claim, fence_ttl_s, last)
   if releaser then
     redis.call('ZADD', KEYS[3], 'XX', now + ALIVE_MS, client_of(releaser), now + claim, client_of(head))
   else
     redis.call('ZADD', KEYS[3], 'XX', now + claim, client_of(head))
   end
+  local fence, f = lock.set(head, claim, fence_ttl_s, last)
   if lock.per_client then channel = channel .. client_of(head) end
   redis.call(publish, channel, 'g ' .. head .. ' ' .. f .. ' ' .. now .. ' ' .. claim)
   return fence
