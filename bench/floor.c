@@ -67,8 +67,8 @@ static redisReply *fl_script(redisContext *c, int release, const struct fl_keys 
     if (!release)
         return redisCommand(c, "EVALSHA %s 2 %s %s %s 30000 604800", hl_script_mutex_acquire.sha,
                             k->lock, k->fence, token);
-    return redisCommand(c, "EVALSHA %s 4 %s %s %s %s %s 604800 %s PUBLISH", hl_script_mutex_release.sha,
-                        k->lock, k->queue, k->procs, k->fence, token, k->ch);
+    return redisCommand(c, "EVALSHA %s 1 %s %s %s h PUBLISH", hl_script_mutex_release.sha, k->lock, token,
+                        k->ch);
 }
 
 /* 1 acquired, 0 held by another, -1 error */

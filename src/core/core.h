@@ -94,6 +94,10 @@ struct hl_name {
      * (srv_ms), and when that try was sent (srv_at, ours): grants by
      * message are dated with it (see grant_time in engine.c). */
     uint64_t srv_at, srv_ms;
+    uint64_t handover_until; /* a release of ours was answered 2 (hand it
+                                over: hl_prim.handover_req) less than a
+                                second before: the next ones send the
+                                handover at once (ms) */
     uint64_t woke_us;    /* a release message came then, and no try has
                             been answered since (the handoff histogram) */
     hl_timer fallback;   /* the lock may have expired by then */
@@ -227,6 +231,11 @@ struct hl_prim {
      * waiters, whose tries do the rest (the fair lock's: grant the queue's
      * first live entry once the slot has moved). */
     hl_req *(*release_lock_req)(hl_name *n, const char *token, hl_req_done done, void *owner);
+    /* NULL, or the release of a lock that release_req answered 2 (a reply
+     * of 2 means: the lock is still ours, and must be handed over; the
+     * mutex's, marked by a starving wait), sent then on the keys it needs;
+     * also how a starving wait leaves its place (hl_handover_token). */
+    hl_req *(*handover_req)(hl_name *n, const char *token, hl_req_done done, void *owner);
     /* The renewal of hold h (its token, fence, terms) for lease_ms. */
     hl_req *(*renew_req)(hl_name *n, const hilock_hold *h, uint32_t lease_ms, hl_req_done done,
                          void *owner);
@@ -394,6 +403,9 @@ void hl_fence_raise(hl_name *n, uint64_t fence);
  * nobody to tell. unknown_lease_ms > 0: the try's outcome is unknown; keep
  * at it for that long. */
 void hl_release_token(hl_name *n, const char *token, const hl_terms *terms, uint32_t unknown_lease_ms);
+/* hl_release_token with the primitive's handover_req: a starving wait
+ * that ends leaves its place (and hands on a lock granted to it meanwhile). */
+void hl_handover_token(hl_name *n, const char *token);
 /* Client close: release every hold in Redis. */
 void hl_holds_release_all(hilock_client *c);
 void hl_holds_free_all(hilock_client *c);

@@ -45,17 +45,25 @@ static void token_release_submit(hl_name *n, hl_req *r, uint64_t within_ms) {
 /* A release answered TRYAGAIN (its slot is half moved, and some of the
  * keys it names are missing beside the lock): the primitive's release on
  * the lock's key alone, which follows ASK, as hilock_release() does. */
+static void req_token(const hl_req *r, char *token);
+
 static void token_release_narrower(hl_name *n, const hl_req *r) {
     char token[HL_TOKEN_LEN + 1];
-    memcpy(token, r->argv[r->nkeys], HL_TOKEN_LEN);
-    token[HL_TOKEN_LEN] = '\0';
+    req_token(r, token);
     hl_req *lone = n->prim->release_lock_req(n, token, on_token_released, NULL);
     if (lone != NULL) token_release_submit(n, lone, 0);
+}
+
+/* The token of release r (its first argument after the keys). */
+static void req_token(const hl_req *r, char *token) {
+    memcpy(token, r->argv[r->nkeys], HL_TOKEN_LEN);
+    token[HL_TOKEN_LEN] = '\0';
 }
 
 static void on_token_released(hl_req *r, redisReply *reply, int err) {
     hl_net *net = r->net;
     hl_name *n = r->owner;
+    char token[HL_TOKEN_LEN + 1];
     if (net->loop->freeing) {
         n->refs--; /* names go with the client */
         return;
@@ -63,6 +71,9 @@ static void on_token_released(hl_req *r, redisReply *reply, int err) {
     if (err == 0 && r->tryagain_ends && reply->type == REDIS_REPLY_ERROR &&
         strncmp(reply->str, "TRYAGAIN", 8) == 0) {
         token_release_narrower(n, r);
+    } else if (err == 0 && reply->type == REDIS_REPLY_INTEGER && reply->integer == 2) {
+        req_token(r, token);
+        hl_handover_token(n, token);
     } else if (err == 0 && r->rounds == 1 && reply->type == REDIS_REPLY_INTEGER && reply->integer == 0) {
         /* After an unknown outcome, 0 is ambiguous: the unanswered try may
          * still sit unread in a dead connection's socket on the server.
@@ -89,6 +100,13 @@ void hl_release_token(hl_name *n, const char *token, const hl_terms *terms, uint
     r->tryagain_ends = n->prim->release_lock_req != NULL;
     if (unknown_lease_ms > 0) r->rounds = 1;
     token_release_submit(n, r, unknown_lease_ms == 0 ? 0 : unknown_lease_ms > timeout ? unknown_lease_ms : timeout);
+}
+
+void hl_handover_token(hl_name *n, const char *token) {
+    hl_req *r = n->prim->handover_req(n, token, on_token_released, NULL);
+    if (r == NULL) return;
+    r->tryagain_ends = n->prim->release_lock_req != NULL;
+    token_release_submit(n, r, 0);
 }
 
 void hl_release_quiet(hl_name *n, const char *token, const hl_terms *terms) {
@@ -379,10 +397,29 @@ static int release_narrower(hl_req *r, const redisReply *reply) {
     return 1;
 }
 
+/* A release answered 2 (the lock is still ours, and must be handed over:
+ * hl_prim.handover_req): send the handover. Returns 1 if sent. For a
+ * second after, this client's releases of the name send the handover at
+ * once (release_req_of): while waits starve, the lock is handed over at
+ * every release, and a round trip per handoff would slow them all. */
+#define HANDOVER_MEMORY_MS 1000
+static int release_handover(hl_req *r, const redisReply *reply) {
+    hl_relop *op = r->owner;
+    hl_name *n = op->hold->name;
+    if (n->prim->handover_req == NULL || reply->type != REDIS_REPLY_INTEGER || reply->integer != 2)
+        return 0;
+    hl_req *h = n->prim->handover_req(n, op->hold->token, on_released, op);
+    if (h == NULL) return 0;
+    n->handover_until = hl_now_ms() + HANDOVER_MEMORY_MS;
+    h->tryagain_ends = n->prim->release_lock_req != NULL;
+    hl_name_submit(n, h);
+    return 1;
+}
+
 static void on_released(hl_req *r, redisReply *reply, int err) {
     hl_relop *op = r->owner;
     hl_loop *l = r->net->loop;
-    if (err == 0 && !l->freeing && release_narrower(r, reply)) return;
+    if (err == 0 && !l->freeing && (release_narrower(r, reply) || release_handover(r, reply))) return;
     if (err == 0) {
         /* 0 after a lost reply: most likely our own first send deleted it. */
         if (reply->type == REDIS_REPLY_INTEGER)
@@ -425,6 +462,15 @@ static void final_release_begin(hilock_hold *h) {
     hl_hold_begin_release(h);
 }
 
+/* The release of hold h: the handover itself, if a release of its name
+ * was answered 2 within HANDOVER_MEMORY_MS. */
+static hl_req *release_req_of(hilock_hold *h, hl_relop *op) {
+    hl_name *n = h->name;
+    if (n->prim->handover_req != NULL && n->handover_until > hl_now_ms())
+        return n->prim->handover_req(n, h->token, on_released, op);
+    return n->prim->release_req(n, h->token, &h->terms, on_released, op);
+}
+
 int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
     if (h == NULL) return HILOCK_EINVAL;
     if (h->c->loop.forked) return HILOCK_EFORK;
@@ -442,7 +488,7 @@ int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
         hl_defer_push(&h->c->loop, &op->defer);
         return 0;
     }
-    hl_req *r = h->name->prim->release_req(h->name, h->token, &h->terms, on_released, op);
+    hl_req *r = release_req_of(h, op);
     if (r == NULL) { free(op); return HILOCK_ENOMEM; }
     r->tryagain_ends = h->name->prim->release_lock_req != NULL;
     op->last = 1;

@@ -13,9 +13,9 @@
  * So a wait that has waited hilock_config.starve_ms (hl_prim.bounded: the
  * engine marks it w->starving) tries with mutex_join.lua instead, which is
  * the fair lock's try on this lock: it takes a place in the queue and
- * marks the lock (q), and the release (mutex_release.lua) hands a marked
- * lock to the queue's first live entry by message, as the fair lock's
- * release does. Only a process's head tries, so a process has one place
+ * marks the lock (q), and the release (mutex_release.lua, answered 2 for
+ * a marked lock, then mutex_handover.lua) hands a marked lock to the
+ * queue's first live entry by message, as the fair lock's release does. Only a process's head tries, so a process has one place
  * at a time: the starving processes are served in turn. Not over Redlock
  * (the engine never marks a wait starving there): a queue per master does
  * not make one order. */
@@ -25,12 +25,13 @@
 
 static const hl_cmd acquire_cmd = {&hl_script_mutex_acquire, 2, {"", ":fence"}};
 static const hl_cmd join_cmd = {&hl_script_mutex_join, 4, {"", ":q", ":p", ":fence"}};
-static const hl_cmd release_cmd = {&hl_script_mutex_release, 4, {"", ":q", ":p", ":fence"}};
-/* The release while the slot is half moved (hl_prim.release_lock_req):
- * the queue is missing beside the lock unless a wait starves, so the
- * release above is answered TRYAGAIN until the slot has moved; this one
- * names the lock alone. */
-static const hl_cmd release_lock_cmd = {&hl_script_mutex_release_lock, 1, {""}};
+/* The release names the lock alone: with nobody starving (the common
+ * case) that is all it needs, and a script's keys cost Redis and the
+ * client something at every call. A lock marked by a starving wait is
+ * answered 2, and handed over by handover_cmd, which names the queue's
+ * keys too. */
+static const hl_cmd release_cmd = {&hl_script_mutex_release, 1, {""}};
+static const hl_cmd handover_cmd = {&hl_script_mutex_handover, 4, {"", ":q", ":p", ":fence"}};
 static const hl_cmd renew_cmd = {&hl_script_mutex_renew, 1, {""}};
 static const hl_cmd fence_cmd = {&hl_script_mutex_fence, 1, {":fence"}};
 
@@ -75,23 +76,44 @@ static int mutex_shares(const hilock_wait *w, const hilock_wait *o) {
     return w->terms.owner != NULL && o->terms.owner == w->terms.owner;
 }
 
-/* release(lock, queue, clients, fence; token, fence_ttl_s, channel, PUBLISH
- * or SPUBLISH (added by net)): also how a starving wait leaves its place. */
+/* release(lock; token, channel, mode, PUBLISH or SPUBLISH (added by net)) */
+static hl_req *release_req_of(hl_name *n, const char *token, const char *mode, hl_req_done done,
+                              void *owner) {
+    hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN + n->chlen + 1, done, owner);
+    if (r == NULL) return NULL;
+    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
+    hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
+    hl_req_arg(r, mode, 1, "", 0);
+    r->publishes = 1;
+    r->everywhere = 1;
+    return r;
+}
+
+/* The release: 'h', it may be answered 2 (hand it over). */
 static hl_req *mutex_release_req(hl_name *n, const char *token, const hl_terms *terms, hl_req_done done,
                                  void *owner) {
     (void)terms;
-    return hl_queue_release_req(n, &release_cmd, token, done, owner);
+    return release_req_of(n, token, "h", done, owner);
 }
 
-/* release_lock(lock; token, channel, PUBLISH or SPUBLISH (added by net)) */
+/* The handover answered TRYAGAIN (the slot is half moved, the queue
+ * missing beside the lock): 'd', the lock is deleted and the waiters told;
+ * the next starving try hands it on. */
 static hl_req *mutex_release_lock_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
-    return hl_prim_release_req(n, &release_lock_cmd, token, done, owner);
+    return release_req_of(n, token, "d", done, owner);
+}
+
+/* handover(lock, queue, clients, fence; token, fence_ttl_s, channel,
+ * PUBLISH or SPUBLISH (added by net)): also how a starving wait leaves
+ * its place. */
+static hl_req *mutex_handover_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
+    return hl_queue_release_req(n, &handover_cmd, token, done, owner);
 }
 
 /* A starving wait that ends without its own grant leaves the queue, and
  * gives back a grant that raced its end (the release script does both). */
 static void mutex_abandon(hilock_wait *w) {
-    if (w->starving) hl_release_token(w->name, w->token, &w->terms, 0);
+    if (w->starving) hl_handover_token(w->name, w->token);
 }
 
 /* renew(lock; token, lease_ms[, fence]). Redlock: with the fence, a master
@@ -122,6 +144,7 @@ const hl_prim hl_mutex = {
     .shares = mutex_shares,
     .release_req = mutex_release_req,
     .release_lock_req = mutex_release_lock_req,
+    .handover_req = mutex_handover_req,
     .renew_req = mutex_renew_req,
     .fence_req = mutex_fence_req,
     .abandon = mutex_abandon,
