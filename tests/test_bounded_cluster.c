@@ -54,17 +54,6 @@ static got held(hilock_client *c, const char *name, uint32_t lease_ms) {
     return g;
 }
 
-/* Is `key` one of the keys r holds in `slot`? (CLUSTER GETKEYSINSLOT: no
- * ASK, whatever the slot's state.) */
-static int slot_has(test_redis *r, const char *slot, const char *key) {
-    redisReply *keys = test_redis_cmd(r, "CLUSTER GETKEYSINSLOT %s 100", slot);
-    int has = 0;
-    for (size_t i = 0; keys && keys->type == REDIS_REPLY_ARRAY && i < keys->elements; i++)
-        has |= strcmp(keys->element[i]->str, key) == 0;
-    if (keys) freeReplyObject(keys);
-    return has;
-}
-
 /* A command on `key` run where the key is: on r, after ASKING (a node
  * whose slot is importing answers only then). Its integer reply, or -1. */
 static long long asking_int(test_redis *r, const char *fmt, const char *key) {
@@ -78,56 +67,9 @@ static long long asking_int(test_redis *r, const char *fmt, const char *key) {
     return v;
 }
 
-/* Keys of `name` left on r in `slot`: anything but the fence, and the
- * clients' key unless it runs out within ALIVE_MS (5 s, README's key
- * table: a try that finds its own grant speaks for its client once
- * more). How many, the first into `first`. (CLUSTER GETKEYSINSLOT and
- * ASKING: whatever the slot's state.) */
-static int leftovers(test_redis *r, const char *slot, const char *name, char *first, size_t n) {
-    const char *p = prim_key(name, ":p");
-    redisReply *keys = test_redis_cmd(r, "CLUSTER GETKEYSINSLOT %s 100", slot);
-    int left = 0;
-    first[0] = 0;
-    for (size_t i = 0; keys && keys->type == REDIS_REPLY_ARRAY && i < keys->elements; i++) {
-        const char *key = keys->element[i]->str;
-        size_t len = strlen(key);
-        if (len >= 6 && strcmp(key + len - 6, ":fence") == 0) continue;
-        if (strcmp(key, p) == 0) {
-            long long ttl = asking_int(r, "PTTL %s", p);
-            if (ttl > 0 && ttl <= 5000) continue;
-        }
-        if (left++ == 0) snprintf(first, n, "%s", key);
-    }
-    if (keys) freeReplyObject(keys);
-    return left;
-}
-
-/* ---- A slot migrated by hand (as in test_topo_attack.c) -------------------- */
-
-typedef struct migration {
-    char slot[8], src_id[64], dst_id[64];
-    test_redis *src, *dst;
-} migration;
-
-static void migration_of(const char *name, migration *m) {
-    unsigned s = cluster_slot_of(name);
-    snprintf(m->slot, sizeof(m->slot), "%u", s);
-    m->src = test_cluster_master_of(&e.cl, s);
-    m->dst = cluster_other_master(&e.cl, m->src);
-    cr_assert(m->src && m->dst);
-    cluster_node_id(m->src, m->src_id, sizeof(m->src_id));
-    cluster_node_id(m->dst, m->dst_id, sizeof(m->dst_id));
-}
-
-/* IMPORTING on dst, MIGRATING on src: the keys stay on src. */
-static void migration_begin(const migration *m) {
-    cr_assert(cluster_run_on(m->dst, "CLUSTER SETSLOT %s IMPORTING %s", m->slot, m->src_id));
-    cr_assert(cluster_run_on(m->src, "CLUSTER SETSLOT %s MIGRATING %s", m->slot, m->dst_id));
-}
-
 /* MIGRATE, in one command, those of keys[0..n) that src has in m's slot
  * (so that no script sees one half of them moved). Returns how many. */
-static size_t migrate_keys(const migration *m, const char *const *keys, size_t n) {
+static size_t migrate_keys(const cluster_migration *m, const char *const *keys, size_t n) {
     char port[16];
     snprintf(port, sizeof(port), "%d", m->dst->port);
     const char *argv[120];
@@ -137,7 +79,7 @@ static size_t migrate_keys(const migration *m, const char *const *keys, size_t n
     for (int i = 0; i < 7; i++) { argv[argc] = head[i]; len[argc++] = strlen(head[i]); }
     size_t moved = 0;
     for (size_t i = 0; i < n && argc < 120; i++) {
-        if (!slot_has(m->src, m->slot, keys[i])) continue;
+        if (!cluster_slot_has(m->src, m->slot, keys[i])) continue;
         argv[argc] = keys[i];
         len[argc++] = strlen(keys[i]);
         moved++;
@@ -153,7 +95,7 @@ static size_t migrate_keys(const migration *m, const char *const *keys, size_t n
 }
 
 /* Every key src still has in m's slot. */
-static size_t migrate_rest(const migration *m) {
+static size_t migrate_rest(const cluster_migration *m) {
     redisReply *keys = test_redis_cmd(m->src, "CLUSTER GETKEYSINSLOT %s 100", m->slot);
     cr_assert(keys && keys->type == REDIS_REPLY_ARRAY);
     const char *names[100];
@@ -165,7 +107,7 @@ static size_t migrate_rest(const migration *m) {
 }
 
 /* The rest of the keys go to dst, and the slot is dst's. */
-static void migration_end(const migration *m) {
+static void migration_end(const cluster_migration *m) {
     migrate_rest(m);
     cluster_slot_to(&e.cl, m->slot, m->dst_id);
 }
@@ -199,8 +141,8 @@ static int runs_mid_migration(enum part p) { return p == KEYS_ON_SRC || p == ALL
 static void handoff_mid_migration(const char *name, enum part p, int waiters) {
     hilock_client *a = starving_client(e.cl.url, 30);
     hilock_client *w[2] = {starving_client(e.cl.node[3].url, 30), starving_client(e.cl.url, 30)};
-    migration m;
-    migration_of(name, &m);
+    cluster_migration m;
+    cluster_migration_of(&e, name, &m);
     const char *what = part_name[p];
     char lock[300], q[300], pk[300], fence[300];
     snprintf(lock, sizeof(lock), "%s", prim_key(name, ""));
@@ -222,7 +164,7 @@ static void handoff_mid_migration(const char *name, enum part p, int waiters) {
               what);
     if (mark) freeReplyObject(mark);
 
-    migration_begin(&m);
+    cluster_migration_begin(&m);
     const char *lock_keys[] = {lock, fence}, *queue_keys[] = {q, pk};
     if (p == LOCK_MOVED) cr_assert_eq(migrate_keys(&m, lock_keys, 2), 2);
     if (p == QUEUE_MOVED) cr_assert_eq(migrate_keys(&m, queue_keys, 2), 2);
@@ -234,6 +176,7 @@ static void handoff_mid_migration(const char *name, enum part p, int waiters) {
 
     rel ra = {0, 0};
     long long t0 = test_now_ms();
+    uint64_t last = hilock_hold_fence(ga.hold); /* (a hold is freed by its release) */
     cr_assert_eq(hilock_release(ga.hold, rel_cb, &ra), 0);
     cr_assert(test_loop_until(e.base, &ra.calls, 3000), "%s: the release did not end", what);
     cr_expect_eq(ra.status, 0, "%s: the release: %s (%s)", what, hilock_strerror(ra.status), hilock_client_errstr(a));
@@ -245,7 +188,6 @@ static void handoff_mid_migration(const char *name, enum part p, int waiters) {
         migration_end(&m);
         moved = 1;
     }
-    uint64_t last = hilock_hold_fence(ga.hold);
     for (int i = 0; i < waiters; i++) {
         /* Keys on dst: the release (or the last holder's) granted there by
          * message, where the waiter does not listen (sharded pub/sub: it
@@ -275,7 +217,7 @@ static void handoff_mid_migration(const char *name, enum part p, int waiters) {
         long long ttl = -1;
         while (ttl <= 5000 && test_now_ms() - gw[i].at_ms < 900) {
             test_loop_for(e.base, 50);
-            test_redis *at = slot_has(m.src, m.slot, lock) ? m.src : m.dst;
+            test_redis *at = cluster_slot_has(m.src, m.slot, lock) ? m.src : m.dst;
             ttl = asking_int(at, "PTTL %s", lock);
         }
         cr_expect_gt(ttl, 5000, "%s: waiter %d's grant was not claimed (%lld ms left)", what, i, ttl);
@@ -288,8 +230,8 @@ static void handoff_mid_migration(const char *name, enum part p, int waiters) {
                      hilock_client_errstr(w[i]));
     }
     test_loop_for(e.base, 100);
-    cr_expect(!slot_has(m.src, m.slot, lock) && !slot_has(m.dst, m.slot, lock), "%s: a lock left behind", what);
-    cr_expect(!slot_has(m.src, m.slot, q) && !slot_has(m.dst, m.slot, q), "%s: a place left behind", what);
+    cr_expect(!cluster_slot_has(m.src, m.slot, lock) && !cluster_slot_has(m.dst, m.slot, lock), "%s: a lock left behind", what);
+    cr_expect(!cluster_slot_has(m.src, m.slot, q) && !cluster_slot_has(m.dst, m.slot, q), "%s: a place left behind", what);
 
     if (!moved) migration_end(&m);
     test_loop_for(e.base, 200);
@@ -302,8 +244,8 @@ static void handoff_mid_migration(const char *name, enum part p, int waiters) {
     }
     test_loop_for(e.base, 100);
     char left[256];
-    cr_expect_eq(leftovers(m.dst, m.slot, name, left, sizeof(left)), 0, "%s: %s left behind", what, left);
-    cr_expect_eq(leftovers(m.src, m.slot, name, left, sizeof(left)), 0, "%s: %s left on the old master", what, left);
+    cr_expect_eq(cluster_leftovers(m.dst, m.slot, left, sizeof(left)), 0, "%s: %s left behind", what, left);
+    cr_expect_eq(cluster_leftovers(m.src, m.slot, left, sizeof(left)), 0, "%s: %s left on the old master", what, left);
     hilock_client_free(a);
     hilock_client_free(w[0]);
     hilock_client_free(w[1]);
@@ -529,7 +471,7 @@ static void starving_through_failover(const char *name, int kill, int mid) {
     test_loop_for(e.base, 200);
     char s[8], left[256];
     snprintf(s, sizeof(s), "%u", slot);
-    cr_expect_eq(leftovers(test_cluster_master_of(&e.cl, slot), s, name, left, sizeof(left)), 0,
+    cr_expect_eq(cluster_leftovers(test_cluster_master_of(&e.cl, slot), s, left, sizeof(left)), 0,
                  "%s: %s left behind", how, left);
     got g = cluster_take(&e, h, name);
     cr_expect_eq(g.status, 0, "%s: an acquire after it all: %s", how, hilock_strerror(g.status));
@@ -601,6 +543,7 @@ Test(bounded_cluster, a_starving_process_killed_mid_queue_on_a_cluster) {
     kill(kid, SIGKILL);
     waitpid(kid, NULL, 0);
     long long t0 = test_now_ms();
+    uint64_t fh = hilock_hold_fence(gh.hold); /* (a hold is freed by its release) */
     cr_assert_eq(cluster_give_back(&e, gh.hold), 0);
     cr_assert(test_loop_until(e.base, &g.calls, 5000), "never granted");
     cr_expect_eq(g.status, 0, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
@@ -608,13 +551,13 @@ Test(bounded_cluster, a_starving_process_killed_mid_queue_on_a_cluster) {
     cr_log_info("bounded_cluster: the wait behind a dead starving process granted %lld ms after the release", took);
     cr_expect(took >= 900 && took < 2600, "granted %lld ms after the release", took);
     if (g.status == 0) {
-        cr_expect_gt(hilock_hold_fence(g.hold), hilock_hold_fence(gh.hold));
+        cr_expect_gt(hilock_hold_fence(g.hold), fh);
         cr_expect_eq(cluster_give_back(&e, g.hold), 0);
     }
     test_loop_for(e.base, 100);
     char s[8], left[256];
     snprintf(s, sizeof(s), "%u", slot);
-    cr_expect_eq(leftovers(m, s, name, left, sizeof(left)), 0, "%s left behind", left);
+    cr_expect_eq(cluster_leftovers(m, s, left, sizeof(left)), 0, "%s left behind", left);
     hilock_client_free(h);
     hilock_client_free(c);
     munmap(placed, sizeof(*placed));

@@ -72,37 +72,14 @@ static size_t migrate_slot_keys(test_redis *src, test_redis *dst, const char *sl
     return n;
 }
 
-/* A slot migrated step by step, by hand: `name`'s slot, its master (src)
- * and another (dst). */
-typedef struct migration {
-    char slot[8], src_id[64], dst_id[64];
-    test_redis *src, *dst;
-} migration;
-
-static void migration_of(const char *name, migration *m) {
-    unsigned s = cluster_slot_of(name);
-    snprintf(m->slot, sizeof(m->slot), "%u", s);
-    m->src = test_cluster_master_of(&e.cl, s);
-    m->dst = cluster_other_master(&e.cl, m->src);
-    cr_assert(m->src && m->dst);
-    cluster_node_id(m->src, m->src_id, sizeof(m->src_id));
-    cluster_node_id(m->dst, m->dst_id, sizeof(m->dst_id));
-}
-
-/* IMPORTING on dst, MIGRATING on src: the keys stay on src. */
-static void migration_begin(const migration *m) {
-    cr_assert(cluster_run_on(m->dst, "CLUSTER SETSLOT %s IMPORTING %s", m->slot, m->src_id));
-    cr_assert(cluster_run_on(m->src, "CLUSTER SETSLOT %s MIGRATING %s", m->slot, m->dst_id));
-}
-
 /* The keys go to dst, unless `moved` already, and the slot is dst's. */
-static void migration_end(const migration *m, int moved) {
+static void migration_end(const cluster_migration *m, int moved) {
     if (!moved) migrate_slot_keys(m->src, m->dst, m->slot);
     cluster_slot_to(&e.cl, m->slot, m->dst_id);
 }
 
 /* Nothing but what may stay (see cluster_leftovers) on either node. */
-static void migration_clean(const migration *m, const char *what) {
+static void migration_clean(const cluster_migration *m, const char *what) {
     char left[256];
     cr_expect_eq(cluster_leftovers(m->dst, m->slot, left, sizeof(left)), 0, "%s: %s left behind", what, left);
     cr_expect_eq(cluster_leftovers(m->src, m->slot, left, sizeof(left)), 0, "%s: %s left on the old master", what, left);
@@ -137,8 +114,8 @@ static void release_at(enum kind k, enum step now, enum step at, got *ga, got *g
 static void migrate_held(enum kind k, const char *name, enum step at) {
     hilock_client *a, *b;
     cluster_client_pair(&e.cl, &e.loop, &a, &b);
-    migration m;
-    migration_of(name, &m);
+    cluster_migration m;
+    cluster_migration_of(&e, name, &m);
     lostrec lost = {0, 0, 0};
     got ga = held(k, a, name, 1500, &lost), gb = {0, 0, NULL, 0};
     rel ra = {0, 0};
@@ -146,7 +123,7 @@ static void migrate_held(enum kind k, const char *name, enum step at) {
     test_loop_for(e.base, 300);
     cr_assert_eq(gb.calls, 0, "%s: granted while held", kind_name[k]);
 
-    migration_begin(&m);
+    cluster_migration_begin(&m);
     test_loop_for(e.base, 1700);
     cr_expect_eq(lost.calls, 0, "%s: the hold was lost while its slot was migrating (keys on src)", kind_name[k]);
     release_at(k, WITH_KEYS_ON_SRC, at, &ga, &gb, &ra);
@@ -197,17 +174,6 @@ Test(topo_attack, read_write_releases_in_the_middle_of_a_migration) {
     migrate_held(K_WRITE, "tr-write2", WITH_KEYS_ON_DST);
 }
 
-/* Is `key` one of the keys r holds in `slot`? (CLUSTER GETKEYSINSLOT: no
- * ASK, whatever the slot's state.) */
-static int slot_has(test_redis *r, const char *slot, const char *key) {
-    redisReply *keys = test_redis_cmd(r, "CLUSTER GETKEYSINSLOT %s 100", slot);
-    int has = 0;
-    for (size_t i = 0; keys && keys->type == REDIS_REPLY_ARRAY && i < keys->elements; i++)
-        has |= strcmp(keys->element[i]->str, key) == 0;
-    if (keys) freeReplyObject(keys);
-    return has;
-}
-
 /* A writer waits for a reader (its marker holds new readers off) and gives
  * up while the slot migrates, with the keys on src (`moved` 0) or on dst
  * (1): its marker must go at once, as on a settled slot, not linger until
@@ -216,23 +182,23 @@ static int slot_has(test_redis *r, const char *slot, const char *key) {
 static void writer_gives_up_mid_migration(const char *name, int moved) {
     hilock_client *a, *b;
     cluster_client_pair(&e.cl, &e.loop, &a, &b);
-    migration m;
-    migration_of(name, &m);
+    cluster_migration m;
+    cluster_migration_of(&e, name, &m);
     got ga = held(K_READ, a, name, 1500, NULL), gb = {0, 0, NULL, 0};
     hilock_wait *wb = NULL;
     cr_assert_eq(hilock_write_acquire(b, name, NULL, got_cb, &gb, &wb), 0);
     test_loop_for(e.base, 300);
     const char *mark = prim_key(name, ":rww");
-    cr_assert(slot_has(m.src, m.slot, mark), "the waiting writer left no marker");
+    cr_assert(cluster_slot_has(m.src, m.slot, mark), "the waiting writer left no marker");
 
-    migration_begin(&m);
+    cluster_migration_begin(&m);
     if (moved) cr_assert_gt(migrate_slot_keys(m.src, m.dst, m.slot), 0);
     test_loop_for(e.base, 300);
     cr_assert_eq(hilock_wait_cancel(wb), 0);
     test_loop_for(e.base, 400);
     cr_expect_eq(gb.calls, 1);
     cr_expect_eq(gb.status, HILOCK_ECANCELED);
-    cr_expect(!slot_has(m.src, m.slot, mark) && !slot_has(m.dst, m.slot, mark),
+    cr_expect(!cluster_slot_has(m.src, m.slot, mark) && !cluster_slot_has(m.dst, m.slot, mark),
               "keys on %s: the marker of a writer that gave up is still there", moved ? "dst" : "src");
 
     migration_end(&m, moved);
@@ -259,15 +225,15 @@ Test(topo_attack, a_fair_hold_with_a_long_lease_renews_mid_migration) {
     const char *name = "tl-fair";
     hilock_client *a, *b;
     cluster_client_pair(&e.cl, &e.loop, &a, &b);
-    migration m;
-    migration_of(name, &m);
+    cluster_migration m;
+    cluster_migration_of(&e, name, &m);
     lostrec lost = {0, 0, 0};
     got ga = held(K_FAIR, a, name, 16500, &lost); /* the watchdog renews at 5.5 s */
     long long t0 = test_now_ms();
     const char *lock = prim_key(name, ":fair");
-    migration_begin(&m);
+    cluster_migration_begin(&m);
     test_loop_for(e.base, (int)(6500 - (test_now_ms() - t0)));
-    cr_expect(!slot_has(m.src, m.slot, prim_key(name, ":fair:p")), "the clients' key outlived its 5 s");
+    cr_expect(!cluster_slot_has(m.src, m.slot, prim_key(name, ":fair:p")), "the clients' key outlived its 5 s");
     long long ttl = test_redis_int(m.src, "PTTL %s", lock);
     cr_expect_gt(ttl, 14000, "keys on src: the renewal did not reach the lock (%lld ms left)", ttl);
 
@@ -303,11 +269,11 @@ Test(topo_attack, a_fair_hold_with_a_long_lease_renews_mid_migration) {
 static void fair_lone_release_mid_migration(const char *name, int moved) {
     hilock_client *a, *b;
     cluster_client_pair(&e.cl, &e.loop, &a, &b);
-    migration m;
-    migration_of(name, &m);
+    cluster_migration m;
+    cluster_migration_of(&e, name, &m);
     got ga = held(K_FAIR, a, name, 9000, NULL);
     const char *lock = prim_key(name, ":fair");
-    migration_begin(&m);
+    cluster_migration_begin(&m);
     if (moved) cr_assert_gt(migrate_slot_keys(m.src, m.dst, m.slot), 0);
     rel ra = {0, 0};
     cr_assert_eq(hilock_release(ga.hold, rel_cb, &ra), 0);
@@ -315,7 +281,7 @@ static void fair_lone_release_mid_migration(const char *name, int moved) {
     cr_expect_eq(ra.calls, 1, "keys on %s: the release never ended", moved ? "dst" : "src");
     cr_expect_eq(ra.status, 0, "keys on %s: the release: %s (%s)", moved ? "dst" : "src", hilock_strerror(ra.status),
                  hilock_client_errstr(a));
-    cr_expect(!slot_has(m.src, m.slot, lock) && !slot_has(m.dst, m.slot, lock), "keys on %s: the lock is still there",
+    cr_expect(!cluster_slot_has(m.src, m.slot, lock) && !cluster_slot_has(m.dst, m.slot, lock), "keys on %s: the lock is still there",
               moved ? "dst" : "src");
     migration_end(&m, moved);
     test_loop_until(e.base, &ra.calls, 10000);
@@ -339,19 +305,19 @@ Test(topo_attack, a_fair_release_past_a_dead_entry_mid_migration) {
     const char *name = "td-fair";
     hilock_client *a, *b;
     cluster_client_pair(&e.cl, &e.loop, &a, &b);
-    migration m;
-    migration_of(name, &m);
+    cluster_migration m;
+    cluster_migration_of(&e, name, &m);
     got ga = held(K_FAIR, a, name, 5000, NULL);
     char dead[33]; /* a token: 32 hex digits */
     memset(dead, 'f', 32); /* of a client that never spoke here */
     dead[32] = 0;
     cr_assert_eq(test_redis_int(m.src, "ZADD %s 2024 %s", prim_key(name, ":fair:q"), dead), 1);
-    migration_begin(&m);
+    cluster_migration_begin(&m);
     rel ra = {0, 0};
     cr_assert_eq(hilock_release(ga.hold, rel_cb, &ra), 0);
     cr_assert(test_loop_until(e.base, &ra.calls, 1500), "the release did not end");
     cr_expect_eq(ra.status, 0, "the release: %s (%s)", hilock_strerror(ra.status), hilock_client_errstr(a));
-    cr_expect(!slot_has(m.src, m.slot, prim_key(name, ":fair")), "the lock is still there");
+    cr_expect(!cluster_slot_has(m.src, m.slot, prim_key(name, ":fair")), "the lock is still there");
     migration_end(&m, 0);
     test_loop_for(e.base, 100);
     migration_clean(&m, name);

@@ -141,9 +141,9 @@ static inline int cluster_give_back(clusterenv *e, hilock_hold *h) {
 
 /* Keys of `slot` on r that are neither fence keys (they outlive locks by
  * design: the mutex's, semaphore's and fair lock's `fence`, the read-write
- * lock's `:rwf`) nor the fair lock's processes (a sorted set that lives
- * 5 s past its client's last word); the first into `first`. CLUSTER
- * GETKEYSINSLOT: no ASK, whatever the slot's state. */
+ * lock's `:rwf`) nor a queue's clients (`:fair:p`, the mutex's `:p`: a
+ * sorted set that lives 5 s past its client's last word); the first into
+ * `first`. CLUSTER GETKEYSINSLOT: no ASK, whatever the slot's state. */
 static inline int cluster_leftovers(test_redis *r, const char *slot, char *first, size_t n) {
     redisReply *keys = test_redis_cmd(r, "CLUSTER GETKEYSINSLOT %s 100", slot);
     int left = 0;
@@ -152,7 +152,7 @@ static inline int cluster_leftovers(test_redis *r, const char *slot, char *first
         const char *key = keys->element[i]->str;
         size_t len = strlen(key);
         if ((len >= 5 && strcmp(key + len - 5, "fence") == 0) || (len >= 4 && strcmp(key + len - 4, ":rwf") == 0) ||
-            (len >= 7 && strcmp(key + len - 7, ":fair:p") == 0))
+            (len >= 2 && strcmp(key + len - 2, ":p") == 0))
             continue;
         if (left++ == 0) snprintf(first, n, "%s", key);
     }
@@ -427,6 +427,41 @@ static inline void cluster_migrate_held(clusterenv *e, hilock_client *a, hilock_
     cr_expect_geq(sa.redirects_moved, 1);
     cr_expect_geq(sa.nnodes, 2, "the slot's two masters");
     cr_expect_eq(sa.holds_lost, 0);
+}
+
+
+/* Is `key` one of the keys r holds in `slot`? (CLUSTER GETKEYSINSLOT: no
+ * ASK, whatever the slot's state.) */
+static inline int cluster_slot_has(test_redis *r, const char *slot, const char *key) {
+    redisReply *keys = test_redis_cmd(r, "CLUSTER GETKEYSINSLOT %s 100", slot);
+    int has = 0;
+    for (size_t i = 0; keys && keys->type == REDIS_REPLY_ARRAY && i < keys->elements; i++)
+        has |= strcmp(keys->element[i]->str, key) == 0;
+    if (keys) freeReplyObject(keys);
+    return has;
+}
+
+/* A slot migrated step by step, by hand: `name`'s slot, its master (src)
+ * and another (dst). */
+typedef struct cluster_migration {
+    char slot[8], src_id[64], dst_id[64];
+    test_redis *src, *dst;
+} cluster_migration;
+
+static inline void cluster_migration_of(clusterenv *e, const char *name, cluster_migration *m) {
+    unsigned s = cluster_slot_of(name);
+    snprintf(m->slot, sizeof(m->slot), "%u", s);
+    m->src = test_cluster_master_of(&e->cl, s);
+    m->dst = cluster_other_master(&e->cl, m->src);
+    cr_assert(m->src && m->dst);
+    cluster_node_id(m->src, m->src_id, sizeof(m->src_id));
+    cluster_node_id(m->dst, m->dst_id, sizeof(m->dst_id));
+}
+
+/* IMPORTING on dst, MIGRATING on src: the keys stay on src. */
+static inline void cluster_migration_begin(const cluster_migration *m) {
+    cr_assert(cluster_run_on(m->dst, "CLUSTER SETSLOT %s IMPORTING %s", m->slot, m->src_id));
+    cr_assert(cluster_run_on(m->src, "CLUSTER SETSLOT %s MIGRATING %s", m->slot, m->dst_id));
 }
 
 #endif
