@@ -422,7 +422,18 @@ Test(bounded, a_wait_that_ends_leaves_its_place) {
         test_loop_for(e.base, 50);
         cr_expect_eq(test_redis_int(&e.r, "EXISTS %s", mkey(name, ":q")), 0, "%s: its place stayed", name);
         cr_expect_eq(test_redis_int(&e.r, "EXISTS %s", mkey(name, ":p")), 0, "%s: its client stayed", name);
+        /* Nobody starves: the lock's mark went with the last place, and the
+         * release is one script, which frees the lock at once (a release
+         * that asked for a handover freed it a round trip later, and a try
+         * sent as soon as the holder's work was done found it held). */
+        redisReply *q = test_redis_cmd(&e.r, "HGET %s q", mkey(name, ""));
+        cr_expect(q && (q->type == REDIS_REPLY_NIL || (q->type == REDIS_REPLY_STRING && strcmp(q->str, "1") != 0)),
+                  "%s: the lock is still marked", name);
+        if (q) freeReplyObject(q);
+        long long scripts = script_calls_of(&e.r);
         cr_assert_eq(release_now(&e, gh.hold), 0);
+        cr_expect_eq(script_calls_of(&e.r) - scripts, 1, "%s: the release took %lld scripts", name,
+                     script_calls_of(&e.r) - scripts);
         cr_expect_eq(lock_exists(&e.r, name), 0, "%s: the release handed the lock to a wait that ended", name);
         hilock_acquire_opts once = opts_wait(0);
         got go = acquire_loop(e.base, c, name, &once, 2000);
