@@ -1,4 +1,4 @@
-/* API details (issue 16): the version, structs safe to grow, breaking a
+/* API details: the version, structs safe to grow, breaking a
  * lock, extending a hold by hand, the time waited, and cancelling from
  * inside the wait's own callback. Against a real redis-server. */
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* attack14: adversarial tests of issue 14 (observability): the stats'
+/* attack14: adversarial tests of observability: the stats'
  * invariants after races, closes, shares and failures; the Prometheus text
  * under odd addresses and sizes; the log callback's rate. */
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* Regressions from the adversarial review (issue 8), each against a real
+/* Regressions from an adversarial review, each against a real
  * redis-server: a stranded waiter, a grant delivered during close or after
  * its lease, close followed by free, an unreachable server reported as a
  * busy lock, and one stall reported under two codes. Every test here failed
