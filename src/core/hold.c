@@ -42,38 +42,37 @@ static void token_release_submit(hl_name *n, hl_req *r, uint64_t within_ms) {
     else hl_name_submit(n, r);
 }
 
-/* A release answered TRYAGAIN (its slot is half moved, and some of the
- * keys it names are missing beside the lock): the primitive's release on
- * the lock's key alone, which follows ASK, as hilock_release() does. */
-static void req_token(const hl_req *r, char *token);
-
-static void token_release_narrower(hl_name *n, const hl_req *r) {
+/* The request that a release's answer asks for next, or NULL: after
+ * TRYAGAIN (its slot is half moved, and some of the keys it names are
+ * missing beside the lock), the primitive's release on the lock's key
+ * alone, which follows ASK; after 2 (the lock is still ours and must be
+ * handed over), the primitive's handover, which may meet TRYAGAIN in its
+ * turn. Both hilock_release() and the fire-and-forget releases follow it. */
+static hl_req *release_follow_up(hl_name *n, const hl_req *r, const redisReply *reply, hl_req_done done,
+                                 void *owner) {
     char token[HL_TOKEN_LEN + 1];
-    req_token(r, token);
-    hl_req *lone = n->prim->release_lock_req(n, token, on_token_released, NULL);
-    if (lone != NULL) token_release_submit(n, lone, 0);
-}
-
-/* The token of release r (its first argument after the keys). */
-static void req_token(const hl_req *r, char *token) {
-    memcpy(token, r->argv[r->nkeys], HL_TOKEN_LEN);
+    int narrower = r->tryagain_ends && reply->type == REDIS_REPLY_ERROR &&
+                   strncmp(reply->str, "TRYAGAIN", 8) == 0;
+    int handover = n->prim->handover_req != NULL && reply->type == REDIS_REPLY_INTEGER && reply->integer == 2;
+    if (!narrower && !handover) return NULL;
+    memcpy(token, r->argv[r->nkeys], HL_TOKEN_LEN); /* the token: first after the keys */
     token[HL_TOKEN_LEN] = '\0';
+    if (narrower) return n->prim->release_lock_req(n, token, done, owner);
+    hl_req *h = n->prim->handover_req(n, token, done, owner);
+    if (h != NULL) h->tryagain_ends = n->prim->release_lock_req != NULL;
+    return h;
 }
 
 static void on_token_released(hl_req *r, redisReply *reply, int err) {
     hl_net *net = r->net;
     hl_name *n = r->owner;
-    char token[HL_TOKEN_LEN + 1];
+    hl_req *next = NULL;
     if (net->loop->freeing) {
         n->refs--; /* names go with the client */
         return;
     }
-    if (err == 0 && r->tryagain_ends && reply->type == REDIS_REPLY_ERROR &&
-        strncmp(reply->str, "TRYAGAIN", 8) == 0) {
-        token_release_narrower(n, r);
-    } else if (err == 0 && reply->type == REDIS_REPLY_INTEGER && reply->integer == 2) {
-        req_token(r, token);
-        hl_handover_token(n, token);
+    if (err == 0 && (next = release_follow_up(n, r, reply, on_token_released, NULL)) != NULL) {
+        token_release_submit(n, next, 0);
     } else if (err == 0 && r->rounds == 1 && reply->type == REDIS_REPLY_INTEGER && reply->integer == 0) {
         /* After an unknown outcome, 0 is ambiguous: the unanswered try may
          * still sit unread in a dead connection's socket on the server.
@@ -383,43 +382,28 @@ static void relop_run(hl_defer *d, int cancel) {
 
 static void on_released(hl_req *r, redisReply *reply, int err);
 
-/* A release answered TRYAGAIN (its slot is half moved, and some of the
- * keys it names are missing beside the lock): send the primitive's
- * release on the lock's key alone, which follows ASK. Returns 1 if sent. */
-static int release_narrower(hl_req *r, const redisReply *reply) {
-    hl_relop *op = r->owner;
-    hl_name *n = op->hold->name;
-    if (!r->tryagain_ends || reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "TRYAGAIN", 8) != 0)
-        return 0;
-    hl_req *lone = n->prim->release_lock_req(n, op->hold->token, on_released, op);
-    if (lone == NULL) return 0;
-    hl_name_submit(n, lone);
-    return 1;
-}
-
-/* A release answered 2 (the lock is still ours, and must be handed over:
- * hl_prim.handover_req): send the handover. Returns 1 if sent. For a
- * second after, this client's releases of the name send the handover at
- * once (release_req_of): while waits starve, the lock is handed over at
- * every release, and a round trip per handoff would slow them all. */
+/* For a second after a release of a name was answered 2, this client's
+ * releases of it send the handover at once (release_first): while waits
+ * starve, the lock is handed over at every release, and a round trip per
+ * handoff would slow them all. */
 #define HANDOVER_MEMORY_MS 1000
-static int release_handover(hl_req *r, const redisReply *reply) {
+
+/* A hold's release whose answer asks for a follow-up (release_follow_up):
+ * send it. Returns 1 if sent. */
+static int release_next(hl_req *r, const redisReply *reply) {
     hl_relop *op = r->owner;
     hl_name *n = op->hold->name;
-    if (n->prim->handover_req == NULL || reply->type != REDIS_REPLY_INTEGER || reply->integer != 2)
-        return 0;
-    hl_req *h = n->prim->handover_req(n, op->hold->token, on_released, op);
-    if (h == NULL) return 0;
-    n->handover_until = hl_now_ms() + HANDOVER_MEMORY_MS;
-    h->tryagain_ends = n->prim->release_lock_req != NULL;
-    hl_name_submit(n, h);
+    hl_req *next = release_follow_up(n, r, reply, on_released, op);
+    if (next == NULL) return 0;
+    if (reply->type == REDIS_REPLY_INTEGER) n->handover_until = hl_now_ms() + HANDOVER_MEMORY_MS;
+    hl_name_submit(n, next);
     return 1;
 }
 
 static void on_released(hl_req *r, redisReply *reply, int err) {
     hl_relop *op = r->owner;
     hl_loop *l = r->net->loop;
-    if (err == 0 && !l->freeing && (release_narrower(r, reply) || release_handover(r, reply))) return;
+    if (err == 0 && !l->freeing && release_next(r, reply)) return;
     if (err == 0) {
         /* 0 after a lost reply: most likely our own first send deleted it. */
         if (reply->type == REDIS_REPLY_INTEGER)
@@ -464,7 +448,7 @@ static void final_release_begin(hilock_hold *h) {
 
 /* The release of hold h: the handover itself, if a release of its name
  * was answered 2 within HANDOVER_MEMORY_MS. */
-static hl_req *release_req_of(hilock_hold *h, hl_relop *op) {
+static hl_req *release_first(hilock_hold *h, hl_relop *op) {
     hl_name *n = h->name;
     if (n->prim->handover_req != NULL && n->handover_until > hl_now_ms())
         return n->prim->handover_req(n, h->token, on_released, op);
@@ -488,7 +472,7 @@ int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
         hl_defer_push(&h->c->loop, &op->defer);
         return 0;
     }
-    hl_req *r = release_req_of(h, op);
+    hl_req *r = release_first(h, op);
     if (r == NULL) { free(op); return HILOCK_ENOMEM; }
     r->tryagain_ends = h->name->prim->release_lock_req != NULL;
     op->last = 1;

@@ -79,13 +79,8 @@ static int mutex_shares(const hilock_wait *w, const hilock_wait *o) {
 /* release(lock; token, channel, mode, PUBLISH or SPUBLISH (added by net)) */
 static hl_req *release_req_of(hl_name *n, const char *token, const char *mode, hl_req_done done,
                               void *owner) {
-    hl_req *r = hl_name_req(n, &release_cmd, HL_TOKEN_LEN + n->chlen + 1, done, owner);
-    if (r == NULL) return NULL;
-    hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
-    hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
-    hl_req_arg(r, mode, 1, "", 0);
-    r->publishes = 1;
-    r->everywhere = 1;
+    hl_req *r = hl_prim_release_req(n, &release_cmd, token, done, owner);
+    if (r != NULL) hl_req_arg(r, mode, 1, "", 0);
     return r;
 }
 
