@@ -566,7 +566,7 @@ static void fail_all(hl_name *n, int err) {
 static uint64_t starves_in(const hilock_wait *w, uint64_t now) {
     const hilock_client *c = w->c;
     if (w->starving) return 0;
-    if (!w->name->prim->bounded || w->try_once || c->cfg.starve_ms == HILOCK_STARVE_NEVER ||
+    if (w->name->prim->bounded == NULL || !w->name->prim->bounded(&w->terms) || w->try_once || c->cfg.starve_ms == HILOCK_STARVE_NEVER ||
         hl_topo_quorum(&c->topo))
         return UINT64_MAX;
     uint64_t due = w->started_at + c->cfg.starve_ms;
@@ -825,7 +825,7 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
 /* Send w's try: the name's (the head's), or w's join (hl_prim.joins). */
 static void try_submit(hilock_wait *w, int join) {
     hl_name *n = w->name;
-    if (n->prim->bounded && !w->starving && starves_in(w, hl_now_ms()) == 0) w->starving = 1;
+    if (!w->starving && starves_in(w, hl_now_ms()) == 0) w->starving = 1;
     hl_req *r = n->prim->try_req(n, w->token, w->terms.lease_ms, on_try_done, w);
     if (r == NULL) {
         if (join) hl_wait_finish(w, HILOCK_ENOMEM, NULL);

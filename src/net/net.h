@@ -220,7 +220,7 @@ int hl_tls_failed(hl_conn *k, char *why, size_t n);
  * or reply == NULL and err < 0. Runs exactly once. */
 typedef void (*hl_req_done)(hl_req *r, redisReply *reply, int err);
 
-#define HL_REQ_MAXARGS 10
+#define HL_REQ_MAXARGS 12
 
 struct hl_req {
     hl_link link;              /* in conn->queue while unsent */

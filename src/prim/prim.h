@@ -35,12 +35,14 @@ hl_req *hl_prim_release_req(hl_name *n, const hl_cmd *cmd, const char *token, hl
 hl_req *hl_prim_renew_req(hl_name *n, const hl_cmd *cmd, const char *token, uint32_t lease_ms,
                           hl_req_done done, void *owner);
 extern const hl_prim hl_rwlock;
-extern const hl_script hl_script_rw_acquire, hl_script_rw_release, hl_script_rw_renew;
+extern const hl_script hl_script_rw_acquire, hl_script_rw_release, hl_script_rw_renew,
+    hl_script_rw_join, hl_script_rw_handover;
 extern const hl_prim hl_fair;
 
 /* ---- The queue in Redis (queue.c, lua/_queue.lua) ---------------------------
- * The fair lock's waits, and the mutex's starving ones, have a place in a
- * queue in Redis, which the release hands the lock to. */
+ * The fair lock's waits, and the starving ones of the mutex and the write
+ * lock, have a place in a queue in Redis, which the release hands the
+ * lock to. */
 
 /* A waiting process's head tries at least this often while it has a place:
  * _queue.lua's ALIVE_MS (5000) must leave room for a few missed tries. */

@@ -41,6 +41,10 @@
 #define HL_RW_MARK_MS 3000u
 
 static const hl_cmd acquire_cmd = {&hl_script_rw_acquire, 4, {":rw", ":rwr", ":rwf", ":rww"}};
+/* A starving writer's try, and the handover of a write lock it marked
+ * (lua/_lock_rw.lua): the queue's keys first, as lua/_queue.lua has them. */
+static const hl_cmd join_cmd = {&hl_script_rw_join, 6, {":rw", ":rwq", ":rwp", ":rwf", ":rww", ":rwr"}};
+static const hl_cmd handover_cmd = {&hl_script_rw_handover, 6, {":rw", ":rwq", ":rwp", ":rwf", ":rww", ":rwr"}};
 /* A renewal or release declares only the key its token lives in: while the
  * name's slot migrates, a script with some declared keys missing (the
  * writer's hash while readers hold, the readers' set while a writer holds,
@@ -60,6 +64,7 @@ static hl_req *rw_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_r
                           void *owner) {
     const hilock_wait *w = owner;
     uint64_t mark = 0;
+    if (w->starving) return hl_queue_try_req(n, &join_cmd, token, lease_ms, '0', done, owner);
     if (w->terms.write && !w->try_once) {
         mark = HL_RW_MARK_MS;
         if (w->deadline_at != 0) { /* a writer that gives up stops blocking then */
@@ -83,11 +88,17 @@ static hl_req *rw_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_r
     return r;
 }
 
-/* {1, fence, more}: ours (more: a read grant, the next reader may go in at
+/* A starving writer's join: its reply is the queue's (see mutex.c). Else
+ * {1, fence, more}: ours (more: a read grant, the next reader may go in at
  * once); {0, ms[, 1]}: refused, and the lock may be free in ms (1: or not,
  * but the writer's marker needs its refresh then). */
 static int rw_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
     long long v[3];
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 6) { /* a join's (hl_queue_try_parse) */
+        int rc = hl_queue_try_parse(c, reply, out);
+        out->rejoin = 0; /* a process has one place: nothing else to take back */
+        return rc;
+    }
     int rc = hl_prim_try_reply(c, reply, "the read-write lock's acquire script", 1, v);
     if (rc != 0) return rc;
     long long got = v[0], val = v[1];
@@ -117,10 +128,31 @@ static hl_req *rw_release_of(hl_name *n, const hl_cmd *cmd, const char *mode, co
     return r;
 }
 
+/* A writer's release may be answered 2 (hand it over: marked by a
+ * starving writer). */
 static hl_req *rw_release_req(hl_name *n, const char *token, const hl_terms *terms, hl_req_done done,
                               void *owner) {
     return terms->write ? rw_release_of(n, &release_write_cmd, "w", token, done, owner)
                         : rw_release_of(n, &release_read_cmd, "r", token, done, owner);
+}
+
+/* The handover answered TRYAGAIN (the slot is half moved): 'd', the
+ * writer is deleted and the waiters told; the next starving try hands the
+ * lock on. */
+static hl_req *rw_release_lock_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
+    return rw_release_of(n, &release_write_cmd, "d", token, done, owner);
+}
+
+/* handover(the six keys; token, fence_ttl_s, channel, PUBLISH or
+ * SPUBLISH (added by net)): also how a starving writer leaves its place. */
+static hl_req *rw_handover_req(hl_name *n, const char *token, hl_req_done done, void *owner) {
+    return hl_queue_release_req(n, &handover_cmd, token, done, owner);
+}
+
+/* Writers take part in bounded waiting; readers wait for the writers
+ * queued before them. */
+static int rw_bounded(const hl_terms *terms) {
+    return terms->write;
 }
 
 /* renew(writer or readers; token, lease_ms, "w" or "r"): the hold's own key
@@ -138,12 +170,14 @@ static void on_unmarked(hl_req *r, redisReply *reply, int err) {
 }
 
 /* A writer that waited and gave up (cancelled, timed out, failed) gives
- * back a grant that raced its end (the release of its token), and takes
- * its marker away at once, so the readers it held off are told: two
- * requests, each on one key (see release_write_cmd). */
+ * back a grant that raced its end (the release of its token; a starving
+ * one's handover, which also leaves its place), and takes its marker away
+ * at once, so the readers it held off are told: two requests (the
+ * release on one key, see release_write_cmd). */
 static void rw_abandon(hilock_wait *w) {
     if (!w->terms.write || w->try_once) return;
-    hl_release_token(w->name, w->token, &w->terms, 0);
+    if (w->starving) hl_handover_token(w->name, w->token);
+    else hl_release_token(w->name, w->token, &w->terms, 0);
     hl_req *r = rw_release_of(w->name, &unmark_cmd, "m", w->token, on_unmarked, NULL);
     if (r != NULL) hl_name_submit(w->name, r);
 }
@@ -156,9 +190,15 @@ const hl_prim hl_rwlock = {
     .try_parse = rw_try_parse,
     .shares = rw_shares,
     .release_req = rw_release_req,
+    .release_lock_req = rw_release_lock_req,
+    .handover_req = rw_handover_req,
     .renew_req = rw_renew_req,
     .abandon = rw_abandon,
     .admit = rw_admit, /* no fence_req: no Redlock, refused at acquire */
+    .bounded = rw_bounded,
+    .refresh_ms = HL_QUEUE_REFRESH_MS,
+    .grant_msg = hl_queue_grant_msg,
+    .granted_out = hl_queue_try_moot,
 };
 
 /* ---- The public API of the read-write lock --------------------------------- */

@@ -36,3 +36,11 @@ end
 function lock.mark_waiting()
   redis.call('HSET', KEYS[1], 'q', 1)
 end
+
+-- The last place left the queue (`held`: the lock's holder, or false):
+-- the lock's release need not look at the queue. Nothing else waits on
+-- the mark: false, nobody to tell.
+function lock.drained(held)
+  if held then redis.call('HSET', KEYS[1], 'q', 0) end
+  return false
+end

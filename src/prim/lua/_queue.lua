@@ -22,6 +22,8 @@
 local CLAIM_MS = 1000
 local ALIVE_MS = 5000
 local lock = {}
+-- How long the lock is held for (ms; as PTTL: -2, free).
+function lock.pttl() return redis.call('PTTL', KEYS[1]) end
 local nowus, now
 
 -- Read the server's clock (once, before the functions below run): a

@@ -22,7 +22,7 @@ if ARGV[4] ~= '1' and join(token, ARGV[2]) and ARGV[4] == '3' then lost = 2 end
 redis.call('PEXPIRE', KEYS[2], ALIVE_MS)
 if held then
   lock.mark_waiting()
-  return {0, redis.call('PTTL', KEYS[1]), now, held, held_fence, lost}
+  return {0, lock.pttl(), now, held, held_fence, lost}
 end
 local head, claim = pop_live()
 if head == nil or head == token then

@@ -18,6 +18,9 @@
 -- stream of readers cannot starve writers: the writer gets in when the
 -- last reader leaves. The marker lives ARGV[5] ms (refreshed by each
 -- retry), so a writer that died or gave up stops blocking readers then.
+-- Writers of different processes do not race for long: a writer that
+-- has waited hilock_config.starve_ms tries with rw_join.lua instead, which
+-- queues it and sets the marker to 'q' (see _lock_rw.lua).
 -- A retried try whose reply was lost finds its own token and is granted
 -- again with the same fence (readers before the marker check).
 -- A write fence is max(last + 1, server time in microseconds), as the
@@ -57,6 +60,9 @@ if writer[1] == ARGV[1] then
 end
 if writer[1] then return {0, pttl(KEYS[1])} end
 local mark = redis.call('GET', KEYS[4])
+-- 'q': writers that starved wait in the queue (rw_join.lua), and the lock
+-- goes to them in order; this writer joins them once it starves too.
+if mark == 'q' then return {0, pttl(KEYS[4])} end
 if redis.call('ZCARD', KEYS[2]) > 0 then
   local life = tonumber(string.sub(ARGV[4], 2))
   if life > 0 and (mark == false or mark == ARGV[1]) then

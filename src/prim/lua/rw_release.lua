@@ -1,10 +1,16 @@
 -- release: KEYS[1] the one key `token` may be in (see rw_acquire.lua): the
 -- writer (a hash), the readers (a sorted set) or the "writer waiting"
 -- marker; ARGV[1] token, ARGV[2] channel, ARGV[3] 'w', 'r' or 'm' (which of
--- the three KEYS[1] is), ARGV[4] PUBLISH or SPUBLISH (absent: tell nobody).
+-- the three KEYS[1] is; 'd': the writer, never handed over), ARGV[4]
+-- PUBLISH or SPUBLISH (absent: tell nobody).
 -- Remove the writer, the reader or the marker `token`, only if it is still
 -- there: 1 for a writer or reader removed, else 0 (its lease ran out, or an
--- earlier send of this same release removed it).
+-- earlier send of this same release removed it); or 2, leaving the writer
+-- as it is, when a starving writer may wait in the queue (q, see
+-- _lock_rw.lua): rwlock.c then sends rw_handover.lua, which names the
+-- queue's keys too and hands the lock to its first live place. 'd' is sent
+-- when that was answered TRYAGAIN (the slot is half moved): the next
+-- starving try, woken by the message, hands the lock on in order.
 -- One key only, as the renewal: while the name's slot migrates, a script
 -- whose declared keys are partly missing is answered TRYAGAIN until the
 -- slot has moved (and the hold's lease may run out meanwhile), while one
@@ -21,9 +27,11 @@
 -- left is counted from what was read before.
 local ours = 0
 local told = false
-if ARGV[3] == 'w' then
-  local holder = redis.call('HGET', KEYS[1], 'token')
+if ARGV[3] == 'w' or ARGV[3] == 'd' then
+  local held = redis.call('HMGET', KEYS[1], 'token', 'q')
+  local holder = held[1]
   if holder == ARGV[1] then
+    if held[2] == '1' and ARGV[3] == 'w' and ARGV[4] then return 2 end
     redis.call('DEL', KEYS[1])
     ours = 1
   end

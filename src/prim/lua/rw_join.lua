@@ -1,0 +1,15 @@
+-- acquire of a starving writer (hilock_config.starve_ms): KEYS[1] writer,
+-- KEYS[2] queue, KEYS[3] processes, KEYS[4] the last write fence (as in
+-- _queue.lua; the writer as in _lock_rw.lua), KEYS[5] the "writer
+-- waiting" marker, KEYS[6] the readers; ARGV as mutex_join.lua's, and its
+-- reply (fair_acquire.lua's).
+-- The fair lock's try, on the write lock: a writer that starved stops
+-- racing the other writers. It takes a place in the queue and marks the
+-- lock (q, and the marker 'q': new readers and the writers that have not
+-- starved stay out), so that the writer's release hands it to the queue's
+-- first live entry; a free lock (no writer, no reader) goes to that entry
+-- too, by message, unless it is this one.
+-- #include "_fence.lua"
+-- #include "_queue.lua"
+-- #include "_lock_rw.lua"
+-- #include "_queue_try.lua"
