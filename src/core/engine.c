@@ -522,12 +522,20 @@ static void grant_windowed(hilock_wait *w, uint64_t fence, uint64_t at, uint64_t
 }
 
 /* A grant by message served a starving head (hl_prim.bounded), whose
- * place it took: the next head, if it has starved too, takes its place now
- * rather than at its timer, so that this process stays in turn. */
+ * place it took: the next head, if it has starved too, takes its place now,
+ * else when it starves, rather than at the timer of the head before (a
+ * place's refresh, up to a second later), so that this process stays in
+ * turn. */
 static void place_next(hl_name *n, uint64_t now) {
     if (n->nwaiters == 0 || n->trying || n->prim->joins) return;
     hilock_wait *head = HL_CONTAINER(n->waiters.next, hilock_wait, link);
-    if (starves_in(head, now) == 0) hl_engine_kick(n);
+    uint64_t due = starves_in(head, now);
+    if (due == 0) {
+        hl_engine_kick(n);
+    } else if (due != UINT64_MAX && (!n->fallback.armed || n->fallback.when > now + due)) {
+        n->fallback_lease = 0;
+        hl_timer_start(&n->c->loop, &n->fallback, due);
+    }
 }
 
 /* A grant by message (the fair lock): the releaser's script gave the lock

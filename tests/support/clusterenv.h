@@ -141,7 +141,8 @@ static inline int cluster_give_back(clusterenv *e, hilock_hold *h) {
 
 /* Keys of `slot` on r that are neither fence keys (they outlive locks by
  * design: the mutex's, semaphore's and fair lock's `fence`, the read-write
- * lock's `:rwf`) nor a queue's clients (`:fair:p`, the mutex's `:p`: a
+ * lock's `:rwf`) nor a queue's clients (`:fair:p`, the mutex's `:p`, the
+ * write lock's `:rwp`: a
  * sorted set that lives 5 s past its client's last word); the first into
  * `first`. CLUSTER GETKEYSINSLOT: no ASK, whatever the slot's state. */
 static inline int cluster_leftovers(test_redis *r, const char *slot, char *first, size_t n) {
@@ -152,7 +153,7 @@ static inline int cluster_leftovers(test_redis *r, const char *slot, char *first
         const char *key = keys->element[i]->str;
         size_t len = strlen(key);
         if ((len >= 5 && strcmp(key + len - 5, "fence") == 0) || (len >= 4 && strcmp(key + len - 4, ":rwf") == 0) ||
-            (len >= 2 && strcmp(key + len - 2, ":p") == 0))
+            (len >= 2 && strcmp(key + len - 2, ":p") == 0) || (len >= 4 && strcmp(key + len - 4, ":rwp") == 0))
             continue;
         if (left++ == 0) snprintf(first, n, "%s", key);
     }

@@ -192,14 +192,24 @@ static inline const char *prim_key(const char *name, const char *suffix) {
     return p;
 }
 
-/* Acquire and run base's loop until the callback came (or ms). */
-static inline got acquire_loop(struct event_base *base, hilock_client *c, const char *name,
-                               const hilock_acquire_opts *o, int ms) {
+/* An acquire of one primitive: hilock_acquire, hilock_write_acquire... */
+typedef int (*acquire_fn)(hilock_client *c, const char *name, const hilock_acquire_opts *opts,
+                          hilock_acquire_cb cb, void *data, hilock_wait **wait_out);
+
+/* Acquire with `fn` and run base's loop until the callback came (or ms). */
+static inline got acquire_loop_with(struct event_base *base, acquire_fn fn, hilock_client *c, const char *name,
+                                    const hilock_acquire_opts *o, int ms) {
     got g = {0, 0, NULL, 0};
-    cr_assert_eq(hilock_acquire(c, name, o, got_cb, &g, NULL), 0);
+    cr_assert_eq(fn(c, name, o, got_cb, &g, NULL), 0);
     test_loop_until(base, &g.calls, ms);
     cr_assert_eq(g.calls, 1, "acquire of %s got no callback", name);
     return g;
+}
+
+/* The mutex's (hilock_acquire). */
+static inline got acquire_loop(struct event_base *base, hilock_client *c, const char *name,
+                               const hilock_acquire_opts *o, int ms) {
+    return acquire_loop_with(base, hilock_acquire, c, name, o, ms);
 }
 
 /* Release and run base's loop until the callback came (or ms): its status. */

@@ -1,0 +1,28 @@
+/* The primitives whose waits are bounded across processes (a wait that
+ * has waited starve_ms takes a place in a queue in Redis): their acquire
+ * and the keys the tests look at, so that one test serves each. */
+#ifndef HILOCK_TEST_BOUNDEDENV_H
+#define HILOCK_TEST_BOUNDEDENV_H
+
+#include "support/lockenv.h"
+
+typedef struct bounded_kind {
+    const char *what;
+    acquire_fn acquire;
+    /* Key suffixes: the lock (a hash with the q mark), the queue, its
+     * processes, the last fence. */
+    const char *lock, *queue, *procs, *fence;
+} bounded_kind;
+
+static const bounded_kind bounded_mutex = {"mutex", hilock_acquire, "", ":q", ":p", ":fence"};
+static const bounded_kind bounded_write = {"write lock", hilock_write_acquire, ":rw", ":rwq", ":rwp", ":rwf"};
+
+/* Is the lock of `name` marked (q = 1: its release hands it over)? */
+static inline int bounded_marked(const test_redis *r, const bounded_kind *k, const char *name) {
+    redisReply *q = test_redis_cmd(r, "HGET %s q", prim_key(name, k->lock));
+    int marked = q && q->type == REDIS_REPLY_STRING && strcmp(q->str, "1") == 0;
+    if (q) freeReplyObject(q);
+    return marked;
+}
+
+#endif
