@@ -15,6 +15,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "support/boundedenv.h"
 #include "support/clusterenv.h"
 
 static clusterenv e;
@@ -39,16 +40,16 @@ static hilock_client *starving_client(const char *url, uint32_t starve_ms) {
 }
 
 /* A wait for `name` with no end and a lease of lease_ms, told to *g. */
-static void start(hilock_client *c, const char *name, uint32_t lease_ms, got *g) {
+static void start(const bounded_kind *k, hilock_client *c, const char *name, uint32_t lease_ms, got *g) {
     hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, lease_ms);
     memset(g, 0, sizeof(*g));
-    cr_assert_eq(hilock_acquire(c, name, &o, got_cb, g, NULL), 0);
+    cr_assert_eq(k->acquire(c, name, &o, got_cb, g, NULL), 0);
 }
 
 /* `name` held by c with a lease of lease_ms. */
-static got held(hilock_client *c, const char *name, uint32_t lease_ms) {
+static got held(const bounded_kind *k, hilock_client *c, const char *name, uint32_t lease_ms) {
     got g;
-    start(c, name, lease_ms, &g);
+    start(k, c, name, lease_ms, &g);
     cr_assert(test_loop_until(e.base, &g.calls, 10000), "%s: never granted", name);
     cr_assert_eq(g.status, 0, "%s: %s (%s)", name, hilock_strerror(g.status), hilock_client_errstr(c));
     return g;
@@ -125,49 +126,52 @@ static const char *part_name[] = {"keys on src", "lock moved", "queue moved", "k
  * hands the lock over in the middle of the migration; one that is
  * answered TRYAGAIN (the keys split) frees the lock alone, and the
  * starving wait's tries, which declare the four keys, are answered
- * TRYAGAIN too until the slot has moved. */
-static int runs_mid_migration(enum part p) { return p == KEYS_ON_SRC || p == ALL_MOVED; }
+ * TRYAGAIN too until the slot has moved. The write lock's handover and
+ * tries declare the readers' key as well, which is missing while a writer
+ * holds: nothing of them runs mid-migration. */
+static int runs_mid_migration(const bounded_kind *k, enum part p) {
+    return k->marker == NULL && (p == KEYS_ON_SRC || p == ALL_MOVED);
+}
 
 /* a holds `name` (a lease of 3 s: its renewals cross the migration);
  * `waiters` clients (1 or 2) wait for it, each starving after 30 ms and
  * taking its place in turn. The slot migrates (MIGRATING/IMPORTING) and
  * the keys are put as `p` says; a releases. Then: a's release succeeds;
  * the first waiter is granted, while no one else holds, with a fence
- * above a's, within 3 s (mid-migration with the keys on src, where the
+ * above a's, within 3 s (the mutex mid-migration with the keys on src, where the
  * scripts and the grant's message run; else once the slot has moved, at
  * the latest); its grant is claimed; each later waiter is granted after
  * the one before released, as bound; no lock stays; and once the slot has
  * moved a new acquire is served. */
-static void handoff_mid_migration(const char *name, enum part p, int waiters) {
+static void handoff_mid_migration(const bounded_kind *k, const char *name, enum part p, int waiters) {
     hilock_client *a = starving_client(e.cl.url, 30);
     hilock_client *w[2] = {starving_client(e.cl.node[3].url, 30), starving_client(e.cl.url, 30)};
     cluster_migration m;
     cluster_migration_of(&e, name, &m);
     const char *what = part_name[p];
-    char lock[300], q[300], pk[300], fence[300];
-    snprintf(lock, sizeof(lock), "%s", prim_key(name, ""));
-    snprintf(q, sizeof(q), "%s", prim_key(name, ":q"));
-    snprintf(pk, sizeof(pk), "%s", prim_key(name, ":p"));
-    snprintf(fence, sizeof(fence), "%s", prim_key(name, ":fence"));
+    char lock[300], q[300], pk[300], fence[300], marker[300];
+    snprintf(lock, sizeof(lock), "%s", prim_key(name, k->lock));
+    snprintf(q, sizeof(q), "%s", prim_key(name, k->queue));
+    snprintf(pk, sizeof(pk), "%s", prim_key(name, k->procs));
+    snprintf(fence, sizeof(fence), "%s", prim_key(name, k->fence));
+    snprintf(marker, sizeof(marker), "%s", k->marker ? prim_key(name, k->marker) : "");
 
-    got ga = held(a, name, 3000), gw[2];
+    got ga = held(k, a, name, 3000), gw[2];
     for (int i = 0; i < waiters; i++) {
-        start(w[i], name, 10000, &gw[i]);
+        start(k, w[i], name, 10000, &gw[i]);
         long long until = test_now_ms() + 3000;
         while (test_redis_int(m.src, "ZCARD %s", q) < i + 1 && test_now_ms() < until) test_loop_for(e.base, 10);
         cr_assert_eq(test_redis_int(m.src, "ZCARD %s", q), i + 1, "%s: waiter %d took no place", what, i);
     }
     test_loop_for(e.base, 100);
     for (int i = 0; i < waiters; i++) cr_assert_eq(gw[i].calls, 0, "%s: waiter %d granted while held", what, i);
-    redisReply *mark = test_redis_cmd(m.src, "HGET %s q", lock);
-    cr_expect(mark && mark->type == REDIS_REPLY_STRING && strcmp(mark->str, "1") == 0, "%s: the lock is not marked",
-              what);
-    if (mark) freeReplyObject(mark);
+    cr_expect(bounded_marked(m.src, k, name), "%s: the lock is not marked", what);
 
     cluster_migration_begin(&m);
-    const char *lock_keys[] = {lock, fence}, *queue_keys[] = {q, pk};
+    const char *lock_keys[] = {lock, fence}, *queue_keys[] = {q, pk, marker};
+    size_t nqueue = k->marker ? 3 : 2;
     if (p == LOCK_MOVED) cr_assert_eq(migrate_keys(&m, lock_keys, 2), 2);
-    if (p == QUEUE_MOVED) cr_assert_eq(migrate_keys(&m, queue_keys, 2), 2);
+    if (p == QUEUE_MOVED) cr_assert_eq(migrate_keys(&m, queue_keys, nqueue), nqueue);
     if (p == ALL_MOVED) cr_assert_geq(migrate_rest(&m), 4);
     test_loop_for(e.base, 1200); /* a renewal (every 1 s) and the waiters' refreshes meet the half-moved slot */
     for (int i = 0; i < waiters; i++)
@@ -181,7 +185,7 @@ static void handoff_mid_migration(const char *name, enum part p, int waiters) {
     cr_assert(test_loop_until(e.base, &ra.calls, 3000), "%s: the release did not end", what);
     cr_expect_eq(ra.status, 0, "%s: the release: %s (%s)", what, hilock_strerror(ra.status), hilock_client_errstr(a));
     int moved = 0;
-    if (!runs_mid_migration(p)) { /* served once the slot has moved: let it stay half moved a while */
+    if (!runs_mid_migration(k, p)) { /* served once the slot has moved: let it stay half moved a while */
         test_loop_for(e.base, 700);
         cr_expect_eq(gw[0].calls, 0, "%s: granted on a half-moved slot", what);
         t0 = test_now_ms();
@@ -235,7 +239,7 @@ static void handoff_mid_migration(const char *name, enum part p, int waiters) {
 
     if (!moved) migration_end(&m);
     test_loop_for(e.base, 200);
-    got g = cluster_take(&e, a, name);
+    got g = acquire_loop_with(e.base, k->acquire, a, name, NULL, 10000);
     cr_expect_eq(g.status, 0, "%s: an acquire after the migration: %s (%s)", what, hilock_strerror(g.status),
                  hilock_client_errstr(a));
     if (g.status == 0) {
@@ -252,7 +256,7 @@ static void handoff_mid_migration(const char *name, enum part p, int waiters) {
 }
 
 Test(bounded_cluster, a_starving_wait_is_handed_the_lock_mid_migration) {
-    handoff_mid_migration("bm-src", KEYS_ON_SRC, 1);
+    handoff_mid_migration(&bounded_mutex, "bm-src", KEYS_ON_SRC, 1);
 }
 
 /* The keys all on dst: the release follows ASK and grants there, where
@@ -260,19 +264,27 @@ Test(bounded_cluster, a_starving_wait_is_handed_the_lock_mid_migration) {
  * served once the slot has moved, or sooner by its own try (see
  * handoff_mid_migration). */
 Test(bounded_cluster, a_starving_wait_is_handed_the_lock_with_its_keys_moved) {
-    handoff_mid_migration("bm-dst", ALL_MOVED, 1);
+    handoff_mid_migration(&bounded_mutex, "bm-dst", ALL_MOVED, 1);
 }
 
 Test(bounded_cluster, a_starving_wait_is_handed_the_lock_on_a_half_moved_slot) {
-    handoff_mid_migration("bh-lock", LOCK_MOVED, 1);
-    handoff_mid_migration("bh-queue", QUEUE_MOVED, 1);
+    handoff_mid_migration(&bounded_mutex, "bh-lock", LOCK_MOVED, 1);
+    handoff_mid_migration(&bounded_mutex, "bh-queue", QUEUE_MOVED, 1);
 }
 
 /* Two starving waiters: the first handoff leaves one in the queue, the
  * second empties it, each in the middle of the migration. */
 Test(bounded_cluster, two_starving_waits_are_handed_the_lock_mid_migration) {
-    handoff_mid_migration("b2-dst", ALL_MOVED, 2);
-    handoff_mid_migration("b2-src", KEYS_ON_SRC, 2);
+    handoff_mid_migration(&bounded_mutex, "b2-dst", ALL_MOVED, 2);
+    handoff_mid_migration(&bounded_mutex, "b2-src", KEYS_ON_SRC, 2);
+}
+
+/* The write lock's starving writers, on the same migrations: two handoffs
+ * with the keys on src, one on a half-moved slot (its queue and marker
+ * moved, the writer not). */
+Test(bounded_cluster, starving_writers_are_handed_the_lock_mid_migration) {
+    handoff_mid_migration(&bounded_write, "bw-src", KEYS_ON_SRC, 2);
+    handoff_mid_migration(&bounded_write, "bw-queue", QUEUE_MOVED, 1);
 }
 
 /* ---- 2. Starving processes through a failover ------------------------------ */
@@ -382,7 +394,7 @@ static test_redis *fail_over(unsigned slot, int kill) {
  * in the order of the grants, each starving client served once before
  * any is served twice (one grant each in turn, when no grant lapsed), and
  * nothing but the fence left. */
-static void starving_through_failover(const char *name, int kill, int mid) {
+static void starving_through_failover(const bounded_kind *bk, const char *name, int kill, int mid) {
     const char *how = kill ? "kill -9" : mid ? "CLUSTER FAILOVER while served" : "CLUSTER FAILOVER";
     unsigned slot = cluster_slot_of(name);
     hilock_client *h = starving_client(e.cl.url, 20), *w[WCLIENTS];
@@ -391,14 +403,14 @@ static void starving_through_failover(const char *name, int kill, int mid) {
      * client whose one seed dies before it heard the map knows no other
      * node). */
     for (int i = 0; i <= WCLIENTS; i++) {
-        got g = cluster_take(&e, i == WCLIENTS ? h : w[i], name);
+        got g = acquire_loop_with(e.base, bk->acquire, i == WCLIENTS ? h : w[i], name, NULL, 10000);
         cr_assert_eq(g.status, 0);
         cr_assert_eq(cluster_give_back(&e, g.hold), 0);
     }
     test_redis *m = test_cluster_master_of(&e.cl, slot);
     cr_assert_not_null(m);
-    const char *q = prim_key(name, ":q");
-    got gh = held(h, name, PATIENT_MS);
+    const char *q = prim_key(name, bk->queue);
+    got gh = held(bk, h, name, PATIENT_MS);
     static chain ch;
     static link_t links[WAITS];
     memset(&ch, 0, sizeof(ch));
@@ -408,7 +420,7 @@ static void starving_through_failover(const char *name, int kill, int mid) {
         hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 10000);
         for (int k = 0; k < WPER; k++) {
             links[i * WPER + k] = (link_t){&ch, i, NULL, 0};
-            cr_assert_eq(hilock_acquire(w[i], name, &o, link_granted, &links[i * WPER + k], NULL), 0);
+            cr_assert_eq(bk->acquire(w[i], name, &o, link_granted, &links[i * WPER + k], NULL), 0);
         }
         long long until = test_now_ms() + 3000;
         while (test_redis_int(m, "ZCARD %s", q) < i + 1 && test_now_ms() < until) test_loop_for(e.base, 10);
@@ -473,7 +485,7 @@ static void starving_through_failover(const char *name, int kill, int mid) {
     snprintf(s, sizeof(s), "%u", slot);
     cr_expect_eq(cluster_leftovers(test_cluster_master_of(&e.cl, slot), s, left, sizeof(left)), 0,
                  "%s: %s left behind", how, left);
-    got g = cluster_take(&e, h, name);
+    got g = acquire_loop_with(e.base, bk->acquire, h, name, NULL, 10000);
     cr_expect_eq(g.status, 0, "%s: an acquire after it all: %s", how, hilock_strerror(g.status));
     if (g.status == 0) {
         cr_expect_gt(hilock_hold_fence(g.hold), ch.last_fence);
@@ -483,17 +495,25 @@ static void starving_through_failover(const char *name, int kill, int mid) {
     for (int i = 0; i < WCLIENTS; i++) hilock_client_free(w[i]);
 }
 
-Test(bounded_cluster, starving_waits_through_a_failover) { starving_through_failover("bf-graceful", 0, 0); }
+Test(bounded_cluster, starving_waits_through_a_failover) { starving_through_failover(&bounded_mutex, "bf-graceful", 0, 0); }
 
-Test(bounded_cluster, starving_waits_through_a_master_killed) { starving_through_failover("bf-killed", 1, 0); }
+Test(bounded_cluster, starving_waits_through_a_master_killed) { starving_through_failover(&bounded_mutex, "bf-killed", 1, 0); }
 
-Test(bounded_cluster, starving_waits_served_through_a_failover) { starving_through_failover("bf-served", 0, 1); }
+Test(bounded_cluster, starving_waits_served_through_a_failover) { starving_through_failover(&bounded_mutex, "bf-served", 0, 1); }
+
+Test(bounded_cluster, starving_writers_through_a_master_killed) {
+    starving_through_failover(&bounded_write, "bfw-killed", 1, 0);
+}
+
+Test(bounded_cluster, starving_writers_served_through_a_failover) {
+    starving_through_failover(&bounded_write, "bfw-served", 0, 1);
+}
 
 /* ---- 3. A starving process killed ------------------------------------------- */
 
 /* A child whose wait on `name` starves (20 ms) and takes its place, then
  * stays until killed. */
-static pid_t starving_child(atomic_int *placed, const char *name) {
+static pid_t starving_child(const bounded_kind *k, atomic_int *placed, const char *name) {
     fflush(NULL);
     pid_t kid = fork();
     cr_assert_geq(kid, 0);
@@ -510,7 +530,7 @@ static pid_t starving_child(atomic_int *placed, const char *name) {
     got g;
     memset(&g, 0, sizeof(g));
     hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 10000);
-    if (hilock_acquire(c, name, &o, got_cb, &g, NULL) != 0) _exit(4);
+    if (k->acquire(c, name, &o, got_cb, &g, NULL) != 0) _exit(4);
     test_loop_for(base, 300);
     atomic_store(placed, 1);
     test_loop_for(base, 30000);
@@ -521,8 +541,7 @@ static pid_t starving_child(atomic_int *placed, const char *name) {
  * release hands it the lock, the grant lapses after its 1 s claim window,
  * and the live starving wait behind it has the lock then, not at a lease
  * or at the dead process's 5 s of silence. */
-Test(bounded_cluster, a_starving_process_killed_mid_queue_on_a_cluster) {
-    const char *name = "bk-dead";
+static void starving_process_killed(const bounded_kind *k, const char *name) {
     unsigned slot = cluster_slot_of(name);
     atomic_int *placed = mmap(NULL, sizeof(*placed), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert_neq(placed, MAP_FAILED);
@@ -530,13 +549,13 @@ Test(bounded_cluster, a_starving_process_killed_mid_queue_on_a_cluster) {
     hilock_client *h = starving_client(e.cl.url, 20), *c = starving_client(e.cl.node[3].url, 20);
     test_redis *m = test_cluster_master_of(&e.cl, slot);
     cr_assert_not_null(m);
-    const char *q = prim_key(name, ":q");
-    got gh = held(h, name, 10000), g;
-    pid_t kid = starving_child(placed, name);
+    const char *q = prim_key(name, k->queue);
+    got gh = held(k, h, name, 10000), g;
+    pid_t kid = starving_child(k, placed, name);
     long long until = test_now_ms() + 5000;
     while ((!atomic_load(placed) || test_redis_int(m, "ZCARD %s", q) < 1) && test_now_ms() < until) test_msleep(5);
     cr_assert_eq(test_redis_int(m, "ZCARD %s", q), 1, "the child took no place");
-    start(c, name, 10000, &g);
+    start(k, c, name, 10000, &g);
     until = test_now_ms() + 3000;
     while (test_redis_int(m, "ZCARD %s", q) < 2 && test_now_ms() < until) test_loop_for(e.base, 10);
     cr_assert_eq(test_redis_int(m, "ZCARD %s", q), 2, "the live wait took no place");
@@ -562,3 +581,7 @@ Test(bounded_cluster, a_starving_process_killed_mid_queue_on_a_cluster) {
     hilock_client_free(c);
     munmap(placed, sizeof(*placed));
 }
+
+Test(bounded_cluster, a_starving_process_killed_mid_queue_on_a_cluster) { starving_process_killed(&bounded_mutex, "bk-dead"); }
+
+Test(bounded_cluster, a_starving_writer_killed_mid_queue_on_a_cluster) { starving_process_killed(&bounded_write, "bkw-dead"); }

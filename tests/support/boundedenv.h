@@ -10,12 +10,13 @@ typedef struct bounded_kind {
     const char *what;
     acquire_fn acquire;
     /* Key suffixes: the lock (a hash with the q mark), the queue, its
-     * processes, the last fence. */
-    const char *lock, *queue, *procs, *fence;
+     * processes, the last fence, and a marker that lives beside the queue
+     * (the write lock's "writer waiting"), or NULL. */
+    const char *lock, *queue, *procs, *fence, *marker;
 } bounded_kind;
 
-static const bounded_kind bounded_mutex = {"mutex", hilock_acquire, "", ":q", ":p", ":fence"};
-static const bounded_kind bounded_write = {"write lock", hilock_write_acquire, ":rw", ":rwq", ":rwp", ":rwf"};
+static const bounded_kind bounded_mutex = {"mutex", hilock_acquire, "", ":q", ":p", ":fence", NULL};
+static const bounded_kind bounded_write = {"write lock", hilock_write_acquire, ":rw", ":rwq", ":rwp", ":rwf", ":rww"};
 
 /* Is the lock of `name` marked (q = 1: its release hands it over)? */
 static inline int bounded_marked(const test_redis *r, const bounded_kind *k, const char *name) {
