@@ -57,6 +57,7 @@ typedef struct book {
     atomic_long grants[PROCS];
     atomic_llong max_wait_ms[PROCS];
     atomic_int ready;
+    atomic_int readers;         /* read holds of the parent's, beside writers */
 } book;
 
 typedef struct loop_ctx {
@@ -105,7 +106,7 @@ static void loop_granted(hilock_hold *h, int status, void *data) {
         l->p->busy--;
         return;
     }
-    if (atomic_fetch_add(&b->holders, 1) != 0) atomic_fetch_add(&b->overlaps, 1);
+    if (atomic_fetch_add(&b->holders, 1) != 0 || atomic_load(&b->readers) != 0) atomic_fetch_add(&b->overlaps, 1);
     uint64_t f = hilock_hold_fence(h);
     if (f <= b->last_fence) atomic_fetch_add(&b->regressions, 1);
     b->last_fence = f;
@@ -153,17 +154,23 @@ static void proc_run(const bounded_kind *k, book *b, int idx, const char *name, 
     _exit(0);
 }
 
-static book *run_procs(const bounded_kind *k, const char *name, uint32_t starve_ms) {
+/* PROCS processes running proc_run, their pids into kids. */
+static book *start_procs(const bounded_kind *k, const char *name, uint32_t starve_ms, pid_t *kids) {
     book *b = mmap(NULL, sizeof(*b), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert_neq(b, MAP_FAILED);
     memset(b, 0, sizeof(*b));
-    pid_t kids[PROCS];
     for (int i = 0; i < PROCS; i++) {
         fflush(NULL);
         kids[i] = fork();
         cr_assert_geq(kids[i], 0);
         if (kids[i] == 0) proc_run(k, b, i, name, starve_ms);
     }
+    return b;
+}
+
+static book *run_procs(const bounded_kind *k, const char *name, uint32_t starve_ms) {
+    pid_t kids[PROCS];
+    book *b = start_procs(k, name, starve_ms, kids);
     for (int i = 0; i < PROCS; i++) cr_assert_eq(waitpid(kids[i], NULL, 0), kids[i]);
     return b;
 }
@@ -606,9 +613,10 @@ Test(bounded, a_read_release_after_a_handover_frees_the_reader) {
     hilock_client *a = client_starving_after(20), *b = client_starving_after(20);
     got ga = take(&bounded_write, a, "hr"), gb, gr;
     cr_assert_eq(ga.status, 0);
-    start_read(a, "hr", &gr, NULL); /* keeps a's name, and what it remembers */
     start(&bounded_write, b, "hr", &gb, NULL);
     test_loop_for(e.base, 200);
+    start_read(a, "hr", &gr, NULL); /* keeps a's name, and what it remembers */
+    test_loop_for(e.base, 100);
     cr_assert(bounded_marked(&e.r, &bounded_write, "hr"), "the starving writer did not mark the lock");
     cr_assert_eq(release_now(&e, ga.hold), 0);
     cr_assert(test_loop_until(e.base, &gb.calls, 3000));
@@ -620,4 +628,42 @@ Test(bounded, a_read_release_after_a_handover_frees_the_reader) {
     cr_expect_eq(test_redis_int(&e.r, "ZCARD %s", mkey("hr", ":rwr")), 0, "the reader stayed after its release");
     hilock_client_free(a);
     hilock_client_free(b);
+}
+
+/* Three processes keep writing (ten loops each, writers starving and
+ * served in turn) while this one reads, one read after another: each read
+ * waits for the writers queued before it, not for the stream of writers
+ * to stop (the writer-waiting marker alone held readers off for as long
+ * as any writer waited, which here is the whole run). */
+Test(bounded, a_reader_waits_for_the_writers_before_it_not_for_all) {
+    pid_t kids[PROCS];
+    book *b = start_procs(&bounded_write, "wstream", 0, kids);
+    hilock_client *r = client_starving_after(100);
+    while (atomic_load(&b->ready) < PROCS) test_msleep(1);
+    test_loop_for(e.base, 400); /* the writers starve and queue */
+    long long worst = 0, reads = 0, t_end = test_now_ms() + RUN_MS - 1000;
+    while (test_now_ms() < t_end) {
+        got g;
+        hilock_acquire_opts o = opts_wait_lease(3000, 5000);
+        long long t0 = test_now_ms();
+        g = acquire_loop_with(e.base, hilock_read_acquire, r, "wstream", &o, 4000);
+        cr_assert_eq(g.status, 0, "read %lld: %s", reads, hilock_strerror(g.status));
+        if (g.at_ms - t0 > worst) worst = g.at_ms - t0;
+        reads++;
+        atomic_fetch_add(&b->readers, 1);
+        if (atomic_load(&b->holders) != 0) atomic_fetch_add(&b->overlaps, 1);
+        test_loop_for(e.base, HOLD_MS);
+        if (atomic_load(&b->holders) != 0) atomic_fetch_add(&b->overlaps, 1);
+        atomic_fetch_sub(&b->readers, 1);
+        cr_assert_eq(release_now(&e, g.hold), 0);
+    }
+    for (int i = 0; i < PROCS; i++) cr_assert_eq(waitpid(kids[i], NULL, 0), kids[i]);
+    long total = b->grants[0] + b->grants[1] + b->grants[2];
+    cr_log_info("a reader among writers: %lld reads, the longest wait %lld ms; %ld write grants", reads, worst, total);
+    cr_expect_eq(b->errors, 0);
+    cr_expect_eq(b->overlaps, 0, "a reader and a writer held at once");
+    cr_expect_gt(total, 3 * PROCS * LOOPS, "the writers were not served meanwhile: %ld grants", total);
+    cr_expect_lt(worst, 1000, "a read waited %lld ms", worst);
+    hilock_client_free(r);
+    munmap(b, sizeof(*b));
 }

@@ -46,7 +46,7 @@ extern "C" {
  * versioning for the API. HILOCK_SOVERSION is the N of libhilock.so.N: it
  * counts ABI breaks and is bumped on every one (see CHANGELOG.md). */
 #define HILOCK_VERSION_MAJOR 0
-#define HILOCK_VERSION_MINOR 9
+#define HILOCK_VERSION_MINOR 10
 #define HILOCK_VERSION_PATCH 0
 #define HILOCK_SOVERSION     2
 #define HILOCK_VERSION_STR_(x) #x
@@ -263,7 +263,8 @@ typedef struct hilock_config {
      * its name). For self-signed test setups only: anyone in the path can
      * then pose as the server. Default 0. */
     int tls_insecure;
-    /* Bounded waiting (the mutex): a wait that has waited starve_ms without
+    /* Bounded waiting (the mutex, and the read-write lock's writers): a
+     * wait that has waited starve_ms without
      * its lock stops racing for it. Its try then takes a place in a queue
      * in Redis, the release hands the lock to the first live place (by a
      * message to its client, as the fair lock does), and no other try takes
@@ -511,6 +512,14 @@ HILOCK_API int hilock_semaphore_acquire(hilock_client *c, const char *name,
  * fails or is cancelled removes it at once. A try-once writer (wait_ms 0)
  * leaves no marker. Writers are preferred: a steady stream of writers can
  * keep readers waiting.
+ *
+ * Writers of different processes are served in turn, as the mutex's waits
+ * are (hilock_config.starve_ms): a writer that has waited starve_ms takes a
+ * place in a queue in Redis, and the writer's release hands the lock to the
+ * first live place; while a writer starves the marker says 'q', and new
+ * readers and the writers that have not starved wait, so the lock freed by
+ * the last reader goes to the queue in order. A starving writer that ends
+ * without the lock leaves its place, and the readers it held off are told.
  *
  * Readers waiting in one client go in one after the other, without waiting
  * for a release: each read grant lets the client's next waiter try at once
@@ -808,11 +817,15 @@ HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb 
  *     P{T}:sem:fence  the last fence, with a TTL of fence_ttl_s
  *     P{T}:sem:ch     the channel of its releases
  * and the read-write lock NAME in these (none shared with the mutex NAME):
- *     P{T}:rw     the writer (a hash: token, fence), with a TTL of its lease
+ *     P{T}:rw     the writer (a hash: token, fence, q: 1 while a writer may
+ *                 starve in the queue), with a TTL of its lease
  *     P{T}:rwr    the readers: a sorted set of token -> end of its lease
  *                 (the server's Unix time in ms); it expires with the last
  *     P{T}:rwf    the last write fence, with a TTL of fence_ttl_s
- *     P{T}:rww    the "writer waiting" marker (a writer's token), up to 3 s
+ *     P{T}:rww    the "writer waiting" marker (a writer's token), up to 3 s;
+ *                 "q" while writers starve, up to 5 s after the last one
+ *     P{T}:rwq, P{T}:rwp  the starving writers' queue and their clients
+ *                 (as the fair lock's :fair:q and :fair:p)
  *     P{T}:rw:ch  the channel of its releases
  * and the fair lock NAME in these (none shared with the mutex NAME):
  *     P{T}:fair        the lock (a string "TOKEN FENCE"), with a TTL of

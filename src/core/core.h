@@ -256,16 +256,19 @@ struct hl_prim {
      * granted, by a try or by message; a wait that ends without its own
      * token granted (also one served by its owner's grant) is abandoned. */
     int joins;
-    /* Optional: bounded waiting (the mutex; the read-write lock's
-     * writers): do waits and holds with these terms take part? A wait
+    /* Optional: bounded waiting (the mutex; the read-write lock): do waits
+     * with these terms take part? A wait
      * that has waited the client's starve_ms is then marked starving
      * (w->starving, never over a quorum nor for a try-once) when its next
      * try is built, and the primitive's try_req then takes a place in its
      * queue in Redis, which the release hands the lock to (by a message
      * that grant_msg reads); its abandon leaves that place. A head that is
-     * not starving yet sleeps no longer than until it is. Such a hold's
-     * release may be answered 2 (handover_req); others' never are. */
+     * not starving yet sleeps no longer than until it is. */
     int (*bounded)(const hl_terms *terms);
+    /* Optional: may the release of a hold with these terms be answered 2
+     * (handover_req)? NULL: every hold's, if the primitive has a
+     * handover_req (the read-write lock: a writer's, not a reader's). */
+    int (*hands_over)(const hl_terms *terms);
     /* A name whose head has a place in the queue (every wait of a
      * primitive that joins; a starving one) tries at least this often
      * (ms; 0: no bound): the tries keep its process's entries alive. */

@@ -450,7 +450,8 @@ static void final_release_begin(hilock_hold *h) {
  * was answered 2 within HANDOVER_MEMORY_MS. */
 static hl_req *release_first(hilock_hold *h, hl_relop *op) {
     hl_name *n = h->name;
-    if (n->prim->handover_req != NULL && n->prim->bounded(&h->terms) && n->handover_until > hl_now_ms())
+    if (n->prim->handover_req != NULL && (n->prim->hands_over == NULL || n->prim->hands_over(&h->terms)) &&
+        n->handover_until > hl_now_ms())
         return n->prim->handover_req(n, h->token, on_released, op);
     return n->prim->release_req(n, h->token, &h->terms, on_released, op);
 }

@@ -36,7 +36,7 @@ hl_req *hl_prim_renew_req(hl_name *n, const hl_cmd *cmd, const char *token, uint
                           hl_req_done done, void *owner);
 extern const hl_prim hl_rwlock;
 extern const hl_script hl_script_rw_acquire, hl_script_rw_release, hl_script_rw_renew,
-    hl_script_rw_join, hl_script_rw_handover;
+    hl_script_rw_join, hl_script_rw_read_join, hl_script_rw_handover;
 extern const hl_prim hl_fair;
 
 /* ---- The queue in Redis (queue.c, lua/_queue.lua) ---------------------------
@@ -61,8 +61,9 @@ void hl_queue_try_moot(hl_req *r);
 hl_req *hl_queue_release_req(hl_name *n, const hl_cmd *cmd, const char *token, hl_req_done done,
                              void *owner);
 /* Its reply, {granted, n, now, holder, its fence, flags}: ours with fence
- * n (flags & 1: ours already, renewed), or held by `holder` for n ms more;
- * flags & 2: this client's other places were lost. */
+ * n (flags & 1: ours already, renewed; flags & 4: a read grant, the next
+ * reader may try at once), or held by `holder` for n ms more; flags & 2:
+ * this client's other places were lost. */
 int hl_queue_try_parse(hilock_client *c, const redisReply *reply, hl_try *out);
 /* A grant by message, "g TOKEN FENCE NOW_MS CLAIM_MS": 1 and *out filled,
  * or 0 (another message: a wakeup). */

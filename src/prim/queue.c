@@ -56,6 +56,7 @@ int hl_queue_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
     if (out->granted) {
         out->fence = (uint64_t)val;
         out->renewed = (flags & 1) != 0;
+        out->more = (flags & 4) != 0; /* a read grant: the next reader may try */
         return 0;
     }
     /* The lock may be free by the end of its lease (-2: gone already;

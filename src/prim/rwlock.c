@@ -41,9 +41,11 @@
 #define HL_RW_MARK_MS 3000u
 
 static const hl_cmd acquire_cmd = {&hl_script_rw_acquire, 4, {":rw", ":rwr", ":rwf", ":rww"}};
-/* A starving writer's try, and the handover of a write lock it marked
- * (lua/_lock_rw.lua): the queue's keys first, as lua/_queue.lua has them. */
+/* A starving writer's try, a starving reader's, and the handover of a
+ * write lock that either marked (lua/_lock_rw.lua): the queue's keys
+ * first, as lua/_queue.lua has them. */
 static const hl_cmd join_cmd = {&hl_script_rw_join, 6, {":rw", ":rwq", ":rwp", ":rwf", ":rww", ":rwr"}};
+static const hl_cmd read_join_cmd = {&hl_script_rw_read_join, 6, {":rw", ":rwq", ":rwp", ":rwf", ":rww", ":rwr"}};
 static const hl_cmd handover_cmd = {&hl_script_rw_handover, 6, {":rw", ":rwq", ":rwp", ":rwf", ":rww", ":rwr"}};
 /* A renewal or release declares only the key its token lives in: while the
  * name's slot migrates, a script with some declared keys missing (the
@@ -64,7 +66,8 @@ static hl_req *rw_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_r
                           void *owner) {
     const hilock_wait *w = owner;
     uint64_t mark = 0;
-    if (w->starving) return hl_queue_try_req(n, &join_cmd, token, lease_ms, '0', done, owner);
+    if (w->starving)
+        return hl_queue_try_req(n, w->terms.write ? &join_cmd : &read_join_cmd, token, lease_ms, '0', done, owner);
     if (w->terms.write && !w->try_once) {
         mark = HL_RW_MARK_MS;
         if (w->deadline_at != 0) { /* a writer that gives up stops blocking then */
@@ -149,9 +152,16 @@ static hl_req *rw_handover_req(hl_name *n, const char *token, hl_req_done done, 
     return hl_queue_release_req(n, &handover_cmd, token, done, owner);
 }
 
-/* Writers take part in bounded waiting; readers wait for the writers
- * queued before them. */
+/* Readers and writers take part in bounded waiting: a starving reader
+ * waits for the writers queued before it, a starving writer for the
+ * readers and writers before it. */
 static int rw_bounded(const hl_terms *terms) {
+    (void)terms;
+    return 1;
+}
+
+/* Only a writer's release hands the lock over. */
+static int rw_hands_over(const hl_terms *terms) {
     return terms->write;
 }
 
@@ -175,7 +185,14 @@ static void on_unmarked(hl_req *r, redisReply *reply, int err) {
  * at once, so the readers it held off are told: two requests (the
  * release on one key, see release_write_cmd). */
 static void rw_abandon(hilock_wait *w) {
-    if (!w->terms.write || w->try_once) return;
+    if (w->try_once) return;
+    if (!w->terms.write) { /* a starving reader: its place, and a read grant that raced its end */
+        if (w->starving) {
+            hl_handover_token(w->name, w->token);
+            hl_release_token(w->name, w->token, &w->terms, 0);
+        }
+        return;
+    }
     if (w->starving) hl_handover_token(w->name, w->token);
     else hl_release_token(w->name, w->token, &w->terms, 0);
     hl_req *r = rw_release_of(w->name, &unmark_cmd, "m", w->token, on_unmarked, NULL);
@@ -196,6 +213,7 @@ const hl_prim hl_rwlock = {
     .abandon = rw_abandon,
     .admit = rw_admit, /* no fence_req: no Redlock, refused at acquire */
     .bounded = rw_bounded,
+    .hands_over = rw_hands_over,
     .refresh_ms = HL_QUEUE_REFRESH_MS,
     .grant_msg = hl_queue_grant_msg,
     .granted_out = hl_queue_try_moot,

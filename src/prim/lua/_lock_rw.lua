@@ -2,12 +2,17 @@
 -- KEYS[1] the writer, a hash {token, fence, q} as the mutex's
 -- (_lock_hash.lua: q is 1 while a starving writer may wait in the queue);
 -- KEYS[5] the "writer waiting" marker, KEYS[6] the readers (see
--- rw_acquire.lua). While the queue holds a starving writer, the marker
--- says 'q' (MARK): new readers are refused, as for any waiting writer,
--- and so are the tries of writers that have not starved (rw_acquire.lua),
--- so a lock freed by its holder or its last reader goes to the queue in
--- order. The marker lives ALIVE_MS from the last starving try or grant:
--- once every starving process is gone, it runs out with their places.
+-- rw_acquire.lua). Starving readers have places too (READER): a grant to
+-- one lets in the readers right behind it (_queue.lua), and a starving
+-- reader goes in at once while no writer holds and no live writer's
+-- place comes before its own (rw_read_join.lua): readers wait for the
+-- writers queued before them, writers for the readers before them.
+-- While the queue holds a place, the marker says 'q' (MARK): new readers
+-- that have not starved are refused, as for any waiting writer, and so
+-- are the tries of writers that have not starved (rw_acquire.lua), so a
+-- lock freed by its holder or its last reader goes to the queue in order.
+-- The marker lives ALIVE_MS from the last starving try or grant: once
+-- every starving process is gone, it runs out with their places.
 lock.per_client = false
 local MARK = 'q'
 
@@ -38,20 +43,70 @@ local function unmark()
   return true
 end
 
--- Give the write lock to `token` (the lock is free of readers), for ms
--- (`last`: the fence of the lock being released, if any).
-function lock.set(token, ms, fence_ttl_s, last)
-  local fence, f = next_fence(KEYS[4], fence_ttl_s, nowus, last)
+-- `token` reads for ms more (its lease, or a claim window). Returns the
+-- last write fence, as a number and as stored.
+function lock.read(token, ms)
+  redis.call('ZADD', KEYS[6], string.format('%.0f', now + tonumber(ms)), token)
+  local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', KEYS[6], last[2])
+  local f = redis.pcall('GET', KEYS[4])
+  if type(f) ~= 'string' then f = '0' end
+  return tonumber(f) or 0, f
+end
+
+-- The queue's state after a place went: marked while places are left,
+-- else its clients and the marker go.
+local function queue_left()
   local q = redis.pcall('EXISTS', KEYS[2]) == 1
-  redis.call('HSET', KEYS[1], 'token', token, 'fence', f, 'q', q and 1 or 0)
-  redis.call('PEXPIRE', KEYS[1], ms)
   if q then
     redis.call('SET', KEYS[5], MARK, 'PX', ALIVE_MS)
   else
     redis.pcall('DEL', KEYS[3]) -- nobody starves: no clients to count
     unmark()
   end
+  return q
+end
+
+-- Give the write lock to `token` (the lock is free of readers), for ms
+-- (`last`: the fence of the lock being released, if any); or, for a
+-- reader's place (`kind` READER), let it read.
+function lock.set(token, ms, fence_ttl_s, last, kind)
+  if kind == READER then -- (the writer releasing, if any, goes)
+    redis.call('DEL', KEYS[1])
+    local fence, f = lock.read(token, ms)
+    queue_left()
+    return fence, f
+  end
+  local fence, f = next_fence(KEYS[4], fence_ttl_s, nowus, last)
+  local q = queue_left()
+  redis.call('HSET', KEYS[1], 'token', token, 'fence', f, 'q', q and 1 or 0)
+  redis.call('PEXPIRE', KEYS[1], ms)
   return fence, f
+end
+
+-- May starving reader `token` go in, no writer holding? Not while a live
+-- writer's place comes before its own (before every place, if it has
+-- none).
+function lock.readers_turn(token)
+  local rank = redis.pcall('ZRANK', KEYS[2], token)
+  if rank == 0 then return true end
+  local ahead = redis.pcall('ZRANGE', KEYS[2], 0, type(rank) == 'number' and rank - 1 or -1, 'WITHSCORES')
+  if type(ahead) ~= 'table' then return true end
+  for i = 2, #ahead, 2 do
+    local _, kind = place_of(ahead[i])
+    if kind ~= READER then
+      local until_ms = tonumber(redis.call('ZSCORE', KEYS[3], client_of(ahead[i - 1])))
+      if until_ms and until_ms > now then return false end
+    end
+  end
+  return true
+end
+
+-- Starving reader `token` goes in: it leaves its place.
+function lock.read_in(token, ms)
+  local fence = lock.read(token, ms)
+  if redis.call('ZREM', KEYS[2], token) == 1 then queue_left() end
+  return fence
 end
 
 -- A starving writer joined, or kept, its place while the lock is held:

@@ -5,7 +5,8 @@
 -- lock's; _lock_hash.lua, the mutex's) that fills `lock`: holder(),
 -- set(token, ms, fence_ttl_s, last), mark_waiting() and per_client.
 -- KEYS[1] the lock, KEYS[2] the queue (zset: token -> its place * 1024 +
--- its claim window, which is its lease, at most CLAIM_MS), KEYS[3] the
+-- its claim window, which is its lease, at most CLAIM_MS; or READER, a
+-- reader's place: the write lock's readers, whose window is CLAIM_MS), KEYS[3] the
 -- processes (zset: the first 16 hex digits of a token, which name its
 -- client, -> until when its entries count, server ms), KEYS[4] the last
 -- fence; one hash tag, one slot.
@@ -21,6 +22,7 @@
 -- its first lapsed grant, not one by one.
 local CLAIM_MS = 1000
 local ALIVE_MS = 5000
+local READER = 1023
 local lock = {}
 -- How long the lock is held for (ms; as PTTL: -2, free).
 function lock.pttl() return redis.call('PTTL', KEYS[1]) end
@@ -51,14 +53,21 @@ local function alive(procs, token)
   return was == nil or was <= now
 end
 
--- Join the queue at its tail, unless there already. Returns true if it
--- joined.
-local function join(token, lease_ms)
+-- Join the queue at its tail, unless there already (`kind`: READER for a
+-- reader's place, else a holder's). Returns true if it joined.
+local function join(token, lease_ms, kind)
   if redis.call('ZSCORE', KEYS[2], token) then return false end
   local last = tonumber(redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2] or '0')
-  local claim = math.min(tonumber(lease_ms), CLAIM_MS)
+  local claim = kind or math.min(tonumber(lease_ms), CLAIM_MS)
   redis.call('ZADD', KEYS[2], (math.floor(last / 1024) + 1) * 1024 + claim, token)
   return true
+end
+
+-- A place's claim window and kind, from its score.
+local function place_of(score)
+  local claim = tonumber(score) % 1024
+  if claim == READER then return CLAIM_MS, READER end
+  return claim
 end
 
 -- `token`'s process spoke, and has time left: it counts for ALIVE_MS more
@@ -68,8 +77,9 @@ local function still_alive(procs, token)
   redis.call('ZADD', procs, 'XX', 'GT', now + ALIVE_MS, client_of(token))
 end
 
--- The first entry whose process is alive, taken off the queue, and its
--- claim window; entries of processes gone quiet are dropped on the way.
+-- The first entry whose process is alive, taken off the queue, its claim
+-- window and its kind; entries of processes gone quiet are dropped on the
+-- way.
 -- nil: nobody waits. After a dead entry the queue may be gone (its last
 -- entry popped), and on a node whose slot is MIGRATING a command on a
 -- missing key is an error (Redis would send it elsewhere: ASK), raised
@@ -82,14 +92,26 @@ local function pop_live()
   local head = redis.call('ZPOPMIN', KEYS[2])
   while head[1] ~= nil do
     local until_ms = tonumber(redis.call('ZSCORE', KEYS[3], client_of(head[1])))
-    if until_ms and until_ms > now then return head[1], tonumber(head[2]) % 1024 end
+    if until_ms and until_ms > now then return head[1], place_of(head[2]) end
     head = redis.pcall('ZPOPMIN', KEYS[2])
   end
   return nil
 end
 
--- Grant the lock to `head` (taken off the queue) for its claim window,
--- and tell its process: "g TOKEN FENCE NOW_MS CLAIM_MS", on its own
+-- The first entry whose process is alive, left in the queue: as pop_live
+-- returns it; entries of processes gone quiet are dropped on the way.
+local function peek_live()
+  while true do
+    local head = redis.pcall('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    if type(head) ~= 'table' or head[1] == nil then return nil end
+    local until_ms = tonumber(redis.call('ZSCORE', KEYS[3], client_of(head[1])))
+    if until_ms and until_ms > now then return head[1], place_of(head[2]) end
+    redis.call('ZREM', KEYS[2], head[1])
+  end
+end
+
+-- Grant the lock to `head` (taken off the queue) for its claim window (a
+-- reader's place, `kind` READER: a read hold), and tell its process: "g TOKEN FENCE NOW_MS CLAIM_MS", on its own
 -- channel (`channel` followed by its client's id: no other process wakes)
 -- when the lock's clients each have one (lock.per_client), else on the
 -- name's channel.
@@ -102,15 +124,23 @@ end
 -- before the lock: the mutex's lock.set deletes it when the queue is
 -- empty, and on a node whose slot is MIGRATING a key that the script
 -- deleted is an error to touch.)
-local function grant_by_message(head, claim, fence_ttl_s, channel, publish, last, releaser)
+local function grant_by_message(head, claim, fence_ttl_s, channel, publish, last, releaser, kind)
   if releaser then
     redis.call('ZADD', KEYS[3], 'XX', now + ALIVE_MS, client_of(releaser), now + claim, client_of(head))
   else
     redis.call('ZADD', KEYS[3], 'XX', now + claim, client_of(head))
   end
-  local fence, f = lock.set(head, claim, fence_ttl_s, last)
-  if lock.per_client then channel = channel .. client_of(head) end
-  redis.call(publish, channel, 'g ' .. head .. ' ' .. f .. ' ' .. now .. ' ' .. claim)
+  local fence, f = lock.set(head, claim, fence_ttl_s, last, kind)
+  local to = channel
+  if lock.per_client then to = channel .. client_of(head) end
+  redis.call(publish, to, 'g ' .. head .. ' ' .. f .. ' ' .. now .. ' ' .. claim)
+  if kind == READER then -- the readers right behind it go in with it
+    local next_head, next_claim, next_kind = peek_live()
+    if next_kind == READER then
+      redis.call('ZREM', KEYS[2], next_head)
+      grant_by_message(next_head, next_claim, fence_ttl_s, channel, publish, nil, nil, READER)
+    end
+  end
   return fence
 end
 

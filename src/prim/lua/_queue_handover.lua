@@ -12,9 +12,9 @@
 queue_clock()
 local held, fence = lock.holder()
 if held == ARGV[1] then
-  local head, claim = pop_live()
+  local head, claim, kind = pop_live()
   if head then
-    grant_by_message(head, claim, ARGV[2], ARGV[3], ARGV[4], fence, ARGV[1])
+    grant_by_message(head, claim, ARGV[2], ARGV[3], ARGV[4], fence, ARGV[1], kind)
     return 1
   end
   redis.pcall('DEL', KEYS[3]) -- (see lock.set)
@@ -23,13 +23,18 @@ if held == ARGV[1] then
   redis.call(ARGV[4], ARGV[3], 'r')
   return 1
 end
--- The last place left: nobody starves now, and the lock's mark goes too,
--- so that its release frees it at once instead of asking for a handover
--- (and what the mark held off may come in: drained says whether to tell).
+-- A place left while readers hold (held ''): the readers' places behind
+-- it may go in now, and are told. The last place left: nobody starves
+-- now, and the lock's mark goes too, so that its release frees it at once
+-- instead of asking for a handover (and what the mark held off may come
+-- in: drained says whether to tell).
 local tell = held == false
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 and redis.pcall('EXISTS', KEYS[2]) == 0 then
-  redis.pcall('DEL', KEYS[3])
-  if lock.drained(held) then tell = true end
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+  if held == '' then tell = true end
+  if redis.pcall('EXISTS', KEYS[2]) == 0 then
+    redis.pcall('DEL', KEYS[3])
+    if lock.drained(held) then tell = true end
+  end
 end
 if tell then redis.call(ARGV[4], ARGV[3], 'r') end
 return 0

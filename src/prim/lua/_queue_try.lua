@@ -24,10 +24,10 @@ if held then
   lock.mark_waiting()
   return {0, lock.pttl(), now, held, held_fence, lost}
 end
-local head, claim = pop_live()
+local head, claim, kind = pop_live()
 if head == nil or head == token then
   local fence = lock.set(token, ARGV[2], ARGV[3])
   return {1, fence, now, '', 0, lost}
 end
-local fence = grant_by_message(head, claim, ARGV[3], ARGV[5], ARGV[6])
+local fence = grant_by_message(head, claim, ARGV[3], ARGV[5], ARGV[6], nil, nil, kind)
 return {0, claim, now, head, fence, lost}
