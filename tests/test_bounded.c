@@ -211,17 +211,24 @@ Test(bounded, no_writer_process_starves) { no_process_starves(&bounded_write); }
 
 /* ---- The handoff to a starving wait --------------------------------------- */
 
+/* a holds `name`; b's wait *gb starves and takes its place in the queue. */
+static got held_with_a_starving_wait(const bounded_kind *k, hilock_client *a, hilock_client *b, const char *name,
+                                     got *gb) {
+    got ga = take(k, a, name);
+    cr_assert_eq(ga.status, 0);
+    start(k, b, name, gb, NULL);
+    test_loop_for(e.base, 300);
+    cr_assert_eq(gb->calls, 0);
+    cr_assert_eq(test_redis_int(&e.r, "ZCARD %s", mkey(name, k->queue)), 1, "the starving wait has no place");
+    return ga;
+}
+
 /* Client a holds; client b's wait starves (50 ms) and takes a place in the
  * queue; a releases and asks again at once, as a releasing process's next
  * wait does: b gets the lock first, by the release's message. */
 static void comes_before_the_releasers_next(const bounded_kind *k) {
     hilock_client *a = client_starving_after(50), *b = client_starving_after(50);
-    got ga = take(k, a, "sw"), gb, ga2;
-    cr_assert_eq(ga.status, 0);
-    start(k, b, "sw", &gb, NULL);
-    test_loop_for(e.base, 300);
-    cr_assert_eq(gb.calls, 0);
-    cr_expect_eq(test_redis_int(&e.r, "ZCARD %s", mkey("sw", k->queue)), 1, "the starving wait has no place");
+    got gb, ga2, ga = held_with_a_starving_wait(k, a, b, "sw", &gb);
     cr_expect(bounded_marked(&e.r, k, "sw"), "the lock is not marked");
     long long t0 = test_now_ms();
     rel r = {0, 0};
@@ -259,11 +266,7 @@ Test(bounded, a_starving_writer_comes_before_the_releasers_next) { comes_before_
  * others are served ahead of it). */
 static void the_next_wait_takes_its_place_when_it_starves(const bounded_kind *k) {
     hilock_client *a = client_starving_after(100), *b = client_starving_after(100);
-    got ga = take(k, a, "nx"), g1, g2;
-    cr_assert_eq(ga.status, 0);
-    start(k, b, "nx", &g1, NULL);
-    test_loop_for(e.base, 300);
-    cr_assert_eq(test_redis_int(&e.r, "ZCARD %s", mkey("nx", k->queue)), 1, "the first wait has no place");
+    got g1, g2, ga = held_with_a_starving_wait(k, a, b, "nx", &g1);
     start(k, b, "nx", &g2, NULL);
     test_loop_for(e.base, 10);
     cr_assert_eq(release_now(&e, ga.hold), 0);

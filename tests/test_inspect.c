@@ -229,7 +229,7 @@ Test(inspect, free_name_is_free_and_exits_0, .timeout = 30) {
         test_slurp(tmp("out"), out, sizeof(out));
         snprintf(err, sizeof(err), "[\n {\"name\": \"nobody\", \"kind\": \"mutex\", \"server\": \"127.0.0.1:%d\", "
                  "\"held\": false, \"token\": null, \"fence\": null, \"ttl_ms\": null, \"last_fence\": null, "
-                 "\"waiting\": 0}\n]\n", env.r.port);
+                 "\"waiting\": 0, \"queue\": 0}\n]\n", env.r.port);
         cr_assert_str_eq(out, err);
     }
 }
@@ -244,7 +244,10 @@ Test(inspect, held_mutex_shows_the_holder_and_its_waiters, .timeout = 30) {
     /* Two processes wait for it: two subscribers of its channel. */
     spawn_waiter(env.r.url, "", "orders:42");
     spawn_waiter(env.r.url, "", "orders:42");
-    WAIT_UNTIL(numsub(&env.r, "orders:42") == 2, 5000);
+    /* Each has waited more than the threshold (100 ms) and starves: a
+     * place in the queue each. */
+    WAIT_UNTIL(numsub(&env.r, "orders:42") == 2 && test_redis_int(&env.r, "ZCARD %s", prim_key("orders:42", ":q")) == 2,
+               5000);
     cr_assert_eq(numsub(&env.r, "orders:42"), 2);
 
     cr_assert_eq(INSPECT(out, err, "-u", env.r.url, "orders:42"), 0, "stderr: %s", err);
@@ -258,19 +261,22 @@ Test(inspect, held_mutex_shows_the_holder_and_its_waiters, .timeout = 30) {
     cr_assert(atoll(row.f[5]) > 15000 && atoll(row.f[5]) <= 20000, "TTL_MS %s of a 20 s lease", row.f[5]);
     cr_assert_str_eq(row.f[6], fence, "the fence counter is the holder's fence");
     cr_assert_str_eq(row.f[7], "2", "WAITING: %s", out);
-    cr_assert_str_eq(row.f[8], "-");
+    cr_assert_str_eq(row.f[8], "starving 2");
 
     /* --json: the whole token. */
     cr_assert_eq(INSPECT(out, err, "-u", env.r.url, "--json", "orders:42"), 0);
     snprintf(err, sizeof(err), "\"held\": true, \"token\": \"%s\", \"fence\": %s, ", token, fence);
     cr_assert_not_null(strstr(out, err), "want %s in %s", err, out);
-    snprintf(err, sizeof(err), "\"last_fence\": %s, \"waiting\": 2}", fence);
+    snprintf(err, sizeof(err), "\"last_fence\": %s, \"waiting\": 2, \"queue\": 2}", fence);
     cr_assert_not_null(strstr(out, err), "want %s in %s", err, out);
 
     /* Released (its waiters gone first): free, and the fence counter stays. */
     for (int i = 0; i < MAX_KIDS; i++)
         if (kids[i] > 0) { kill(kids[i], SIGKILL); test_wait(kids[i], 5000); kids[i] = 0; }
     cr_assert_eq(release_now(&env, h), 0);
+    /* (The release hands the lock to the first starving place, a killed
+     * process's: each such grant lapses after its 1 s claim window.) */
+    WAIT_UNTIL(test_redis_int(&env.r, "EXISTS %s", prim_key("orders:42", "")) == 0, 5000);
     cr_assert_eq(INSPECT(out, err, "-u", env.r.url, "orders:42"), 0);
     cr_assert(row_of(out, "orders:42", "mutex", &row), "%s", out);
     cr_assert_str_eq(row.f[2], "free");
@@ -308,7 +314,7 @@ Test(inspect, semaphore_rwlock_and_fair_lines, .timeout = 30) {
     cr_assert(row_of(out, "mix", "rwlock", &row), "%s", out);
     cr_assert_str_eq(row.f[2], "held");
     cr_assert_str_eq(row.f[7], "1", "the waiting writer: %s", out);
-    cr_assert_str_eq(row.f[8], "2 readers, writer waiting");
+    cr_assert(strncmp(row.f[8], "2 readers, writer waiting", 25) == 0, "%s", row.f[8]);
     cr_assert(row_of(out, "mix", "fair", &row), "%s", out);
     {
         redisReply *rep = test_redis_cmd(&env.r, "GET %s", prim_key("mix", ":fair"));
@@ -327,7 +333,7 @@ Test(inspect, semaphore_rwlock_and_fair_lines, .timeout = 30) {
     /* --json carries the semaphore's holders and the counts. */
     cr_assert_eq(INSPECT(out, err, "-u", env.r.url, "--json", "mix"), 0);
     cr_assert_not_null(strstr(out, "\"permits_total\": 5, \"permits_held\": 3, \"holders\": [{\"token\": "), "%s", out);
-    cr_assert_not_null(strstr(out, "\"readers\": 2, \"writer_waiting\": true}"), "%s", out);
+    cr_assert_not_null(strstr(out, "\"readers\": 2, \"writer_waiting\": true, \"queue\": "), "%s", out);
     cr_assert_not_null(strstr(out, "\"waiting\": 2, \"queue\": 2}"), "%s", out);
     hilock_client_free(c);
 }
@@ -395,10 +401,10 @@ Test(inspect, odd_names_are_escaped_in_text_and_json, .timeout = 30) {
     snprintf(want, sizeof(want),
              "[\n"
              " {\"name\": \"a{b%%c} d\", \"kind\": \"mutex\", \"server\": \"127.0.0.1:%d\", \"held\": true, "
-             "\"token\": \"%s\", \"fence\": %llu, \"ttl_ms\": T, \"last_fence\": %llu, \"waiting\": 0},\n"
+             "\"token\": \"%s\", \"fence\": %llu, \"ttl_ms\": T, \"last_fence\": %llu, \"waiting\": 0, \"queue\": 0},\n"
              " {\"name\": \"\\u0001q\\\"\\\\\\u00ff\xc3\xa9\", \"name_hex\": \"0171225cffc3a9\", \"kind\": \"mutex\", "
              "\"server\": \"127.0.0.1:%d\", \"held\": false, \"token\": null, \"fence\": null, \"ttl_ms\": null, "
-             "\"last_fence\": null, \"waiting\": 0}\n"
+             "\"last_fence\": null, \"waiting\": 0, \"queue\": 0}\n"
              "]\n",
              env.r.port, token, (unsigned long long)hilock_hold_fence(h), (unsigned long long)hilock_hold_fence(h),
              env.r.port);
@@ -647,7 +653,7 @@ Test(inspect, cluster_routes_each_name_and_scans_every_master, .timeout = 60) {
         snprintf(want, sizeof(want), "\"fence\": %llu,", (unsigned long long)hilock_hold_fence(h[i]));
         cr_assert_not_null(strstr(strstr(out, names[i]), want), "%s: want %s in %s", names[i], want, out);
     }
-    snprintf(want, sizeof(want), "\"waiting\": 2}");
+    snprintf(want, sizeof(want), "\"waiting\": 2, \"queue\": ");
     cr_assert_not_null(strstr(strstr(out, names[0]), want), "both kinds of subscribers: %s", out);
 
     /* Seeded at a replica, --scan finds the locks of every master. */

@@ -92,7 +92,7 @@ typedef struct row {
     size_t nholders;
     long long readers;                      /* rwlock */
     int writer_waiting;
-    long long queue;                        /* fair */
+    long long queue;                        /* fair: its waits; mutex, rwlock: the starving ones */
 } row;
 
 enum { T_ONE, T_CLUSTER, T_REDLOCK };
@@ -439,22 +439,23 @@ static int open_redlock(ctx *x) {
 /* ---- Reading one name -------------------------------------------------- */
 
 /* The keys of one name (include/hilock/hilock.h, "Keys"). */
-enum { K_LOCK, K_FENCE, K_CH, K_SEM, K_SEMH, K_SEMFENCE, K_SEMCH, K_RW, K_RWR, K_RWF, K_RWW,
-       K_RWCH, K_FAIR, K_FAIRQ, K_FAIRFENCE, K_FAIRCH, NKEYS };
+enum { K_LOCK, K_FENCE, K_CH, K_Q, K_SEM, K_SEMH, K_SEMFENCE, K_SEMCH, K_RW, K_RWR, K_RWF, K_RWW,
+       K_RWQ, K_RWCH, K_FAIR, K_FAIRQ, K_FAIRFENCE, K_FAIRCH, NKEYS };
 static const char *const suffixes[NKEYS] = {
-    "", ":fence", ":ch", ":sem", ":sem:h", ":sem:fence", ":sem:ch", ":rw", ":rwr", ":rwf", ":rww",
-    ":rw:ch", ":fair", ":fair:q", ":fair:fence", ":fair:ch:",
+    "", ":fence", ":ch", ":q", ":sem", ":sem:h", ":sem:fence", ":sem:ch", ":rw", ":rwr", ":rwf", ":rww",
+    ":rwq", ":rw:ch", ":fair", ":fair:q", ":fair:fence", ":fair:ch:",
 };
 
 /* The reads of one name, sent in one pipeline to the master of its slot
  * (every key shares the slot), then the subscriber counts. */
-enum { Q_TIME, Q_LOCK, Q_LOCK_TTL, Q_FENCE, Q_SEM, Q_SEMH, Q_SEMFENCE, Q_RW, Q_RW_TTL, Q_RWR,
-       Q_RWF, Q_RWW, Q_FAIR, Q_FAIR_TTL, Q_FAIRFENCE, Q_FAIRQ, NQ };
+enum { Q_TIME, Q_LOCK, Q_LOCK_TTL, Q_FENCE, Q_Q, Q_SEM, Q_SEMH, Q_SEMFENCE, Q_RW, Q_RW_TTL, Q_RWR,
+       Q_RWF, Q_RWW, Q_RWQ, Q_FAIR, Q_FAIR_TTL, Q_FAIRFENCE, Q_FAIRQ, NQ };
 static const struct { const char *fmt; int key; } queries[NQ] = {
     [Q_TIME] = { "TIME", -1 },
     [Q_LOCK] = { "HMGET %b token fence", K_LOCK },
     [Q_LOCK_TTL] = { "PTTL %b", K_LOCK },
     [Q_FENCE] = { "GET %b", K_FENCE },
+    [Q_Q] = { "ZCARD %b", K_Q },
     [Q_SEM] = { "ZRANGE %b 0 -1 WITHSCORES", K_SEM },
     [Q_SEMH] = { "HGETALL %b", K_SEMH },
     [Q_SEMFENCE] = { "GET %b", K_SEMFENCE },
@@ -463,6 +464,7 @@ static const struct { const char *fmt; int key; } queries[NQ] = {
     [Q_RWR] = { "ZRANGE %b 0 -1 WITHSCORES", K_RWR },
     [Q_RWF] = { "GET %b", K_RWF },
     [Q_RWW] = { "EXISTS %b", K_RWW },
+    [Q_RWQ] = { "ZCARD %b", K_RWQ },
     [Q_FAIR] = { "GET %b", K_FAIR },
     [Q_FAIR_TTL] = { "PTTL %b", K_FAIR },
     [Q_FAIRFENCE] = { "GET %b", K_FAIRFENCE },
@@ -613,6 +615,8 @@ static row *add_mutex(ctx *x, const node *n, lookup *l) {
     }
     r->last_fence = num(l->rep[Q_FENCE]);
     r->waiting = l->waiting[CH_MUTEX];
+    r->queue = num(l->rep[Q_Q]);
+    if (r->queue > 0) snprintf(r->detail, sizeof(r->detail), "starving %lld", r->queue);
     return r;
 }
 
@@ -683,9 +687,13 @@ static row *add_rwlock(ctx *x, const node *n, lookup *l) {
         r->ttl_ms = last_end - l->now_ms;
         snprintf(r->detail, sizeof(r->detail), "%lld reader%s", r->readers, r->readers == 1 ? "" : "s");
     }
+    r->queue = num(l->rep[Q_RWQ]);
     if (r->writer_waiting)
         snprintf(r->detail + strlen(r->detail), sizeof(r->detail) - strlen(r->detail), "%swriter waiting",
                  r->detail[0] ? ", " : "");
+    if (r->queue > 0)
+        snprintf(r->detail + strlen(r->detail), sizeof(r->detail) - strlen(r->detail), "%sstarving %lld",
+                 r->detail[0] ? ", " : "", r->queue);
     r->last_fence = num(l->rep[Q_RWF]);
     r->waiting = l->waiting[CH_RW];
     return r;
@@ -1054,7 +1062,8 @@ static void json_row(const row *r) {
     } else if (strcmp(r->kind, "rwlock") == 0) {
         json_num("readers", r->readers);
         printf(", \"writer_waiting\": %s", r->writer_waiting ? "true" : "false");
-    } else if (strcmp(r->kind, "fair") == 0) {
+        json_num("queue", r->queue);
+    } else {
         json_num("queue", r->queue);
     }
     putchar('}');

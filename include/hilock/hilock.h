@@ -263,8 +263,8 @@ typedef struct hilock_config {
      * its name). For self-signed test setups only: anyone in the path can
      * then pose as the server. Default 0. */
     int tls_insecure;
-    /* Bounded waiting (the mutex, and the read-write lock's writers): a
-     * wait that has waited starve_ms without
+    /* Bounded waiting (the mutex, and the read-write lock): a wait that
+     * has waited starve_ms without
      * its lock stops racing for it. Its try then takes a place in a queue
      * in Redis, the release hands the lock to the first live place (by a
      * message to its client, as the fair lock does), and no other try takes
@@ -510,8 +510,7 @@ HILOCK_API int hilock_semaphore_acquire(hilock_client *c, const char *name,
  * out 3 s after the last refresh (or at the writer's deadline, if sooner),
  * so a writer that died stops blocking readers then; one that times out,
  * fails or is cancelled removes it at once. A try-once writer (wait_ms 0)
- * leaves no marker. Writers are preferred: a steady stream of writers can
- * keep readers waiting.
+ * leaves no marker. Writers are preferred, within a bound (below).
  *
  * Writers of different processes are served in turn, as the mutex's waits
  * are (hilock_config.starve_ms): a writer that has waited starve_ms takes a
@@ -520,6 +519,11 @@ HILOCK_API int hilock_semaphore_acquire(hilock_client *c, const char *name,
  * readers and the writers that have not starved wait, so the lock freed by
  * the last reader goes to the queue in order. A starving writer that ends
  * without the lock leaves its place, and the readers it held off are told.
+ * A reader that has waited starve_ms takes a place in the same queue and
+ * goes in as soon as no writer holds and no live writer's place comes
+ * before its own; a writer's release that hands the lock to a reader's
+ * place lets in the readers whose places follow it. So a reader waits for
+ * the writers queued before it, not for every writer that comes.
  *
  * Readers waiting in one client go in one after the other, without waiting
  * for a release: each read grant lets the client's next waiter try at once
@@ -824,8 +828,9 @@ HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb 
  *     P{T}:rwf    the last write fence, with a TTL of fence_ttl_s
  *     P{T}:rww    the "writer waiting" marker (a writer's token), up to 3 s;
  *                 "q" while writers starve, up to 5 s after the last one
- *     P{T}:rwq, P{T}:rwp  the starving writers' queue and their clients
- *                 (as the fair lock's :fair:q and :fair:p)
+ *     P{T}:rwq, P{T}:rwp  the starving waits' queue (a reader's place has
+ *                 1023 as its claim window) and their clients (as the
+ *                 fair lock's :fair:q and :fair:p)
  *     P{T}:rw:ch  the channel of its releases
  * and the fair lock NAME in these (none shared with the mutex NAME):
  *     P{T}:fair        the lock (a string "TOKEN FENCE"), with a TTL of

@@ -102,10 +102,12 @@ function lock.readers_turn(token)
   return true
 end
 
--- Starving reader `token` goes in: it leaves its place.
+-- Starving reader `token` goes in: it leaves its place, if it had one
+-- (its try counted its client in all cases: queue_left tidies that up).
 function lock.read_in(token, ms)
   local fence = lock.read(token, ms)
-  if redis.call('ZREM', KEYS[2], token) == 1 then queue_left() end
+  redis.call('ZREM', KEYS[2], token)
+  queue_left()
   return fence
 end
 
