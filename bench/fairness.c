@@ -569,7 +569,7 @@ int scenario_fairness(void) {
                 fa_verdict(c.share), res[prim].wait_max, fa_verdict(c.wait),
                 fair->wait_max > 0 ? res[prim].wait_max / fair->wait_max : 0, fa_verdict(c.tp),
                 fair->throughput > 0 ? res[prim].throughput / fair->throughput : 0,
-                prim == FA_RACING ? "  (before: always racing)" : prim == FA_SEMAPHORE ? "  (shown)" : "");
+                prim == FA_RACING ? "  (before: always racing)" : "");
     }
     g_res.fa_run = fair->grants > 0;
     g_res.fa_procs = procs;

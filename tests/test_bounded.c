@@ -106,10 +106,13 @@ static void loop_granted(hilock_hold *h, int status, void *data) {
         l->p->busy--;
         return;
     }
-    if (atomic_fetch_add(&b->holders, 1) != 0 || atomic_load(&b->readers) != 0) atomic_fetch_add(&b->overlaps, 1);
+    if (atomic_fetch_add(&b->holders, 1) >= l->p->k->holders_max || atomic_load(&b->readers) != 0)
+        atomic_fetch_add(&b->overlaps, 1);
     uint64_t f = hilock_hold_fence(h);
-    if (f <= b->last_fence) atomic_fetch_add(&b->regressions, 1);
-    b->last_fence = f;
+    if (l->p->k->holders_max == 1) { /* (a semaphore's holders may be told out of order) */
+        if (f <= b->last_fence) atomic_fetch_add(&b->regressions, 1);
+        b->last_fence = f;
+    }
     long long waited = test_now_ms() - l->asked_at;
     if (waited > atomic_load(&b->max_wait_ms[l->p->idx])) atomic_store(&b->max_wait_ms[l->p->idx], waited);
     atomic_fetch_add(&b->grants[l->p->idx], 1);
@@ -176,7 +179,7 @@ static book *run_procs(const bounded_kind *k, const char *name, uint32_t starve_
 }
 
 /* Three processes of ten loops each on one name: every process gets a
- * share of the grants near a third, no wait lasts longer than a few turns
+ * share of the grants within 25 % of a third, no wait lasts longer than a few turns
  * of every loop (racing, one process kept the lock for seconds while the
  * others starved), one holder at a time, fences in order. */
 static void no_process_starves(const bounded_kind *k) {
@@ -190,11 +193,11 @@ static void no_process_starves(const bounded_kind *k) {
     cr_log_info("bounded (%s): grants %ld / %ld / %ld, max waits %lld / %lld / %lld ms", k->what, b->grants[0],
                 b->grants[1], b->grants[2], b->max_wait_ms[0], b->max_wait_ms[1], b->max_wait_ms[2]);
     cr_expect_eq(b->errors, 0);
-    cr_expect_eq(b->overlaps, 0, "two holders at once");
+    cr_expect_eq(b->overlaps, 0, "more holders at once than allowed");
     cr_expect_eq(b->regressions, 0, "fencing tokens must strictly increase");
     cr_assert_gt(total, 3 * PROCS * LOOPS, "too few grants: %ld", total);
-    for (int i = 0; i < PROCS; i++)
-        cr_expect(b->grants[i] * PROCS * 2 >= total && b->grants[i] * PROCS <= total * 2,
+    for (int i = 0; i < PROCS; i++) /* within 25 % of a third */
+        cr_expect(b->grants[i] * PROCS * 4 >= total * 3 && b->grants[i] * PROCS * 4 <= total * 5,
                   "process %d had %ld of %ld grants", i, b->grants[i], total);
     /* The longest wait: within a few turns of every loop of every process,
      * at the rate this run served them (a process left out of the queue
@@ -208,6 +211,8 @@ static void no_process_starves(const bounded_kind *k) {
 Test(bounded, no_process_starves) { no_process_starves(&bounded_mutex); }
 
 Test(bounded, no_writer_process_starves) { no_process_starves(&bounded_write); }
+
+Test(bounded, no_semaphore_process_starves) { no_process_starves(&bounded_sem); }
 
 /* ---- The handoff to a starving wait --------------------------------------- */
 
@@ -497,11 +502,15 @@ static void a_wait_that_ends_leaves_its_place(const bounded_kind *k) {
          * release is one script, which frees the lock at once (a release
          * that asked for a handover freed it a round trip later, and a try
          * sent as soon as the holder's work was done found it held). */
-        cr_expect(!bounded_marked(&e.r, k, name), "%s: the lock is still marked", name);
+        /* (The write lock's leave does not name the lock, so that it runs
+         * while the slot migrates: its mark stays, and costs the release
+         * one handover that finds nobody.) */
+        if (k->marker == NULL) cr_expect(!bounded_marked(&e.r, k, name), "%s: the lock is still marked", name);
         long long scripts = script_calls_of(&e.r);
         cr_assert_eq(release_now(&e, gh.hold), 0);
-        cr_expect_eq(script_calls_of(&e.r) - scripts, 1, "%s: the release took %lld scripts", name,
-                     script_calls_of(&e.r) - scripts);
+        if (k->marker == NULL)
+            cr_expect_eq(script_calls_of(&e.r) - scripts, 1, "%s: the release took %lld scripts", name,
+                         script_calls_of(&e.r) - scripts);
         cr_expect_eq(test_redis_int(&e.r, "EXISTS %s", mkey(name, k->lock)), 0,
                      "%s: the release handed the lock to a wait that ended", name);
         hilock_acquire_opts once = opts_wait(0);
@@ -669,4 +678,37 @@ Test(bounded, a_reader_waits_for_the_writers_before_it_not_for_all) {
     cr_expect_lt(worst, 1000, "a read waited %lld ms", worst);
     hilock_client_free(r);
     munmap(b, sizeof(*b));
+}
+
+/* A semaphore's wait that starves takes a place and marks the semaphore
+ * (the tries of waits that have not starved are refused); cancelled, it
+ * leaves its place and the mark, and a try once gets the permit freed
+ * next. */
+Test(bounded, a_starving_semaphore_wait_leaves_its_place) {
+    hilock_client *x = client_starving_after(50), *c = client_starving_after(50);
+    got g1 = take(&bounded_sem, x, "sq"), g2 = take(&bounded_sem, x, "sq"), gc;
+    cr_assert(g1.status == 0 && g2.status == 0);
+    hilock_wait *w = NULL;
+    start(&bounded_sem, c, "sq", &gc, &w);
+    test_loop_for(e.base, 200);
+    cr_assert_eq(gc.calls, 0);
+    cr_expect_eq(test_redis_int(&e.r, "ZCARD %s", mkey("sq", ":sem:q")), 1, "the starving wait has no place");
+    cr_expect_eq(test_redis_int(&e.r, "HEXISTS %s q", mkey("sq", ":sem:h")), 1, "the semaphore is not marked");
+    cr_assert_eq(hilock_wait_cancel(w), 0);
+    cr_assert(test_loop_until(e.base, &gc.calls, 1000));
+    cr_expect_eq(gc.status, HILOCK_ECANCELED);
+    test_loop_for(e.base, 50);
+    cr_expect_eq(test_redis_int(&e.r, "EXISTS %s %s", mkey("sq", ":sem:q"), mkey("sq", ":sem:p")), 0,
+                 "its place or its client stayed");
+    cr_expect_eq(test_redis_int(&e.r, "HEXISTS %s q", mkey("sq", ":sem:h")), 0, "the mark stayed");
+    cr_assert_eq(release_now(&e, g1.hold), 0);
+    hilock_acquire_opts once = opts_wait(0);
+    got go = acquire_loop_with(e.base, bounded_sem_acquire, c, "sq", &once, 2000);
+    cr_expect_eq(go.status, 0, "%s", hilock_strerror(go.status));
+    if (go.status == 0) release_now(&e, go.hold);
+    cr_assert_eq(release_now(&e, g2.hold), 0);
+    test_loop_for(e.base, 50);
+    cr_expect_eq(test_redis_int(&e.r, "EXISTS %s %s", mkey("sq", ":sem"), mkey("sq", ":sem:h")), 0, "keys left behind");
+    hilock_client_free(x);
+    hilock_client_free(c);
 }

@@ -263,8 +263,8 @@ typedef struct hilock_config {
      * its name). For self-signed test setups only: anyone in the path can
      * then pose as the server. Default 0. */
     int tls_insecure;
-    /* Bounded waiting (the mutex, and the read-write lock): a wait that
-     * has waited starve_ms without
+    /* Bounded waiting (the mutex, the read-write lock, the semaphore): a
+     * wait that has waited starve_ms without
      * its lock stops racing for it. Its try then takes a place in a queue
      * in Redis, the release hands the lock to the first live place (by a
      * message to its client, as the fair lock does), and no other try takes
@@ -474,8 +474,11 @@ HILOCK_API int hilock_wait_cancel(hilock_wait *w);
  * once (wait_ms 0), HILOCK_EBUSY also when waiters of this client are
  * queued ahead for the name (see hilock_acquire_cb). Fairness: this client's
  * waiters are served in order (one that asks for many permits holds back
- * those behind it); across clients there is no order, and a waiter for
- * many permits may wait while others keep taking few.
+ * those behind it). Across clients, waiting is bounded
+ * (hilock_config.starve_ms): a wait that has waited that long takes a
+ * place in a queue in Redis, waits that have not starved are refused while
+ * places are taken, and the first place takes its permits as soon as they
+ * are free; one place per client, so starving clients are served in turn.
  *
  * Returns as hilock_acquire() does; HILOCK_EINVAL also for a count out of
  * range, and on a redlock:// client (N grants on each of a quorum of

@@ -111,12 +111,6 @@ static void mutex_abandon(hilock_wait *w) {
     if (w->starving) hl_handover_token(w->name, w->token);
 }
 
-/* Every wait and hold of the mutex takes part in bounded waiting. */
-static int mutex_bounded(const hl_terms *terms) {
-    (void)terms;
-    return 1;
-}
-
 /* renew(lock; token, lease_ms[, fence]). Redlock: with the fence, a master
  * that lost the key (restarted empty, or it expired there alone) gets it
  * back while the quorum holds, so the hold does not wear away master by
@@ -149,7 +143,7 @@ const hl_prim hl_mutex = {
     .renew_req = mutex_renew_req,
     .fence_req = mutex_fence_req,
     .abandon = mutex_abandon,
-    .bounded = mutex_bounded,
+    .bounded = hl_queue_every,
     .refresh_ms = HL_QUEUE_REFRESH_MS,
     .grant_msg = hl_queue_grant_msg,
     .granted_out = hl_queue_try_moot,

@@ -8,7 +8,8 @@
 extern const hl_prim hl_mutex, hl_semaphore;
 extern const hl_script hl_script_mutex_acquire, hl_script_mutex_join, hl_script_mutex_release,
     hl_script_mutex_handover, hl_script_mutex_renew, hl_script_mutex_break, hl_script_mutex_fence;
-extern const hl_script hl_script_sem_acquire, hl_script_sem_release, hl_script_sem_renew;
+extern const hl_script hl_script_sem_acquire, hl_script_sem_release, hl_script_sem_renew,
+    hl_script_sem_join, hl_script_sem_leave;
 
 /* An acquire of primitive `p` (acquire.c): checks, a wait whose terms are
  * the options plus what `ask` adds (the semaphore's permits, the
@@ -36,7 +37,7 @@ hl_req *hl_prim_renew_req(hl_name *n, const hl_cmd *cmd, const char *token, uint
                           hl_req_done done, void *owner);
 extern const hl_prim hl_rwlock;
 extern const hl_script hl_script_rw_acquire, hl_script_rw_release, hl_script_rw_renew,
-    hl_script_rw_join, hl_script_rw_read_join, hl_script_rw_handover;
+    hl_script_rw_join, hl_script_rw_read_join, hl_script_rw_handover, hl_script_rw_leave;
 extern const hl_prim hl_fair;
 
 /* ---- The queue in Redis (queue.c, lua/_queue.lua) ---------------------------
@@ -52,6 +53,9 @@ extern const hl_prim hl_fair;
  * SPUBLISH (added by net)); mode as _queue_try.lua reads it. */
 hl_req *hl_queue_try_req(hl_name *n, const hl_cmd *cmd, const char *token, uint32_t lease_ms,
                          char mode, hl_req_done done, void *owner);
+/* hl_prim.bounded of the primitives whose every wait takes part in
+ * bounded waiting (the mutex, the read-write lock, the semaphore). */
+int hl_queue_every(const hl_terms *terms);
 /* hl_prim.granted_out: the try out for a wait granted by message becomes
  * a try once, which never takes a place again. */
 void hl_queue_try_moot(hl_req *r);

@@ -58,6 +58,9 @@ static const hl_cmd renew_read_cmd = {&hl_script_rw_renew, 1, {":rwr"}};
 static const hl_cmd release_write_cmd = {&hl_script_rw_release, 1, {":rw"}};
 static const hl_cmd release_read_cmd = {&hl_script_rw_release, 1, {":rwr"}};
 static const hl_cmd unmark_cmd = {&hl_script_rw_release, 1, {":rww"}};
+/* A starving wait's leave names only the marker and the queue's keys, which
+ * exist together while it has a place: it runs while the slot migrates. */
+static const hl_cmd leave_cmd = {&hl_script_rw_leave, 3, {":rww", ":rwq", ":rwp"}};
 
 /* acquire(writer, readers, fence, marker; token, lease_ms, fence_ttl_s,
  * "r" | "w" marker_ms). `owner`
@@ -152,14 +155,6 @@ static hl_req *rw_handover_req(hl_name *n, const char *token, hl_req_done done, 
     return hl_queue_release_req(n, &handover_cmd, token, done, owner);
 }
 
-/* Readers and writers take part in bounded waiting: a starving reader
- * waits for the writers queued before it, a starving writer for the
- * readers and writers before it. */
-static int rw_bounded(const hl_terms *terms) {
-    (void)terms;
-    return 1;
-}
-
 /* Only a writer's release hands the lock over. */
 static int rw_hands_over(const hl_terms *terms) {
     return terms->write;
@@ -179,23 +174,18 @@ static void on_unmarked(hl_req *r, redisReply *reply, int err) {
     (void)r; (void)reply; (void)err; /* a marker left behind runs out by itself */
 }
 
-/* A writer that waited and gave up (cancelled, timed out, failed) gives
- * back a grant that raced its end (the release of its token; a starving
- * one's handover, which also leaves its place), and takes its marker away
- * at once, so the readers it held off are told: two requests (the
- * release on one key, see release_write_cmd). */
+/* A wait that waited and gave up (cancelled, timed out, failed): a
+ * starving one leaves its place (rw_leave.lua), and gives back a grant
+ * that raced its end (the release of its token, on its mode's key); a
+ * writer that had not starved gives back such a grant and takes its
+ * marker away at once, so the readers it held off are told. Each request
+ * names keys that exist together (see release_write_cmd). */
 static void rw_abandon(hilock_wait *w) {
-    if (w->try_once) return;
-    if (!w->terms.write) { /* a starving reader: its place, and a read grant that raced its end */
-        if (w->starving) {
-            hl_handover_token(w->name, w->token);
-            hl_release_token(w->name, w->token, &w->terms, 0);
-        }
-        return;
-    }
-    if (w->starving) hl_handover_token(w->name, w->token);
-    else hl_release_token(w->name, w->token, &w->terms, 0);
-    hl_req *r = rw_release_of(w->name, &unmark_cmd, "m", w->token, on_unmarked, NULL);
+    hl_req *r = NULL;
+    if (w->try_once || (!w->terms.write && !w->starving)) return;
+    hl_release_token(w->name, w->token, &w->terms, 0);
+    if (w->starving) r = hl_prim_release_req(w->name, &leave_cmd, w->token, on_unmarked, NULL);
+    else r = rw_release_of(w->name, &unmark_cmd, "m", w->token, on_unmarked, NULL);
     if (r != NULL) hl_name_submit(w->name, r);
 }
 
@@ -212,7 +202,7 @@ const hl_prim hl_rwlock = {
     .renew_req = rw_renew_req,
     .abandon = rw_abandon,
     .admit = rw_admit, /* no fence_req: no Redlock, refused at acquire */
-    .bounded = rw_bounded,
+    .bounded = hl_queue_every,
     .hands_over = rw_hands_over,
     .refresh_ms = HL_QUEUE_REFRESH_MS,
     .grant_msg = hl_queue_grant_msg,

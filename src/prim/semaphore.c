@@ -7,7 +7,18 @@
  * token -> "permits fence"), P{T}:sem:fence the last fence, P{T}:sem:ch the
  * channel of release messages. The scripts drop the holders whose lease
  * ran out (by the server's clock) at every try, so a dead holder's permits
- * come back without anyone releasing them. */
+ * come back without anyone releasing them.
+ *
+ * Bounded waiting across processes: a wait that has waited
+ * hilock_config.starve_ms (hl_prim.bounded) tries with sem_join.lua, which
+ * takes a place in a queue (P{T}:sem:q, its clients P{T}:sem:p, as
+ * lua/_queue.lua has them) and marks the hash ("q"): the tries of waits
+ * that have not starved are refused, and the first live place takes its
+ * permits when they are free. A release wakes every waiting process (the
+ * name's one channel), so that place's next try follows it at once; no
+ * grant by message is needed. A process has one place (its head's), so
+ * starving processes are served in turn. A starving wait that ends without
+ * its permits leaves its place (sem_leave.lua). */
 #include <stdlib.h>
 #include <string.h>
 #include "prim/prim.h"
@@ -15,17 +26,22 @@
 static const hl_cmd acquire_cmd = {&hl_script_sem_acquire, 3, {":sem", ":sem:h", ":sem:fence"}};
 static const hl_cmd release_cmd = {&hl_script_sem_release, 2, {":sem", ":sem:h"}};
 static const hl_cmd renew_cmd = {&hl_script_sem_renew, 2, {":sem", ":sem:h"}};
+static const hl_cmd join_cmd = {&hl_script_sem_join, 5, {":sem", ":sem:q", ":sem:p", ":sem:fence", ":sem:h"}};
+static const hl_cmd leave_cmd = {&hl_script_sem_leave, 3, {":sem:h", ":sem:q", ":sem:p"}};
 
-/* acquire(holders, hash, fence; token, lease_ms, fence_ttl_s, total, permits).
- * `owner` is the wait: its terms say how many permits of how many. */
+/* acquire(holders, hash, fence; token, lease_ms, fence_ttl_s, total,
+ * permits), or a starving wait's join(holders, queue, clients, fence, hash;
+ * token, lease_ms, fence_ttl_s, "0", total, permits). `owner` is the wait:
+ * its terms say how many permits of how many. */
 static hl_req *sem_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_req_done done,
                            void *owner) {
     const hilock_wait *w = owner;
-    hl_req *r = hl_name_req(n, &acquire_cmd, HL_TOKEN_LEN + 4 * 20, done, owner);
+    hl_req *r = hl_name_req(n, w->starving ? &join_cmd : &acquire_cmd, HL_TOKEN_LEN + 5 * 20, done, owner);
     if (r == NULL) return NULL;
     hl_req_arg(r, token, HL_TOKEN_LEN, "", 0);
     hl_req_arg_u64(r, lease_ms);
     hl_req_arg_u64(r, n->c->cfg.fence_ttl_s);
+    if (w->starving) hl_req_arg(r, "0", 1, "", 0); /* the mode, fourth (hl_queue_try_moot) */
     hl_req_arg_u64(r, w->terms.permits_total);
     hl_req_arg_u64(r, w->terms.permits);
     return r;
@@ -72,6 +88,20 @@ static hl_req *sem_release_req(hl_name *n, const char *token, const hl_terms *te
     return hl_prim_release_req(n, &release_cmd, token, done, owner);
 }
 
+static void on_left(hl_req *r, redisReply *reply, int err) {
+    (void)r; (void)reply; (void)err; /* a place left behind lapses with its client */
+}
+
+/* A starving wait that ends without its permits leaves its place:
+ * leave(hash, queue, clients; token, channel, PUBLISH or SPUBLISH (added
+ * by net)). (Permits that raced its end are given back by the engine, which
+ * has the try's answer.) */
+static void sem_abandon(hilock_wait *w) {
+    if (!w->starving) return;
+    hl_req *r = hl_prim_release_req(w->name, &leave_cmd, w->token, on_left, NULL);
+    if (r != NULL) hl_name_submit(w->name, r);
+}
+
 /* renew(holders, hash; token, lease_ms) */
 static hl_req *sem_renew_req(hl_name *n, const hilock_hold *h, uint32_t lease_ms, hl_req_done done,
                              void *owner) {
@@ -86,6 +116,9 @@ const hl_prim hl_semaphore = {
     .release_req = sem_release_req,
     .renew_req = sem_renew_req,
     .admit = sem_admit, /* no fence_req: no Redlock, refused at acquire */
+    .abandon = sem_abandon,
+    .bounded = hl_queue_every,
+    .refresh_ms = HL_QUEUE_REFRESH_MS,
 };
 
 /* ---- The public API of the semaphore --------------------------------------- */

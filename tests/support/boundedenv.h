@@ -13,10 +13,21 @@ typedef struct bounded_kind {
      * processes, the last fence, and a marker that lives beside the queue
      * (the write lock's "writer waiting"), or NULL. */
     const char *lock, *queue, *procs, *fence, *marker;
+
+    /* How many may hold at once (the semaphore's permits). */
+    int holders_max;
 } bounded_kind;
 
-static const bounded_kind bounded_mutex = {"mutex", hilock_acquire, "", ":q", ":p", ":fence", NULL};
-static const bounded_kind bounded_write = {"write lock", hilock_write_acquire, ":rw", ":rwq", ":rwp", ":rwf", ":rww"};
+/* One of two permits of the semaphore NAME, as an acquire_fn. */
+static inline int bounded_sem_acquire(hilock_client *c, const char *name, const hilock_acquire_opts *opts,
+                                      hilock_acquire_cb cb, void *data, hilock_wait **wait_out) {
+    return hilock_semaphore_acquire(c, name, 2, 1, opts, cb, data, wait_out);
+}
+
+static const bounded_kind bounded_mutex = {"mutex", hilock_acquire, "", ":q", ":p", ":fence", NULL, 1};
+static const bounded_kind bounded_write = {"write lock", hilock_write_acquire, ":rw", ":rwq", ":rwp", ":rwf", ":rww", 1};
+static const bounded_kind bounded_sem = {"semaphore", bounded_sem_acquire, ":sem", ":sem:q", ":sem:p", ":sem:fence",
+                                         NULL, 2};
 
 /* Is the lock of `name` marked (q = 1: its release hands it over)? */
 static inline int bounded_marked(const test_redis *r, const bounded_kind *k, const char *name) {

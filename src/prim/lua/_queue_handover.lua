@@ -23,18 +23,16 @@ if held == ARGV[1] then
   redis.call(ARGV[4], ARGV[3], 'r')
   return 1
 end
--- A place left while readers hold (held ''): the readers' places behind
--- it may go in now, and are told. The last place left: nobody starves
--- now, and the lock's mark goes too, so that its release frees it at once
--- instead of asking for a handover (and what the mark held off may come
--- in: drained says whether to tell).
+-- The last place left: nobody starves now, and the lock's mark goes too,
+-- so that its release frees it at once instead of asking for a handover
+-- (and what the mark held off may come in: drained says whether to tell).
+-- (The places are counted before the ZREM: on a node whose slot is
+-- MIGRATING, a key that the script deleted is an error to touch.)
 local tell = held == false
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
-  if held == '' then tell = true end
-  if redis.pcall('EXISTS', KEYS[2]) == 0 then
-    redis.pcall('DEL', KEYS[3])
-    if lock.drained(held) then tell = true end
-  end
+local places = redis.call('ZCARD', KEYS[2])
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 and places == 1 then
+  redis.pcall('DEL', KEYS[3])
+  if lock.drained(held) then tell = true end
 end
 if tell then redis.call(ARGV[4], ARGV[3], 'r') end
 return 0

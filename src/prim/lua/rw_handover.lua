@@ -1,9 +1,9 @@
 -- hand over: KEYS as rw_join.lua's; ARGV[1] token, ARGV[2] fence_ttl_s,
 -- ARGV[3] the name's channel, ARGV[4] PUBLISH or SPUBLISH.
 -- The release of a write lock that rw_release.lua found marked (q: a
--- writer may starve), and how a starving writer leaves its place (its
--- abandon): _queue_handover.lua. Returns 1 if the write lock was
--- `token`'s, else 0.
+-- reader or writer may starve in the queue): _queue_handover.lua. Returns
+-- 1 if the write lock was `token`'s, else 0. (A starving wait leaves its
+-- place with rw_leave.lua, which runs while the slot migrates.)
 -- #include "_fence.lua"
 -- #include "_queue.lua"
 -- #include "_lock_rw.lua"
