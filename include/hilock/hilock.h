@@ -820,7 +820,11 @@ HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb 
  *                     (the server's Unix time in ms); it expires with the
  *                     last lease
  *     P{T}:sem:h      a hash: "n" -> permits_total, "u" -> permits held,
- *                     token -> "permits fence"; expires with P{T}:sem
+ *                     "q" -> until when starving waits have places (the
+ *                     server's Unix time in ms), token -> "permits
+ *                     fence"; expires with P{T}:sem, or at q
+ *     P{T}:sem:q, P{T}:sem:p  the starving waits' queue and their clients
+ *                     (as the fair lock's :fair:q and :fair:p)
  *     P{T}:sem:fence  the last fence, with a TTL of fence_ttl_s
  *     P{T}:sem:ch     the channel of its releases
  * and the read-write lock NAME in these (none shared with the mutex NAME):

@@ -41,9 +41,10 @@ extern const hl_script hl_script_rw_acquire, hl_script_rw_release, hl_script_rw_
 extern const hl_prim hl_fair;
 
 /* ---- The queue in Redis (queue.c, lua/_queue.lua) ---------------------------
- * The fair lock's waits, and the starving ones of the mutex and the write
- * lock, have a place in a queue in Redis, which the release hands the
- * lock to. */
+ * The fair lock's waits, and the starving ones of the mutex, the
+ * read-write lock and the semaphore, have a place in a queue in Redis,
+ * which the release hands the lock to (the semaphore's first place takes
+ * its permits itself). */
 
 /* A waiting process's head tries at least this often while it has a place:
  * _queue.lua's ALIVE_MS (5000) must leave room for a few missed tries. */

@@ -1,6 +1,7 @@
 /* What the primitives whose lock is handed over through a queue in Redis
  * share (lua/_queue.lua): the fair lock, every wait of which has a place,
- * and the mutex, whose waits take one when they starve. */
+ * and the mutex, the read-write lock and the semaphore, whose waits take
+ * one when they starve. */
 #include <string.h>
 #include "prim/prim.h"
 

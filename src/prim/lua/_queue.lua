@@ -1,6 +1,7 @@
 -- The queue of waits that the lock is handed to, in Redis: every wait of
--- the fair lock, and the mutex's waits that starve (hilock_config.starve_ms).
--- Shared by their scripts (see src/prim/fair.c and src/prim/mutex.c),
+-- the fair lock, and the waits that starve (hilock_config.starve_ms) of the
+-- mutex, the read-write lock and the semaphore. Shared by their scripts
+-- (see src/prim/fair.c, mutex.c, rwlock.c, semaphore.c),
 -- each of which includes a lock after this file (_lock_str.lua, the fair
 -- lock's; _lock_hash.lua, the mutex's) that fills `lock`: holder(),
 -- set(token, ms, fence_ttl_s, last), mark_waiting() and per_client.
