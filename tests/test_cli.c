@@ -1597,7 +1597,7 @@ Test(cli, starve_is_documented, .timeout = 30) {
     static const char *const in_help[] = { "[--starve MS]", "  --starve MS    ", "$HILOCK_STARVE",
                                            "else 100", "off:", "Redlock" };
     static const char *const in_man[] = { ".IR MS ]", ".BI \\-\\-starve \" MS\"", "else 100.",
-                                          ".B off\n", "ignore it", ".B HILOCK_STARVE\n",
+                                          ".B off\n", "ignores it", ".B HILOCK_STARVE\n",
                                           ".BR \\-\\-starve ,\n" };
     const char *man = src_path("man/hilock.1");
     char out[8192], *page, *opt;

@@ -21,12 +21,20 @@ end
 
 -- The count the holders use: false when nobody holds (the stored count is
 -- forgotten, with whatever the hash had but the queue's mark), else it.
+-- (The mark's hash keeps it and loses the rest, field by field: on a
+-- node whose slot is MIGRATING, a key that the script deleted is an error
+-- to touch, and the hash is written again.)
 local function sem_stored()
   local stored = redis.call('EXISTS', HOLDERS) == 1 and redis.call('HGET', HASH, 'n')
   if not stored then
-    local q = redis.call('HGET', HASH, 'q')
-    redis.call('DEL', HOLDERS, HASH)
-    if q then redis.call('HSET', HASH, 'q', q) end
+    redis.call('DEL', HOLDERS)
+    if redis.call('HEXISTS', HASH, 'q') == 1 then
+      for _, f in ipairs(redis.call('HKEYS', HASH)) do
+        if f ~= 'q' then redis.call('HDEL', HASH, f) end
+      end
+    else
+      redis.call('DEL', HASH)
+    end
   end
   return stored
 end

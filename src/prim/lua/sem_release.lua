@@ -21,14 +21,16 @@ end
 -- elsewhere (ASK), inside a script an error after the ZREM took effect.
 -- The hash never empties here (it keeps 'u'). With no holder left it goes,
 -- but for the starving waits' mark (q, see sem_join.lua), which stays as
--- long as it lasts.
+-- long as it lasts (its other fields go: the hash is not deleted and
+-- written again, which the same rule forbids).
 local holders = redis.call('ZCARD', KEYS[1])
 if holders - redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   local q = tonumber(redis.call('HGET', KEYS[2], 'q') or '0')
-  redis.call('DEL', KEYS[2])
   if q > now then
-    redis.call('HSET', KEYS[2], 'q', q)
+    redis.call('HDEL', KEYS[2], 'n', 'u')
     redis.call('PEXPIREAT', KEYS[2], q)
+  else
+    redis.call('DEL', KEYS[2])
   end
 end
 if ARGV[3] then redis.call(ARGV[3], ARGV[2], 'r') end
