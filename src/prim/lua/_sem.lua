@@ -21,17 +21,16 @@ end
 
 -- The count the holders use: false when nobody holds (the stored count is
 -- forgotten, with whatever the hash had but the queue's mark), else it.
--- (The mark's hash keeps it and loses the rest, field by field: on a
--- node whose slot is MIGRATING, a key that the script deleted is an error
--- to touch, and the hash is written again.)
+-- (A marked hash keeps the mark and loses the count: on a node whose slot
+-- is MIGRATING, a key that the script deleted is an error to touch, and the
+-- hash is written again. It has no holder's field then: the hash never
+-- outlives the holders but as the mark alone, see sem_stretch.)
 local function sem_stored()
   local stored = redis.call('EXISTS', HOLDERS) == 1 and redis.call('HGET', HASH, 'n')
   if not stored then
     redis.call('DEL', HOLDERS)
     if redis.call('HEXISTS', HASH, 'q') == 1 then
-      for _, f in ipairs(redis.call('HKEYS', HASH)) do
-        if f ~= 'q' then redis.call('HDEL', HASH, f) end
-      end
+      redis.call('HDEL', HASH, 'n', 'u')
     else
       redis.call('DEL', HASH)
     end
@@ -39,12 +38,13 @@ local function sem_stored()
   return stored
 end
 
--- Stretch both keys to the last lease (the mark, if later, keeps the hash).
+-- Stretch both keys to the last lease. (The mark goes with the hash if
+-- every holder's lease runs out unreleased: the next starving try marks
+-- the semaphore again, within its second.)
 local function sem_stretch()
   local last = redis.call('ZRANGE', HOLDERS, -1, -1, 'WITHSCORES')
-  local q = tonumber(redis.call('HGET', HASH, 'q') or '0')
   redis.call('PEXPIREAT', HOLDERS, last[2])
-  redis.call('PEXPIREAT', HASH, math.max(tonumber(last[2]), q))
+  redis.call('PEXPIREAT', HASH, last[2])
 end
 
 -- `token` takes `want` permits of `total` for lease_ms, with a new fence.

@@ -22,11 +22,13 @@ sem_prune(now)
 local total = tonumber(ARGV[5])
 local want = tonumber(ARGV[6])
 
--- The queue after a place went: the mark lives while places are left.
+-- The queue after a place went: the mark lives while places are left. (A
+-- hash with holders lives as long as they do, see sem_stretch; alone, it
+-- is the mark's.)
 local function places_left()
   if redis.pcall('EXISTS', KEYS[2]) == 1 then
     redis.call('HSET', HASH, 'q', now + ALIVE_MS)
-    if redis.call('PTTL', HASH) < ALIVE_MS then redis.call('PEXPIRE', HASH, ALIVE_MS) end
+    if redis.call('EXISTS', HOLDERS) == 0 then redis.call('PEXPIRE', HASH, ALIVE_MS) end
   else
     redis.call('HDEL', HASH, 'q')
     redis.pcall('DEL', KEYS[3])
