@@ -172,6 +172,16 @@ if [ "$nlate" -gt 0 ]; then
     failed=$((failed + nlate))
 fi
 
+# Name the failures last, with their assertion lines, so that the tail of a
+# long log (all a CI report may keep) says what failed.
+plain | sed -n 's/^\[FAIL\] \([^ :]*::[^ :]*\):.*/\1/p' | sort -u >"$tmp/failed"
+if [ -s "$tmp/failed" ]; then
+    echo "run-tests: failed:" >&2
+    sed 's/^/    /' "$tmp/failed" >&2
+    echo "run-tests: assertions that failed:" >&2
+    plain | grep -A 2 -F 'Assertion Failed' | head -n 40 | sed 's/^/    /' >&2
+fi
+
 status=0
 if [ "$failed" -gt 0 ]; then
     status=1

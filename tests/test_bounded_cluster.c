@@ -362,10 +362,8 @@ static void link_granted(hilock_hold *h, int status, void *data) {
  * Or (kill) SIGKILL of that master, and the cluster's own failover (node
  * timeout 2 s). Returns the new master. */
 static test_redis *fail_over(unsigned slot, int kill) {
-    test_redis *m = test_cluster_master_of(&e.cl, slot);
-    cr_assert_not_null(m);
-    test_redis *r = cluster_replica_of(&e.cl, m);
-    cr_assert_not_null(r, "no replica of the master of slot %u", slot);
+    test_redis *m, *r;
+    cr_assert(cluster_settled_pair(&e.cl, slot, 20000, &m, &r), "no settled master and replica of slot %u", slot);
     if (kill) test_redis_kill(m);
     long long t0 = test_now_ms(), sent = 0;
     while (test_now_ms() - t0 < 30000) {

@@ -380,10 +380,8 @@ static void link_granted(hilock_hold *h, int status, void *data) {
  * failover that timed out does nothing); waits until that replica is the
  * slot's master. Returns the new master. */
 static test_redis *fail_over(unsigned slot, const char *mode) {
-    test_redis *m = test_cluster_master_of(&e.cl, slot);
-    cr_assert_not_null(m);
-    test_redis *r = cluster_replica_of(&e.cl, m);
-    cr_assert_not_null(r, "no replica of the master of slot %u", slot);
+    test_redis *m, *r;
+    cr_assert(cluster_settled_pair(&e.cl, slot, 20000, &m, &r), "no settled master and replica of slot %u", slot);
     long long t0 = test_now_ms(), sent = 0;
     while (test_now_ms() - t0 < 30000) {
         if (test_cluster_master_of(&e.cl, slot) == r) return r;

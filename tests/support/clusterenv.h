@@ -5,6 +5,7 @@
 #define HILOCK_TEST_CLUSTERENV_H
 
 #include <signal.h>
+#include <unistd.h>
 #include "support/lockenv.h"
 
 typedef struct clusterenv {
@@ -107,6 +108,38 @@ static inline test_redis *cluster_replica_of(test_cluster *cl, const test_redis 
         if (mine) return &cl->node[i];
     }
     return NULL;
+}
+
+/* The master of `slot` every live node agrees on. */
+static inline test_redis *cluster_agreed_master_of(test_cluster *cl, unsigned slot) {
+    int agreed = -1;
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
+        if (cl->node[i].pid <= 0) continue;
+        test_cluster one = *cl; /* ask node i alone */
+        for (int j = 0; j < TEST_CLUSTER_NODES; j++)
+            if (j != i) one.node[j].pid = 0;
+        test_redis *m = test_cluster_master_of(&one, slot);
+        int at = m ? (int)(m - &one.node[0]) : -1;
+        if (at < 0 || (agreed >= 0 && at != agreed)) return NULL;
+        agreed = at;
+    }
+    return agreed >= 0 ? &cl->node[agreed] : NULL;
+}
+
+/* The master of `slot` and a replica of it, once the nodes' views have
+ * settled: after a failover (a graceful one is often re-sent when it timed
+ * out) the nodes disagree for a while, and the old master is first a
+ * replica of nobody. Polls for up to `ms`; 0 when they did not settle. */
+static inline int cluster_settled_pair(test_cluster *cl, unsigned slot, int ms, test_redis **m,
+                                       test_redis **r) {
+    long long t0 = test_now_ms();
+    do {
+        *m = cluster_agreed_master_of(cl, slot);
+        *r = *m ? cluster_replica_of(cl, *m) : NULL;
+        if (*r) return 1;
+        usleep(50 * 1000);
+    } while (test_now_ms() - t0 < ms);
+    return 0;
 }
 
 /* Give `slot` to `dst_id` on every node that takes it (masters). */
