@@ -106,6 +106,8 @@ void hilock_config_init_size(hilock_config *cfg, size_t size) {
     d.fence_ttl_s = 7 * 24 * 3600;
     d.wait_timeout_ms = 100;
     d.starve_ms = 100;
+    d.health_ms = 3000;
+    d.clock_rate_ppm = 10000;
     hl_struct_export(cfg, size, &d, sizeof(d));
 }
 
@@ -132,6 +134,10 @@ static int config_take(hilock_config *out, const hilock_config *cfg) {
     out->fence_ttl_s = or_default(out->fence_ttl_s, d.fence_ttl_s);
     out->wait_timeout_ms = or_default(out->wait_timeout_ms, d.wait_timeout_ms);
     out->starve_ms = or_default(out->starve_ms, d.starve_ms);
+    out->health_ms = or_default(out->health_ms, d.health_ms);
+    out->clock_rate_ppm = or_default(out->clock_rate_ppm, d.clock_rate_ppm);
+    if (out->health_ms < 100) return HILOCK_EINVAL;
+    if (out->clock_rate_ppm > 100000) return HILOCK_EINVAL; /* 10 %: a broken clock */
     if (out->pubsub < HILOCK_PUBSUB_AUTO || out->pubsub > HILOCK_PUBSUB_CLASSIC) return HILOCK_EINVAL;
     if (out->wait_replicas > 64) return HILOCK_EINVAL;
     return 0;
@@ -189,6 +195,8 @@ static void net_setup(hilock_client *c, const hilock_config *cfg) {
     net->sharded = cfg->pubsub == HILOCK_PUBSUB_SHARDED;
     net->sharded_known = cfg->pubsub != HILOCK_PUBSUB_AUTO;
     net->wait_timeout_ms = cfg->wait_timeout_ms;
+    net->health_ms = cfg->health_ms == HILOCK_HEALTH_OFF ? 0 : cfg->health_ms;
+    net->clock_rate_ppm = cfg->clock_rate_ppm;
     net->rng = c->token_salt | 1; /* backoff jitter; xorshift needs non-zero */
     net->idle = hl_close_progress;
     net->idle_arg = c;

@@ -148,3 +148,82 @@ Test(cluster, next_seed_when_the_first_is_down) {
     hilock_client_free(a);
     hilock_client_free(b);
 }
+
+/* ---- Waits ride through a failover ---------------------------------------- */
+
+typedef struct rider {
+    struct event_base *base;
+    int granted, errors, first_error, inside, overlaps;
+    volatile int done;
+} rider;
+
+typedef struct rider_turn {
+    rider *r;
+    hilock_hold *h;
+} rider_turn;
+
+static void rider_release(evutil_socket_t fd, short what, void *arg) {
+    rider_turn *t = arg;
+    (void)fd, (void)what;
+    t->r->inside = 0;
+    hilock_release(t->h, NULL, NULL);
+    t->r->done++;
+}
+
+static void rider_granted(hilock_hold *h, int status, void *data) {
+    rider_turn *t = data;
+    rider *r = t->r;
+    if (status != 0) {
+        if (r->errors++ == 0) r->first_error = status;
+        r->done++;
+        return;
+    }
+    r->granted++;
+    if (r->inside) r->overlaps++;
+    r->inside = 1;
+    t->h = h;
+    struct timeval tv = {0, 20 * 1000};
+    event_base_once(r->base, -1, EV_TIMEOUT, rider_release, t, &tv);
+}
+
+/* Ten clients with the default request timeout (2 s, shorter than a
+ * failover) wait up to 30 s for a lock whose master is killed (kill -9):
+ * their tries fail while the replica takes over, and they keep trying
+ * until it has; every one of them gets the lock in turn. */
+Test(cluster, waits_ride_through_a_master_killed, .timeout = 120) {
+    enum { N = 10 };
+    hilock_config cfg;
+    hilock_client *c[N + 1];
+    for (int i = 0; i <= N; i++) {
+        hilock_config_init(&cfg);
+        cfg.url = e.cl.url;
+        cr_assert_eq(hilock_client_new(&c[i], &cfg, &e.loop), 0);
+    }
+    const char *name = "rides";
+    got h = take(c[N], name); /* held while the master dies */
+    cr_assert_eq(h.status, 0);
+    test_redis *m, *rep;
+    cr_assert(cluster_settled_pair(&e.cl, slot_of(name), 20000, &m, &rep));
+    rider r;
+    memset(&r, 0, sizeof(r));
+    r.base = e.base;
+    static rider_turn turns[N];
+    hilock_acquire_opts o = opts_wait(30000);
+    for (int i = 0; i < N; i++) {
+        turns[i] = (rider_turn){&r, NULL};
+        cr_assert_eq(hilock_acquire(c[i], name, &o, rider_granted, &turns[i], NULL), 0);
+    }
+    test_loop_for(e.base, 300);
+    test_redis_kill(m);
+    long long t0 = test_now_ms();
+    while (test_cluster_master_of(&e.cl, slot_of(name)) != rep && test_now_ms() - t0 < 20000)
+        test_loop_for(e.base, 50);
+    hilock_release(h.hold, NULL, NULL); /* or its key is lost with the master */
+    while (r.done < N && test_now_ms() - t0 < 40000) test_loop_for(e.base, 50);
+    cr_log_info("master killed under %d waits: %d granted, %d errors (first %s) in %lld ms", N, r.granted,
+                r.errors, hilock_strerror(r.first_error), test_now_ms() - t0);
+    cr_expect_eq(r.granted, N, "%d of %d granted; %d errors, the first %s", r.granted, N, r.errors,
+                 hilock_strerror(r.first_error));
+    cr_expect_eq(r.overlaps, 0);
+    for (int i = 0; i <= N; i++) hilock_client_free(c[i]);
+}

@@ -517,3 +517,89 @@ Test(sentinel, cli) {
     rc = test_wait(test_spawn(unlock, NULL, out, NULL), 20000);
     cr_expect_eq(rc, 0, "hilock unlock exited %d: %s", rc, test_slurp(out, log, sizeof(log)));
 }
+
+/* ---- The sentinels' word ---------------------------------------------------- */
+
+/* What the log callback said, joined. */
+typedef struct logbook {
+    char text[8192];
+    size_t len;
+} logbook;
+
+static void log_keep(int level, const char *msg, void *data) {
+    logbook *b = data;
+    (void)level;
+    int n = snprintf(b->text + b->len, sizeof(b->text) - b->len, "%s\n", msg);
+    if (n > 0 && b->len + (size_t)n < sizeof(b->text)) b->len += (size_t)n;
+}
+
+/* A holder whose master goes on answering while no sentinel vouches for it
+ * any more (all three stopped with SIGSTOP: what a partition that leaves
+ * the holder with its master, away from the sentinels and the replica,
+ * looks like from the holder's side): it stops believing it holds within
+ * one renewal interval of the sentinels' overdue word (the last round at
+ * most 1 s before, overdue 1 s later, then a third of the 3 s lease),
+ * though every renewal on the old master succeeds. With the sentinels
+ * back, locks are taken again. */
+Test(sentinel, a_holder_cut_off_from_the_sentinels_stops_believing) {
+    up();
+    hilock_client *c = client(s.url);
+    hilock_acquire_opts o = opts_wait_lease(0, 3000);
+    lostrec lost = {0, 0, 0};
+    o.lost_cb = lost_cb;
+    o.lost_data = &lost;
+    got g = take_opts(c, "cut", &o);
+    cr_assert_eq(g.status, 0);
+    test_loop_for(base, 2500); /* renewed, vouched for */
+    cr_assert_eq(lost.calls, 0, "lost while the sentinels vouched: %s", hilock_strerror(lost.why));
+    long long t0 = test_now_ms();
+    for (int i = 0; i < TEST_SENTINELS; i++) kill(s.sentinel[i].pid, SIGSTOP);
+    test_loop_until(base, &lost.calls, 8000);
+    for (int i = 0; i < TEST_SENTINELS; i++) kill(s.sentinel[i].pid, SIGCONT);
+    cr_assert_eq(lost.calls, 1, "still believed held %lld ms after the sentinels fell silent",
+                 test_now_ms() - t0);
+    cr_log_info("sentinels silent: the hold believed lost after %lld ms (lease 3000)", lost.at_ms - t0);
+    cr_expect_leq(lost.at_ms - t0, 2000 + 300, "lost %lld ms after the sentinels fell silent",
+                  lost.at_ms - t0);
+    release_loop(base, g.hold, 5000);
+    test_loop_for(base, 1500);
+    got again = take_opts(c, "cut-again", &o);
+    cr_expect_eq(again.status, 0, "%s", hilock_strerror(again.status));
+    if (again.status == 0) {
+        test_loop_for(base, 2500);
+        cr_expect_eq(lost.calls, 1, "a new hold lost with the sentinels back");
+        give_back(again.hold);
+    }
+    hilock_client_free(c);
+}
+
+/* A switch of master is logged with its cause: the connections to the old
+ * master are dropped because the sentinels name another, not "lost
+ * (success)". */
+Test(sentinel, a_switch_is_logged_with_its_cause, .timeout = 120) {
+    up();
+    logbook log = {{0}, 0};
+    hilock_config cfg;
+    hilock_client *c = NULL;
+    hilock_config_init(&cfg);
+    cfg.url = s.url;
+    cfg.request_timeout_ms = 8000;
+    cfg.log_cb = log_keep;
+    cfg.log_data = &log;
+    cr_assert_eq(hilock_client_new(&c, &cfg, &loop), 0);
+    got w = take(c, "switch");
+    cr_assert_eq(w.status, 0);
+    got waiting = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(c, "switch-wait", NULL, got_cb, &waiting, NULL), 0); /* a subscriber */
+    test_loop_for(base, 200);
+    cr_assert_eq(test_sentinel_failover(&s), 0);
+    long long t0 = test_now_ms();
+    while (!strstr(log.text, "name") && test_now_ms() - t0 < 15000) test_loop_for(base, 50);
+    test_loop_for(base, 500);
+    cr_expect(strstr(log.text, "lost (the sentinels name 127.0.0.1:"),
+              "the drop does not say why:\n%s", log.text);
+    cr_expect(!strstr(log.text, "(success)"), "a loss logged as success:\n%s", log.text);
+    if (waiting.calls && waiting.status == 0) give_back(waiting.hold);
+    give_back(w.hold);
+    hilock_client_free(c);
+}

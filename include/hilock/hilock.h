@@ -275,10 +275,34 @@ typedef struct hilock_config {
      * 100 ms; HILOCK_STARVE_NEVER: always race (no bound). Not over Redlock,
      * where waits always race: see the README. */
     uint32_t starve_ms;
+    /* Dead connections: a connection on which nothing has been heard for
+     * health_ms is dropped and made again, and a quiet one is sent a PING
+     * at a quarter of it (an answer of any kind counts, an ACL's refusal
+     * too). Without it a connection that a firewall, a NAT or a partition
+     * silently stopped carrying (no RST, no FIN) is never noticed, and a
+     * waiter whose subscriber connection it was hears no release until
+     * the holder's lease ends. A dead connection is found within health_ms
+     * and a quarter, and a waiter that missed a release meanwhile tries as
+     * soon as its subscription is back. 0: the default, 3000 (at least
+     * 100); HILOCK_HEALTH_OFF: never. Keep it above the time the slowest
+     * command of the server takes (a long script stalls every client). */
+    uint32_t health_ms;
+    /* Clocks: how much faster the Redis server's clock may run than this
+     * machine's, in millionths. A hold believes its lease ends
+     * lease x clock_rate_ppm / 1000000 + 2 ms before the lease it asked
+     * for, on every topology, so that it sees its loss before Redis can
+     * give the lock to another client while the server's clock runs up to
+     * that rate fast (NTP slews at most 500 ppm). 0: the default, 10000
+     * (1 %, Redlock's rule). A step of the server's clock (set by hand,
+     * a VM restored) is not covered by any allowance: only fences catch
+     * it (hilock_hold_fence). */
+    uint32_t clock_rate_ppm;
 } hilock_config;
 
 /* hilock_config.starve_ms: never hand the lock over to a starving wait. */
 #define HILOCK_STARVE_NEVER UINT32_MAX
+/* hilock_config.health_ms: never drop a connection for its silence. */
+#define HILOCK_HEALTH_OFF UINT32_MAX
 
 /* hilock_config.pubsub */
 #define HILOCK_PUBSUB_AUTO    0

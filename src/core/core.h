@@ -90,6 +90,12 @@ struct hl_name {
     unsigned fallback_lease : 1; /* the fallback timer is at the end of the
                                     holder's lease, not a refresh */
     uint32_t answers;    /* tries answered without error (see wait_seen_held) */
+    /* The head's last try failed for a cause that passes (hl_err_passes):
+     * its code, how many in a row (the backoff), and why, reported by the
+     * waits that run out before a try succeeds. */
+    int ride_err;
+    uint8_t ride_failures;
+    char *ride_why;
     /* The server's clock as the last try that reported it read it
      * (srv_ms), and when that try was sent (srv_at, ours): grants by
      * message are dated with it (see grant_time in engine.c). */
@@ -378,8 +384,14 @@ hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence, uint64_t
 void hl_hold_free(hilock_hold *h);
 /* The instant after which the key may be another client's: the send time of
  * the last acquire or renewal that Redis confirmed, plus the lease. */
+/* When the hold stops believing it holds: its last confirmed lease, less
+ * the allowance for a server clock that runs fast (hl_drift_ms), and under
+ * Sentinel no later than the sentinels vouch for its master. */
 static inline uint64_t hl_hold_expiry(const hilock_hold *h) {
-    return h->confirmed + h->confirmed_lease;
+    uint64_t until = h->confirmed + h->confirmed_lease -
+                     hl_drift_ms(h->c->topo.net.clock_rate_ppm, h->confirmed_lease);
+    uint64_t vouched = hl_topo_vouched_until(&h->c->topo, h->terms.lease_ms);
+    return vouched < until ? vouched : until;
 }
 /* Whether a callback may still be told the lock is held at `now`. */
 static inline int hl_hold_live(const hilock_hold *h, uint64_t now) {

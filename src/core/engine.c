@@ -283,6 +283,11 @@ static int wait_seen_held(const hilock_wait *w) {
  * try could be sent or answered, the cause is the connection, and a wrong
  * address must not look like a busy lock. */
 static int wait_expired_status(hilock_wait *w) {
+    const hl_name *n = w->name;
+    if (n->ride_err != 0) { /* the last try failed: what it met is the cause */
+        hl_set_error(&w->c->loop, "%s", n->ride_why ? n->ride_why : hilock_strerror(n->ride_err));
+        return n->ride_err;
+    }
     if (wait_seen_held(w)) return HILOCK_ETIMEDOUT;
     int err = hl_node_error(hl_name_node(w->name));
     if (err == HILOCK_EDEADLINE) hl_set_error(&w->c->loop, "no answer from Redis before the wait ran out");
@@ -559,13 +564,53 @@ static void grant_message(hl_name *n, const hl_grant *g) {
     hl_name_check(n);
 }
 
-/* Every waiter of the name shares the fate of a try that got no answer:
- * the next one would meet the same dead connection. */
+/* Every waiter of the name shares the fate of a try that failed for a
+ * cause that stays (a refusal): the next one would meet the same. */
 static void fail_all(hl_name *n, int err) {
     while (n->nwaiters > 0) {
         hilock_wait *o = HL_CONTAINER(n->waiters.next, hilock_wait, link);
         hl_wait_finish(o, err, NULL);
     }
+}
+
+/* The head's try failed. A cause that passes (a failover, a restart, a
+ * server that loads, a read-only former master, a cluster down for a
+ * moment: hl_err_passes), on a server that has answered before (else it is
+ * more likely the wrong address, or a replica named as the master, which
+ * waiting will not mend), ends only the try-once waits, which asked for
+ * one attempt: the others keep their place and time, and the name tries
+ * again after a backoff (25 ms doubling up to reconnect_max_ms, jittered),
+ * until a try succeeds or their wait_ms runs out (then with this error,
+ * not ETIMEDOUT: wait_expired_status). Any other cause ends them all. */
+static void ride_or_fail(hl_name *n, int err) {
+    hilock_client *c = n->c;
+    if (!hl_err_passes(err, c->loop.errstr) || !hl_name_node(n)->cmd.answered || c->closing) {
+        fail_all(n, err);
+        return;
+    }
+    n->ride_err = err;
+    free(n->ride_why);
+    n->ride_why = strdup(c->loop.errstr[0] ? c->loop.errstr : hilock_strerror(err));
+    hl_link *l = n->waiters.next;
+    while (l != &n->waiters) {
+        hilock_wait *o = HL_CONTAINER(l, hilock_wait, link);
+        l = l->next;
+        if (o->try_once) hl_wait_finish(o, err, NULL);
+    }
+    if (n->nwaiters == 0) return;
+    uint64_t cap = c->cfg.reconnect_max_ms ? c->cfg.reconnect_max_ms : 1;
+    uint64_t d = n->ride_failures >= 16 ? cap : (uint64_t)25 << n->ride_failures;
+    if (d > cap) d = cap;
+    if (n->ride_failures < 255) n->ride_failures++;
+    n->fallback_lease = 0;
+    d = d / 2 + hl_net_random(&c->topo.net) % (d / 2 + 1);
+    hl_timer_start(&c->loop, &n->fallback, d);
+}
+
+/* A try was answered: whatever failed before has passed. */
+static void ride_over(hl_name *n) {
+    n->ride_err = 0;
+    n->ride_failures = 0;
 }
 
 /* Bounded waiting (hl_prim.bounded): ms until `w` starves and its next
@@ -783,9 +828,15 @@ static void head_answered(hilock_wait *w, hl_req *r, hl_try *t, int err) {
          * of ours stays behind; unless w holds the lock with that token
          * (granted by message while the try was out): that lock is its
          * hold's, which releases it. */
-        if (r->ever_sent && !w->own_grant) hl_release_token(n, w->token, &w->terms, w->terms.lease_ms);
+        if (r->ever_sent && !w->own_grant) {
+            hl_release_token(n, w->token, &w->terms, w->terms.lease_ms);
+            /* A next try with that token could be undone by this release,
+             * were it re-sent late (after a reconnect): a new one. */
+            hl_token_new(c, w->token);
+            w->placed = 0; /* the new token has no place yet */
+        }
         n->known_held = 0;
-        fail_all(n, err); /* w first, if it still waits: it is the head */
+        ride_or_fail(n, err); /* w first, if it still waits: it is the head */
     } else if (t->granted && replicas_short(c, r)) {
         hl_release_token(n, w->token, &w->terms, 0);
         if (w->state == HL_WAIT_QUEUED) hl_wait_finish(w, HILOCK_EREPLICAS, NULL);
@@ -812,6 +863,7 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
         return;
     }
     if (err == 0) err = n->prim->try_parse(c, reply, &t);
+    if (err == 0) ride_over(n);
     if (err == 0 && t.server_ms != 0) {
         n->srv_at = r->submitted_at;
         n->srv_ms = t.server_ms;

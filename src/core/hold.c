@@ -1,10 +1,12 @@
 /* Holds: the watchdog that renews a lease, loss detection, release, and
  * extension by hand. The requests come from the hold's primitive.
  *
- * A hold counts as ours until `confirmed + lease`, where `confirmed` is when
- * the last successful acquire or renew was *sent* (the key's TTL started no
- * earlier). Past that instant another client may hold the lock, so the hold
- * is reported lost then at the latest, whatever the connection is doing. */
+ * A hold counts as ours until `confirmed + lease - drift`, where `confirmed`
+ * is when the last successful acquire or renew was *sent* (the key's TTL
+ * started no earlier) and drift the allowance for a server clock that runs
+ * fast (hl_drift_ms, hilock_config.clock_rate_ppm). Past that instant
+ * another client may hold the lock, so the hold is reported lost then at
+ * the latest, whatever the connection is doing. */
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"

@@ -104,6 +104,7 @@ static void name_unlink_free(hl_name *n) {
     t->nnames--;
     hl_timer_stop(&n->c->loop, &n->fallback);
     hl_timer_stop(&n->c->loop, &n->linger);
+    free(n->ride_why);
     free(n);
 }
 
@@ -135,6 +136,7 @@ void hl_names_free_all(hilock_client *c) {
     hl_name *n = hl_names_first(c), *next;
     for (; n; n = next) {
         next = hl_names_next(c, n);
+        free(n->ride_why);
         free(n);
     }
     free(c->names.buckets);

@@ -2,6 +2,7 @@
  * the eviction check), reconnect with exponential backoff and jitter. A
  * command connection is hiredis's async API; a subscriber connection is
  * read by sub.c. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,11 +111,63 @@ static void conn_count_down(hl_conn *k, int was) {
     if (k->net->closing) return;
     hl_log(k->net->loop, HILOCK_LOG_WARNING, "%s connection to %s lost (%s); reconnecting",
            k->is_sub ? "subscriber" : "command", hl_addr_text(k->addr, at, sizeof(at)),
-           k->net->loop->errstr[0] ? k->net->loop->errstr : hilock_strerror(k->last_err));
+           k->why[0] ? k->why : hilock_strerror(k->last_err ? k->last_err : HILOCK_ECONN));
+}
+
+void hl_conn_set_why(hl_conn *k, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(k->why, sizeof(k->why), fmt, ap);
+    va_end(ap);
+    hl_set_error(k->net->loop, "%s", k->why);
+}
+
+/* ---- Health: a connection gone silent -------------------------------------- */
+
+/* A blackholed flow (a NAT or firewall that forgot an idle connection, a
+ * partition that sends no RST or FIN) shows nothing to the socket, and a
+ * subscriber that has nothing to send would wait for ever, hearing no
+ * release. So a ready connection that has been quiet for a quarter of
+ * health_ms is sent a PING (any answer counts: an ACL's NOPERM too), and
+ * one that has heard nothing at all for health_ms is dropped and
+ * reconnected, as a lost one: a dead connection is found within
+ * health_ms and a quarter, whatever the traffic. */
+#define HEALTH_TICKS 4
+
+static void on_pong(redisAsyncContext *ac, void *reply, void *privdata) {
+    (void)privdata;
+    if (reply != NULL && ac->data != NULL) hl_conn_heard(ac->data);
+}
+
+static void health_tick(hl_timer *t) {
+    hl_conn *k = HL_CONTAINER(t, hl_conn, health);
+    hl_net *net = k->net;
+    uint64_t now = hl_now_coarse_ms(), quiet = now - k->heard_at, every = net->health_ms / HEALTH_TICKS;
+    if (k->state != HL_CONN_READY || net->loop->freeing || net->loop->forked) return;
+    if (quiet >= net->health_ms) {
+        k->last_err = HILOCK_ECONN;
+        hl_conn_set_why(k, "nothing heard for %llu ms, PING unanswered (health check: the "
+                        "connection is dead or blackholed)", (unsigned long long)quiet);
+        hl_conn_teardown(k);
+        return;
+    }
+    if (quiet >= every && !k->ping_out) {
+        k->ping_out = 1;
+        if (k->is_sub) hl_sub_ping(k);
+        else redisAsyncCommand(k->ac, on_pong, NULL, "PING");
+    }
+    hl_timer_start(net->loop, &k->health, every);
+}
+
+static void health_start(hl_conn *k) {
+    hl_conn_heard(k);
+    if (k->net->health_ms != 0) hl_timer_start(k->net->loop, &k->health, k->net->health_ms / HEALTH_TICKS);
 }
 
 void hl_conn_ready(hl_conn *k) {
     conn_count_ready(k);
+    k->why[0] = '\0';
+    health_start(k);
     k->state = HL_CONN_READY;
     k->failures = 0;
     k->last_err = 0;
@@ -335,6 +388,7 @@ void hl_conn_down(hl_conn *k) {
     k->ssl = NULL; /* hiredis freed it with the context */
     k->state = HL_CONN_DOWN;
     hl_timer_stop(k->net->loop, &k->connect_to);
+    hl_timer_stop(k->net->loop, &k->health);
     if (k->net->loop->freeing || k->net->loop->forked) return;
     conn_count_down(k, was);
     if (k->ev.lost) k->ev.lost(k->ev.arg);
@@ -348,6 +402,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status) {
     } else if (status != REDIS_OK) {
         if (ac->err == REDIS_ERR_PROTOCOL) k->last_err = HILOCK_EPROTO;
         else if (k->last_err == 0) k->last_err = HILOCK_ECONN;
+        snprintf(k->why, sizeof(k->why), "%s", ac->errstr);
         hl_set_error(k->net->loop, "connection lost: %s", ac->errstr);
     } else if (k->last_err == 0) {
         k->last_err = HILOCK_ECONN;
@@ -490,6 +545,7 @@ void hl_conn_init(hl_conn *k, hl_net *net, const hl_addr *addr, int is_sub,
     k->retry.cb = conn_retry;
     k->connect_to.cb = connect_timeout;
     k->failed_at_once.cb = conn_failed_at_once;
+    k->health.cb = health_tick;
     hl_list_init(&k->queue);
 }
 
@@ -498,4 +554,5 @@ void hl_conn_cancel_queue(hl_conn *k) {
     hl_timer_stop(k->net->loop, &k->retry);
     hl_timer_stop(k->net->loop, &k->connect_to);
     hl_timer_stop(k->net->loop, &k->failed_at_once);
+    hl_timer_stop(k->net->loop, &k->health);
 }

@@ -16,4 +16,5 @@ void hl_conn_open_failed(hl_conn *k, int err, const char *why);
 /* Subscriber connections (sub.c). */
 void hl_sub_connect(hl_conn *k);
 void hl_sub_close(hl_conn *k);
+void hl_sub_ping(hl_conn *k);
 #endif

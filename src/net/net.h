@@ -82,6 +82,9 @@ typedef struct hl_net {
     int cluster_enabled;         /* the last INFO said cluster_enabled:1 (1), or
                                     not (0), or was refused (-1) */
     uint32_t wait_timeout_ms;    /* of a request's WAIT (hl_req.wait_replicas) */
+    uint32_t health_ms;          /* a ready connection silent this long is dropped
+                                    (hl_conn's health check); 0: never */
+    uint32_t clock_rate_ppm;     /* how much faster a server's clock may run (hl_drift_ms) */
     int closing;                 /* the client is closing: do not wait for a
                                     server that is away */
     int check_role;              /* a command connection is ready only when
@@ -153,6 +156,12 @@ typedef struct hl_conn {
      * the first: reconnects), attempts that failed, ready ones lost. */
     uint64_t connects, reconnects, failed_attempts, drops;
     uint64_t down_at;   /* when a ready connection was last lost (ms) */
+    char why[160];      /* why it was dropped, for the log ("" : last_err says) */
+    uint64_t heard_at;  /* when it last read a reply (hl_now_coarse_ms) */
+    int ping_out;       /* the health check's PING is unanswered */
+    int answered;       /* a request on it got a reply that is not an error:
+                           the server was there (a failure is then transient) */
+    hl_timer health;    /* the health check (net->health_ms) */
     hl_timer retry;     /* reconnect backoff */
     hl_timer connect_to;/* connect timeout */
     hl_timer failed_at_once; /* tells the owner of an attempt that failed at once */
@@ -164,6 +173,22 @@ void hl_conn_init(hl_conn *k, hl_net *net, const hl_addr *addr, int is_sub,
 void hl_conn_connect(hl_conn *k);
 /* Drop the connection now (never from inside a hiredis callback). */
 void hl_conn_teardown(hl_conn *k);
+/* k read a reply: it is alive (the health check). */
+static inline void hl_conn_heard(hl_conn *k) {
+    k->heard_at = hl_now_coarse_ms();
+    k->ping_out = 0;
+}
+/* The health check's PING was answered on a subscriber connection: its
+ * reply ("pong", or an ACL's refusal of PING) is not the owner's. */
+int hl_sub_is_pong(const redisReply *r);
+/* What a lease of `lease` ms is worth to its holder: Redis may count it
+ * out this much earlier, its clock running up to ppm millionths faster
+ * than ours, plus 2 ms of timer granularity (Redlock's allowance). */
+static inline uint64_t hl_drift_ms(uint32_t ppm, uint64_t lease) {
+    return lease * ppm / 1000000 + 2;
+}
+/* Say why k is dropped (the log's "lost (why)"), also as the last error. */
+void hl_conn_set_why(hl_conn *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* End the queued try-once requests that never went out with `err`: the
  * attempt they asked for has failed. */
 void hl_conn_fail_fast(hl_conn *k, int err);
@@ -293,6 +318,11 @@ void hl_net_cancel_all(hl_net *net);
 int hl_parse_redirect(const char *s, int *ask, unsigned *slot, char *host, size_t hostlen, int *port);
 /* Map an error reply to a code; keep its text as the last error. */
 int hl_reply_error(hl_loop *l, const redisReply *reply);
+/* Does an error pass with time (a server away, restarting, loading, a
+ * failover under way, a read-only former master, a cluster down for a
+ * moment), so that a wait with time left should try again? `why`: the
+ * error text (an error reply's, for HILOCK_EREPLY). */
+int hl_err_passes(int err, const char *why);
 /* Is this error text an ACL refusal (HILOCK_EAUTH)? */
 int hl_reply_is_acl(const char *s);
 

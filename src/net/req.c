@@ -100,6 +100,7 @@ static void req_deadline(hl_timer *t) {
      * What it still owed fails the same way, for the same cause. */
     if (sent && k->ac != NULL) {
         k->last_err = HILOCK_EDEADLINE;
+        hl_conn_set_why(k, "no reply to a request within %u ms", r->net->request_timeout_ms);
         hl_conn_teardown(k);
     }
 }
@@ -213,6 +214,20 @@ static int req_retry_later(hl_req *r, const redisReply *reply) {
     return 0;
 }
 
+int hl_err_passes(int err, const char *why) {
+    static const char *const words[] = {"CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "MASTERDOWN"};
+    switch (err) {
+    case HILOCK_ECONN: case HILOCK_EDEADLINE: case HILOCK_EREADONLY: case HILOCK_ELOADING:
+        return 1;
+    case HILOCK_EREPLY:
+        for (size_t i = 0; why && i < sizeof(words) / sizeof(words[0]); i++)
+            if (strncmp(why, words[i], strlen(words[i])) == 0) return 1;
+        return 0;
+    default:
+        return 0;
+    }
+}
+
 int hl_parse_redirect(const char *s, int *ask, unsigned *slot, char *host, size_t hostlen, int *port) {
     char fmt[32];
     *ask = strncmp(s, "ASK ", 4) == 0;
@@ -280,6 +295,10 @@ void hl_req_on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
     hl_conn *k = ac->data;
     redisReply *reply = reply_;
     r->sent = 0;
+    if (reply != NULL && k != NULL) {
+        hl_conn_heard(k);
+        if (reply->type != REDIS_REPLY_ERROR) k->answered = 1;
+    }
     if (r->finished) { req_free(r); return; }
     if (r->net->loop->freeing) { hl_req_finish(r, NULL, HILOCK_ECANCELED); return; }
     if (reply == NULL) { /* send again once it is back */

@@ -47,6 +47,7 @@ void hl_sub_close(hl_conn *k) {
 static void sub_drop(hl_conn *k, int err, const char *why) {
     hl_set_error(k->net->loop, "%s: %s", k->state == HL_CONN_CONNECTING ? "connect" : "connection lost",
                  why && *why ? why : "closed");
+    snprintf(k->why, sizeof(k->why), "%s", why && *why ? why : "closed");
     k->last_err = err;
     hl_sub_close(k);
     hl_conn_down(k);
@@ -145,7 +146,7 @@ static void sub_dispatch(hl_conn *k, const redisReply *r) {
         }
         return;
     }
-    if (k->ev.push == NULL || k->net->loop->freeing) return;
+    if (k->ev.push == NULL || k->net->loop->freeing || hl_sub_is_pong(r)) return;
     if (r->type == REDIS_REPLY_ERROR) {
         k->ev.push(k->ev.arg, "error", r->str, r->len, NULL, 0);
         return;
@@ -172,6 +173,7 @@ static void sub_read(hl_conn *k) {
         sub_broke(k);
         return;
     }
+    hl_conn_heard(k);
     for (;;) {
         void *reply = NULL;
         if (redisReaderGetReply(rc->reader, &reply) != REDIS_OK) {
@@ -231,6 +233,15 @@ void hl_sub_connect(hl_conn *k) {
     k->state = HL_CONN_CONNECTING;
     sub_watch(k);
     hl_timer_start(l, &k->connect_to, k->net->connect_timeout_ms);
+}
+
+void hl_sub_ping(hl_conn *k) { sub_append(k, "PING"); }
+
+int hl_sub_is_pong(const redisReply *r) {
+    if (r->type == REDIS_REPLY_STATUS) return 1; /* +PONG, subscribed to nothing */
+    if (r->type == REDIS_REPLY_ERROR) return strstr(r->str, "'ping'") != NULL; /* NOPERM */
+    return r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_STRING &&
+           strcmp(r->element[0]->str, "pong") == 0;
 }
 
 void hl_conn_subscribe(hl_conn *k, const char *ch, size_t len, int on) {

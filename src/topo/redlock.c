@@ -8,10 +8,11 @@
  *    1) within the validity time: yes; an array's second element (the
  *    fence) is the largest of theirs. Validity: a request that sets a lease
  *    (r->lease_ms) must be answered by its quorum within lease - drift,
- *    drift = lease / 100 + 2 ms (Redlock's allowance for clock rates), on
- *    the monotonic clock from before the first copy was sent; its
- *    submitted_at is moved back by the drift, so the hold that counts its
- *    lease from there ends before the nodes' keys can expire.
+ *    drift = lease x clock_rate_ppm + 2 ms (hl_drift_ms: 1 % by default,
+ *    Redlock's allowance for clock rates), on the monotonic clock from
+ *    before the first copy was sent; the hold that counts its lease from
+ *    there takes the same drift off (hl_hold_expiry), so it ends before the
+ *    nodes' keys can expire.
  *  - otherwise, once every node has answered: no. If too many nodes failed
  *    for a quorum to be possible, the first node's error. A "no" that some
  *    nodes granted is marked `partial`: the caller undoes those grants. An
@@ -194,16 +195,14 @@ static void fan_decide(hl_fan *f) {
     int won = f->yes >= rl->quorum;
     if (!won && f->awaited > 0) return;
     if (won && f->r->lease_ms > 0) {
-        uint64_t lease = f->r->lease_ms, drift = lease / 100 + 2, elapsed = hl_now_ms() - f->start;
-        if (elapsed + drift >= lease) {
+        uint64_t lease = f->r->lease_ms, elapsed = hl_now_ms() - f->start;
+        if (elapsed + hl_drift_ms(f->t->net.clock_rate_ppm, lease) >= lease) {
             hl_set_error(f->t->net.loop, "Redlock: the quorum took %llu ms of a %llu ms lease",
                          (unsigned long long)elapsed, (unsigned long long)lease);
             won = 0; /* no validity left: undo, and look again soon */
         }
-        f->r->submitted_at = f->start - drift;
-    } else {
-        f->r->submitted_at = f->start;
     }
+    f->r->submitted_at = f->start; /* the hold takes the drift off (hl_hold_expiry) */
     fan_answer(f, won);
 }
 

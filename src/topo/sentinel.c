@@ -22,7 +22,12 @@
  *    lets the head try, and holds are renewed there or reported lost by
  *    the watchdog when the failover lost their key.
  *  - Asking again: whenever the master's connection is lost or cannot be
- *    made (at most every SENTINEL_ASK_MIN_MS), and while nobody named one.
+ *    made (at most every SENTINEL_ASK_MIN_MS), while nobody named one, and
+ *    every HL_SENTINEL_WATCH_MS in any case.
+ *  - Vouching: a hold believes in its master only while a majority of the
+ *    sentinels keep naming it (hl_topo_vouched_until): a holder cut off
+ *    with a master that the others are replacing hears nothing wrong from
+ *    that master, which goes on renewing its lock.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +56,7 @@ struct hl_sentinels {
     int refused;            /* answers of this round that the ACL refused */
     char refusal[200];      /* the first one's text */
     hl_timer again;
+    hl_timer watch;         /* a round every HL_SENTINEL_WATCH_MS */
 };
 
 static hl_node *sentinel_route(hl_topo *t, uint16_t slot) {
@@ -80,12 +86,15 @@ static void move_master(hl_topo *t, const char *host, int port) {
     if (copy == NULL) return; /* asked again on the next loss */
     hl_log(t->net.loop, HILOCK_LOG_INFO, "sentinel: master %s is at %s:%d%s", master_name(t), host,
            port, m->addr.host ? " (moved)" : "");
+    s->moving = 1;
+    /* Dropped at the old address (the log names it), opened at the new. */
+    hl_conn_set_why(&m->cmd, "the sentinels name %s:%d as the master now", host, port);
+    snprintf(m->sub.why, sizeof(m->sub.why), "%s", m->cmd.why);
+    hl_conn_teardown(&m->cmd); /* requests in flight queue for the new address */
+    hl_conn_teardown(&m->sub); /* the engine hears: its names resubscribe on ready */
     free(m->addr.host);
     m->addr.host = copy;
     m->addr.port = port;
-    s->moving = 1;
-    hl_conn_teardown(&m->cmd); /* requests in flight queue for the new address */
-    hl_conn_teardown(&m->sub); /* the engine hears: its names resubscribe on ready */
     s->moving = 0;
     m->cmd.failures = m->sub.failures = 0;
     hl_conn_connect(&m->cmd);
@@ -148,6 +157,7 @@ static void decide(hl_topo *t) {
     }
     s->failures = 0;
     move_master(t, best->host, best->port);
+    if (best->votes > s->n / 2) t->word_at = s->asked_at; /* vouched for by a majority */
 }
 
 static void on_master_addr(hl_req *r, redisReply *reply, int err) {
@@ -198,6 +208,18 @@ static void ask(hl_topo *t) {
 static void ask_again(hl_timer *tm) {
     hl_sentinels *s = HL_CONTAINER(tm, hl_sentinels, again);
     ask(s->node[0]->topo);
+}
+
+/* The sentinels' word is asked for every HL_SENTINEL_WATCH_MS, not only
+ * when the master's connection breaks: a master cut off from them with its
+ * holders (a partition that leaves it running) breaks nothing on our side,
+ * and only their silence, or their naming another master, tells. */
+static void watch_fired(hl_timer *tm) {
+    hl_sentinels *s = HL_CONTAINER(tm, hl_sentinels, watch);
+    hl_topo *t = s->node[0]->topo;
+    if (t->net.loop->freeing || t->net.closing) return;
+    ask(t);
+    hl_timer_start(t->net.loop, &s->watch, HL_SENTINEL_WATCH_MS);
 }
 
 /* ---- Events ------------------------------------------------------------------ */
@@ -263,6 +285,8 @@ int hl_topo_sentinel(hl_topo *t, const hl_sub_events *sub) {
     if ((t->sentinels = calloc(1, sizeof(*t->sentinels))) == NULL) return HILOCK_ENOMEM;
     hl_sentinels *s = t->sentinels;
     s->again.cb = ask_again;
+    s->watch.cb = watch_fired;
+    t->needs_word = 1;
     if ((t->seed = hl_node_new(t, &none)) == NULL) return HILOCK_ENOMEM; /* where: to be asked */
     t->seed->cmd.ev.lost = master_lost;
     t->seed->cmd.ev.arg = t;
@@ -277,5 +301,6 @@ int hl_topo_sentinel(hl_topo *t, const hl_sub_events *sub) {
         hl_conn_connect(&s->node[i]->sub);
     }
     ask(t);
+    hl_timer_start(t->net.loop, &s->watch, HL_SENTINEL_WATCH_MS);
     return 0;
 }

@@ -74,7 +74,23 @@ struct hl_topo {
     hl_slotmap *map;      /* cluster.c: which master owns each slot */
     hl_sentinels *sentinels; /* sentinel.c: whom to ask where the master is */
     hl_redlock *redlock;  /* redlock.c: the masters and their quorum */
+    /* Sentinel: a hold is believed only while the sentinels vouch for its
+     * master (hl_topo_vouched_until); word_at is when the last round that
+     * a majority of them answered naming the current master began. */
+    int needs_word;
+    uint64_t word_at;
 };
+
+/* How long a hold of `lease` ms may believe in its master, on what the
+ * sentinels last said: one renewal interval (a third of the lease) after
+ * their word is overdue (HL_SENTINEL_WATCH_MS after the last), so that a
+ * holder cut off with a master that the majority is replacing stops
+ * believing before the replica it promotes can let the lease run out;
+ * UINT64_MAX on the other topologies. */
+#define HL_SENTINEL_WATCH_MS 1000
+static inline uint64_t hl_topo_vouched_until(const hl_topo *t, uint32_t lease) {
+    return t->needs_word ? t->word_at + HL_SENTINEL_WATCH_MS + lease / 3 : UINT64_MAX;
+}
 
 /* One node for every slot, at t->net.url (t->net set up by hl_net_init and
  * the caller). Connects at once. Returns 0 or HILOCK_ENOMEM. */
