@@ -8,6 +8,8 @@
 #                               OpenSSL's headers to build hiredis 1.x with
 #                               SSL (scripts/hiredis1.sh) and the openssl
 #                               tool that makes the tests' certificates
+#   sh scripts/deps.sh --nemesis  also iptables, for `make nemesis`'s
+#                               network faults (scripts/nemesis.sh)
 #
 # Needs: cc, make, pkg-config, redis-server, redis-cli, and the headers and
 # libraries of hiredis, libevent, libuuid and Criterion. The libev and libuv
@@ -20,10 +22,12 @@ set -u
 
 check_only=0
 tls=0
+nemesis=0
 for arg in "$@"; do
     case $arg in
     --check) check_only=1 ;;
     --tls) tls=1 ;;
+    --nemesis) nemesis=1 ;;
     *) echo "deps: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -75,6 +79,10 @@ check() {
     if [ "$tls" = 1 ]; then
         has_lib openssl/ssl.h ssl || add libssl-dev
         have openssl || add openssl
+    fi
+    if [ "$nemesis" = 1 ]; then
+        have iptables || [ -x /usr/sbin/iptables ] || add iptables
+        have ip || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || add iproute2
     fi
     # Without a compiler no header can be checked: ask for all of them.
     if ! have "$CC_BIN"; then

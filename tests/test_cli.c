@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -32,6 +33,7 @@ static int replica_started;
 static char cli[PATH_MAX];          /* the binary under test */
 static char dir[64];                /* this test's scratch dir */
 static pid_t kids[MAX_KIDS];        /* children still to reap */
+static int own_group;               /* cli_start*: the CLI leads a process group */
 
 /* ---- Helpers ------------------------------------------------------------ */
 
@@ -151,6 +153,9 @@ static pid_t cli_start_io(const sigset_t *ignored, const char *out, const char *
         sigset_t none;
         int fd;
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        /* As a shell starts a job: a group whose parent is in the session
+         * but not in the group, so that its stop signals are not dropped. */
+        if (own_group) setpgid(0, 0);
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         for (i = 0; i < 5; i++)
@@ -585,6 +590,378 @@ Test(cli, lost_lock_terms_command_and_exits_74, .timeout = 30) {
     /* The next renewal (every lease/3) finds the key gone. */
     cr_assert_lt(took, 600 + 1000, "noticed after %lld ms", took);
     cr_assert_str_eq(test_slurp(tmp("sig"), buf, sizeof(buf)), "term\n", "COMMAND got no SIGTERM");
+}
+
+/* The state letter of process pid (R, S, T, Z...) from /proc, 0 if there
+ * is no such process; its process group in *pgrp (may be NULL). */
+static char proc_state(pid_t pid, pid_t *pgrp) {
+    char path[64], stat[1024];
+    const char *p;
+    int pg = 0;
+    char state = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    test_slurp(path, stat, sizeof(stat));
+    /* "pid (comm) state ppid pgrp ...": comm may hold spaces, not the last ')'. */
+    p = strrchr(stat, ')');
+    if (p == NULL || sscanf(p + 1, " %c %*d %d", &state, &pg) != 2) return 0;
+    if (pgrp != NULL) *pgrp = pg;
+    return state;
+}
+
+/* Whether pid is a process that can still run (not gone, not a zombie). */
+static int proc_alive(pid_t pid) {
+    char st = proc_state(pid, NULL);
+    return st != 0 && st != 'Z' && st != 'X';
+}
+
+/* The pid a COMMAND wrote into the scratch file `file`, or -1. */
+static pid_t pid_in(const char *file) {
+    char buf[64];
+    test_slurp(tmp(file), buf, sizeof(buf));
+    return buf[0] ? (pid_t)atoi(buf) : -1;
+}
+
+static long long file_size(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long long)sb.st_size : -1;
+}
+
+/* `sh -c "writer | cat"`: SIGTERM to the shell alone ends the shell, and
+ * its pipeline, in the same process group, writes on. After a loss the
+ * whole group ends before hilock exits 74: no process of it is left and
+ * the file the writer appends timestamps to stops growing. */
+Test(cli, lost_lock_ends_the_whole_process_group, .timeout = 30) {
+    static const char writer[] =
+        "echo $$ > \"$2\"\n"
+        "i=0; while [ $i -lt 1000 ]; do date +%s%N >> \"$1\"; sleep 0.02; i=$((i+1)); done\n";
+    const char *script = "echo $$ > \"$4\"; "
+                         "sh \"$0\" \"$1\" \"$2\" | sh -c 'echo $$ > \"$0\"; exec cat >/dev/null' \"$3\"";
+    pid_t pid, sh, wr, ct, pg = 0;
+    long long t0, took, size;
+    FILE *f = fopen(tmp("writer.sh"), "w");
+
+    cr_assert_not_null(f);
+    fputs(writer, f);
+    fclose(f);
+    pid = cli_start("out", NULL, ARGS("-u", srv.url, "-l", "600", "grp", "--", "sh", "-c", script,
+                                      tmp("writer.sh"), tmp("stamps"), tmp("writer.pid"),
+                                      tmp("cat.pid"), tmp("sh.pid")));
+    WAIT_UNTIL(file_size(tmp("stamps")) > 0 && pid_in("cat.pid") > 0 && pid_in("sh.pid") > 0, 5000);
+    sh = pid_in("sh.pid");
+    wr = pid_in("writer.pid");
+    ct = pid_in("cat.pid");
+    cr_assert(sh > 0 && wr > 0 && ct > 0 && file_size(tmp("stamps")) > 0, "COMMAND did not start");
+    /* COMMAND leads a process group of its own, its pipeline in it. */
+    cr_assert_neq(proc_state(wr, &pg), 0);
+    cr_expect_eq(pg, sh, "the writer's group is %d, COMMAND is %d", (int)pg, (int)sh);
+
+    cr_assert_eq(test_redis_int(&srv, "DEL %s", key("grp")), 1);
+    t0 = test_now_ms();
+    cr_assert_eq(cli_wait(pid, 10000), 74);
+    took = test_now_ms() - t0;
+    cr_assert_lt(took, 600 + 1000, "exited %lld ms after the loss", took);
+    /* Nothing of COMMAND's group is left, not even a zombie. */
+    cr_assert(!proc_alive(wr), "the writer (%d) outlived hilock", (int)wr);
+    cr_assert(!proc_alive(ct), "cat (%d) outlived hilock", (int)ct);
+    cr_assert(kill(-sh, 0) != 0 && errno == ESRCH, "COMMAND's group %d is still there", (int)sh);
+    size = file_size(tmp("stamps"));
+    test_msleep(300);
+    cr_assert_eq(file_size(tmp("stamps")), size, "the file still grows after hilock exited");
+}
+
+/* A COMMAND that ignores SIGTERM, and the background process it started
+ * (which ignores it too), get SIGKILL --kill-after MS later, and hilock
+ * exits 74 only once they are gone; --kill-after 0 sends SIGKILL at once. */
+Test(cli, lost_lock_kills_what_ignores_sigterm, .timeout = 30) {
+    /* Loops bounded (20 s), as nothing ends them if the test dies. */
+    const char *script = "trap '' TERM; echo $$ > \"$0\"; sleep 20 & echo $! > \"$1\"; : > \"$2\"; "
+                         "i=0; while [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done";
+    const char *trapping = "trap 'echo term > \"$2\"; exit 1' TERM; echo $$ > \"$0\"; : > \"$1\"; "
+                           "i=0; while [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done";
+    char err[2048];
+    long long t0, took;
+    pid_t pid, sh, bg;
+
+    pid = cli_start_io(NULL, "out", "err", NULL,
+                       ARGS("-u", srv.url, "-l", "600", "--kill-after", "1500", "ign", "--", "sh", "-c",
+                            script, tmp("sh.pid"), tmp("sleep.pid"), tmp("ready")));
+    WAIT_UNTIL(file_exists(tmp("ready")), 5000);
+    cr_assert(file_exists(tmp("ready")), "COMMAND did not start");
+    sh = pid_in("sh.pid");
+    bg = pid_in("sleep.pid");
+    cr_assert_eq(test_redis_int(&srv, "DEL %s", key("ign")), 1);
+    t0 = test_now_ms();
+    /* SIGTERM at the loss (within a third of the lease) does nothing... */
+    test_msleep(600 / 3 + 1000);
+    cr_assert_eq(cli_wait(pid, 0), -1, "hilock exited while COMMAND ran on");
+    cr_assert(proc_alive(sh) && proc_alive(bg), "SIGTERM ended what ignores it");
+    /* ...SIGKILL, 1500 ms later, does. */
+    cr_assert_eq(cli_wait(pid, 10000), 74);
+    took = test_now_ms() - t0;
+    cr_assert_geq(took, 1500, "exited %lld ms after the loss, before --kill-after", took);
+    cr_assert_lt(took, 1500 + 600 + 1000, "exited %lld ms after the loss", took);
+    cr_assert(!proc_alive(sh), "COMMAND (%d) outlived hilock", (int)sh);
+    cr_assert(!proc_alive(bg), "COMMAND's background sleep (%d) outlived hilock", (int)bg);
+    test_slurp(tmp("err"), err, sizeof(err));
+    cr_assert_not_null(strstr(err, "hilock: COMMAND's process group still runs 1500 ms after SIGTERM: "
+                                   "sending SIGKILL\n"), "%s", err);
+
+    /* 0: no SIGTERM for a handler to see, SIGKILL at once. */
+    unlink(tmp("ready"));
+    pid = cli_start_io(NULL, "out", "err", NULL,
+                       ARGS("-u", srv.url, "-l", "600", "--kill-after", "0", "ign", "--", "sh", "-c",
+                            trapping, tmp("sh.pid"), tmp("ready"), tmp("sig")));
+    WAIT_UNTIL(file_exists(tmp("ready")), 5000);
+    cr_assert(file_exists(tmp("ready")), "COMMAND did not start");
+    sh = pid_in("sh.pid");
+    cr_assert_eq(test_redis_int(&srv, "DEL %s", key("ign")), 1);
+    t0 = test_now_ms();
+    cr_assert_eq(cli_wait(pid, 10000), 74);
+    took = test_now_ms() - t0;
+    cr_assert_lt(took, 600 + 1000, "exited %lld ms after the loss", took);
+    cr_assert(!proc_alive(sh), "COMMAND (%d) outlived hilock", (int)sh);
+    cr_assert(!file_exists(tmp("sig")), "COMMAND got SIGTERM with --kill-after 0");
+}
+
+/* A bad MS is refused with the usage status, by a message that names
+ * --kill-after and what it wants, and COMMAND does not run; 0 and the
+ * largest are good; unlock has no COMMAND to kill. */
+Test(cli, kill_after_bad_values_are_refused, .timeout = 30) {
+    static const char *const bad[] = { "x", "-1", "", "5s", " 5", "+5", "2147483648", "1e3", "0x10" };
+    static const char hint[] = "Try 'hilock --help' for more information.\n";
+    char out[2048], want[256];
+    size_t i;
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_assert_eq(RUN("-u", srv.url, "--kill-after", bad[i], "ka", "--", "touch", tmp("ran")), 64,
+                     "--kill-after '%s'", bad[i]);
+        snprintf(want, sizeof(want), "hilock: bad --kill-after MS '%s': want milliseconds, 0 to 2147483647 "
+                 "(0: SIGKILL at once)\n%s", bad[i], hint);
+        cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), want);
+        cr_assert(!file_exists(tmp("ran")), "--kill-after '%s' ran COMMAND", bad[i]);
+    }
+    cr_assert_eq(RUN("-u", srv.url, "--kill-after"), 64);
+    snprintf(want, sizeof(want), "hilock: option --kill-after needs a value\n%s", hint);
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), want);
+    hold_key("hilock:", "ka", 10000);
+    cr_assert_eq(RUN("-u", srv.url, "--kill-after", "100", "unlock", "ka"), 64);
+    snprintf(want, sizeof(want), "hilock: --kill-after does not apply to unlock\n%s", hint);
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), want);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("ka")), 1, "unlock ran anyway");
+    cr_assert_eq(test_redis_int(&srv, "DEL %s", key("ka")), 1);
+
+    cr_assert_eq(RUN("-u", srv.url, "--kill-after", "0", "ka", "--", "true"), 0);
+    cr_assert_eq(RUN("-u", srv.url, "--kill-after", "2147483647", "ka", "--", "true"), 0);
+}
+
+/* SIGTSTP sent to hilock stops COMMAND's group, and then hilock; SIGCONT
+ * continues both. Stopped alone, hilock would leave COMMAND running while
+ * it renews nothing. */
+Test(cli, sigtstp_stops_command_then_hilock, .timeout = 30) {
+    /* One process that never forks: see terminal_keys_reach_command. */
+    const char *script = "echo $$ > \"$0\"; : > \"$1\"; exec sleep 30";
+    pid_t pid, sh;
+    int st = 0;
+    long long until;
+
+    own_group = 1;
+    pid = cli_start("out", NULL, ARGS("-u", srv.url, "tstp", "--", "sh", "-c", script,
+                                      tmp("sh.pid"), tmp("ready")));
+    own_group = 0;
+    WAIT_UNTIL(file_exists(tmp("ready")), 5000);
+    cr_assert(file_exists(tmp("ready")), "COMMAND did not start");
+    sh = pid_in("sh.pid");
+    kill(pid, SIGTSTP);
+    until = test_now_ms() + 5000;
+    while (waitpid(pid, &st, WNOHANG | WUNTRACED) == 0 && test_now_ms() < until) test_msleep(5);
+    cr_assert(WIFSTOPPED(st), "hilock did not stop (status %#x)", st);
+    cr_assert_eq(proc_state(sh, NULL), 'T', "COMMAND was not stopped first");
+    kill(pid, SIGCONT);
+    WAIT_UNTIL(proc_state(sh, NULL) != 'T', 5000);
+    cr_assert_neq(proc_state(sh, NULL), 'T', "COMMAND was not continued");
+    cr_assert_neq(proc_state(pid, NULL), 'T', "hilock was not continued");
+    kill(pid, SIGTERM);
+    cr_assert_eq(cli_wait(pid, 5000), 128 + SIGTERM);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("tstp")), 0);
+}
+
+/* A signal sent to hilock while COMMAND runs reaches COMMAND's whole
+ * group: here the shell and the background sleep it waits for. */
+Test(cli, sigterm_is_forwarded_to_the_whole_group, .timeout = 30) {
+    const char *script = "sleep 20 & echo $! > \"$0\"; : > \"$1\"; wait";
+    pid_t pid, bg;
+
+    pid = cli_start("out", NULL, ARGS("-u", srv.url, "fwg", "--", "sh", "-c", script,
+                                      tmp("sleep.pid"), tmp("ready")));
+    WAIT_UNTIL(file_exists(tmp("ready")), 5000);
+    cr_assert(file_exists(tmp("ready")), "COMMAND did not start");
+    bg = pid_in("sleep.pid");
+    kill(pid, SIGTERM);
+    cr_assert_eq(cli_wait(pid, 5000), 128 + SIGTERM);
+    WAIT_UNTIL(!proc_alive(bg), 2000);
+    cr_assert(!proc_alive(bg), "the background sleep (%d) did not get SIGTERM", (int)bg);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("fwg")), 0);
+}
+
+/* A hilock that is killed leaves no COMMAND running without the lock:
+ * COMMAND gets SIGTERM. */
+Test(cli, command_gets_sigterm_when_hilock_dies, .timeout = 30) {
+    const char *script = "trap 'echo term > \"$1\"; exit 1' TERM; echo $$ > \"$0\"; : > \"$2\"; "
+                         "i=0; while [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done";
+    char buf[64];
+    pid_t pid, sh;
+
+    pid = cli_start("out", NULL, ARGS("-u", srv.url, "die", "--", "sh", "-c", script,
+                                      tmp("sh.pid"), tmp("sig"), tmp("ready")));
+    WAIT_UNTIL(file_exists(tmp("ready")), 5000);
+    cr_assert(file_exists(tmp("ready")), "COMMAND did not start");
+    sh = pid_in("sh.pid");
+    kill(pid, SIGKILL);
+    cr_assert_eq(cli_wait(pid, 5000), 128 + SIGKILL);
+    WAIT_UNTIL(file_exists(tmp("sig")) && !proc_alive(sh), 5000);
+    cr_assert_str_eq(test_slurp(tmp("sig"), buf, sizeof(buf)), "term\n", "COMMAND got no SIGTERM");
+    cr_assert(!proc_alive(sh), "COMMAND (%d) runs on", (int)sh);
+}
+
+/* ---- A terminal --------------------------------------------------------- */
+
+/* A line appended to the scratch file `file` (from a forked child: no
+ * stdio buffers shared with the test). */
+static void log_line(const char *file, const char *fmt, ...) {
+    char line[256];
+    va_list ap;
+    int fd = open(tmp(file), O_WRONLY | O_CREAT | O_APPEND, 0600);
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (fd >= 0) {
+        if (write(fd, line, strlen(line)) < 0) { /* the test sees the line missing */ }
+        close(fd);
+    }
+}
+
+/* In a child of the test: a job-control shell of the least kind on the
+ * terminal `slave`. It leads a new session with that terminal, starts the
+ * CLI with args as a foreground job (a group of its own that has the
+ * terminal), and logs to "jobs": "job PID", then "stopped SIG" whenever the
+ * job stops (it then takes the terminal back, waits for the file "fg" and
+ * does what `fg` does: the terminal to the job, SIGCONT), and at last
+ * "exit STATUS signaled 0|1 fg PGID", PGID being the terminal's foreground
+ * group as the job left it. */
+static void job_shell(const char *slave, const char *const *args) {
+    char *argv[40];
+    int n = 0, fd, st, i;
+    pid_t job;
+
+    argv[n++] = cli;
+    while (*args != NULL && n < 39) argv[n++] = (char *)*args++;
+    argv[n] = NULL;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    setsid();
+    fd = open(slave, O_RDWR);
+    if (fd < 0 || ioctl(fd, TIOCSCTTY, 0) != 0) _exit(125);
+    dup2(fd, 0);
+    dup2(fd, 1);
+    close(fd);
+    fd = open(tmp("err"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) { dup2(fd, 2); close(fd); }
+    signal(SIGTTOU, SIG_IGN); /* as shells: to take the terminal back */
+    job = fork();
+    if (job == 0) {
+        static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU };
+        sigset_t none;
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        setpgid(0, 0);
+        tcsetpgrp(0, getpid());
+        for (i = 0; i < 8; i++) signal(sigs[i], SIG_DFL);
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        unsetenv("HILOCK_URL");
+        unsetenv("HILOCK_STARVE");
+        execv(cli, argv);
+        _exit(126);
+    }
+    setpgid(job, job);
+    tcsetpgrp(0, job);
+    log_line("jobs", "job %d\n", (int)job);
+    for (;;) {
+        if (waitpid(job, &st, WUNTRACED) != job) _exit(124);
+        if (WIFSTOPPED(st)) {
+            long long until = test_now_ms() + 10000;
+            tcsetpgrp(0, getpgrp());
+            log_line("jobs", "stopped %d\n", WSTOPSIG(st));
+            while (!file_exists(tmp("fg")) && test_now_ms() < until) test_msleep(5);
+            unlink(tmp("fg"));
+            tcsetpgrp(0, job);
+            killpg(job, SIGCONT);
+            continue;
+        }
+        log_line("jobs", "exit %d signaled %d fg %d\n",
+                 WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st), WIFSIGNALED(st) != 0,
+                 (int)tcgetpgrp(0));
+        _exit(0);
+    }
+}
+
+/* Typed at the terminal, Ctrl-Z and Ctrl-C reach COMMAND, which hilock
+ * made the terminal's foreground: Ctrl-Z stops COMMAND, then hilock, so
+ * that the shell sees its job stopped; `fg` gives COMMAND the terminal
+ * again; after Ctrl-C the terminal is hilock's group's again, and hilock,
+ * once it has released the lock, ends by SIGINT as its job would have. */
+Test(cli, terminal_keys_reach_command, .timeout = 30) {
+    /* COMMAND ends as one process that never forks: a shell that forks
+     * (dash vforks) when Ctrl-Z comes may wait forever for a child stopped
+     * before its exec, never stopping itself, as it would in any shell's
+     * job. */
+    const char *script = "read -r _ _ _ _ pg _ _ tpg _ < /proc/$$/stat; echo \"$$ $pg $tpg\" > \"$0\"; "
+                         ": > \"$1\"; exec sleep 30";
+    char buf[256];
+    const char *at;
+    int master, sh = 0, pg = 0, tpg = 0, job = 0, status = -1, signaled = -1, fg = -1;
+    pid_t shell;
+
+    master = posix_openpt(O_RDWR | O_NOCTTY);
+    cr_assert_geq(master, 0, "posix_openpt: %s", strerror(errno));
+    cr_assert(grantpt(master) == 0 && unlockpt(master) == 0 && ptsname(master) != NULL);
+    shell = fork();
+    cr_assert_geq(shell, 0);
+    if (shell == 0)
+        job_shell(ptsname(master), ARGS("-u", srv.url, "tty", "--", "sh", "-c", script,
+                                        tmp("sh.pid"), tmp("ready")));
+    remember(shell);
+    WAIT_UNTIL(file_exists(tmp("ready")), 5000);
+    cr_assert(file_exists(tmp("ready")), "COMMAND did not start: %s", test_slurp(tmp("err"), buf, sizeof(buf)));
+    cr_assert_eq(sscanf(test_slurp(tmp("jobs"), buf, sizeof(buf)), "job %d", &job), 1, "%s", buf);
+    cr_assert_eq(sscanf(test_slurp(tmp("sh.pid"), buf, sizeof(buf)), "%d %d %d", &sh, &pg, &tpg), 3);
+    cr_assert_eq(pg, sh, "COMMAND's group is %d, not its own (%d); hilock's is %d", pg, sh, job);
+    cr_assert_eq(tpg, sh, "the terminal's foreground is %d, not COMMAND's group %d", tpg, sh);
+
+    /* Ctrl-Z */
+    cr_assert_eq(write(master, "\032", 1), 1);
+    WAIT_UNTIL(strstr(test_slurp(tmp("jobs"), buf, sizeof(buf)), "stopped") != NULL, 5000);
+    cr_assert_not_null(strstr(buf, "stopped 20\n"), "the job did not stop: %s (COMMAND %c, hilock %c, "
+                       "the terminal's group %d)", buf, proc_state(sh, NULL), proc_state(job, NULL),
+                       (int)tcgetpgrp(master));
+    cr_assert_eq(proc_state(sh, NULL), 'T', "COMMAND is not stopped");
+    cr_assert_eq(proc_state(job, NULL), 'T', "hilock is not stopped");
+    /* fg */
+    close(open(tmp("fg"), O_WRONLY | O_CREAT, 0600));
+    WAIT_UNTIL(proc_state(sh, NULL) != 'T' && tcgetpgrp(master) == sh, 5000);
+    cr_assert_neq(proc_state(sh, NULL), 'T', "COMMAND was not continued");
+    cr_assert_eq(tcgetpgrp(master), sh, "COMMAND did not get the terminal back");
+    /* Ctrl-C */
+    cr_assert_eq(write(master, "\003", 1), 1);
+    WAIT_UNTIL((at = strstr(test_slurp(tmp("jobs"), buf, sizeof(buf)), "exit ")) != NULL, 5000);
+    cr_assert_not_null(at, "hilock did not exit: %s", buf);
+    cr_assert_eq(sscanf(at, "exit %d signaled %d fg %d", &status, &signaled, &fg), 3, "%s", buf);
+    cr_assert_eq(status, 128 + SIGINT);
+    cr_assert_eq(signaled, 1, "hilock exited 130 instead of ending by SIGINT");
+    cr_assert_eq(fg, job, "hilock left the terminal to %d, not its own group %d", fg, job);
+    cr_assert_eq(cli_wait(shell, 5000), 0);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("tty")), 0);
+    close(master);
 }
 
 /* ---- unlock NAME ---------------------------------------------------------- */
@@ -1616,4 +1993,38 @@ Test(cli, starve_is_documented, .timeout = 30) {
     for (i = 0; i < sizeof(in_man) / sizeof(in_man[0]); i++)
         cr_expect_not_null(strstr(page, in_man[i]), "man/hilock.1 lacks \"%s\"", in_man[i]);
     free(page);
+}
+
+/* --help, the man page and the README say what --kill-after is, its
+ * default, what 0 does, and that COMMAND has a process group of its own. */
+Test(cli, kill_after_is_documented, .timeout = 30) {
+    static const char *const in_help[] = { "[--kill-after MS]", "  --kill-after MS\n", "(default\n"
+                                           "                 5000; 0: SIGKILL at once)",
+                                           "COMMAND runs in a process group of its own" };
+    static const char *const in_man[] = { ".RB [ \\-\\-kill\\-after\n.IR MS ]", "Default: 5000.",
+                                          ".SH PROCESS GROUP\n", ".BR \\-\\-kill\\-after ,\n" };
+    static const char *const in_readme[] = { "[--kill-after MS]", "`--kill-after MS`",
+                                             "5000; `0` sends SIGKILL at once",
+                                             "COMMAND runs in a process group of its own" };
+    const char *man = src_path("man/hilock.1"), *readme = src_path("README.md");
+    char out[8192], *page, *whole, *md, *opt;
+    size_t i;
+
+    cr_assert_eq(RUN("--help"), 0);
+    test_slurp(tmp("out"), out, sizeof(out));
+    for (i = 0; i < sizeof(in_help) / sizeof(in_help[0]); i++)
+        cr_expect_not_null(strstr(out, in_help[i]), "--help lacks \"%s\":\n%s", in_help[i], out);
+    cr_assert(man != NULL && (page = slurp_all(man)) != NULL, "no man/hilock.1 above the test binary");
+    opt = strstr(page, ".BI \\-\\-kill\\-after \" MS\"");
+    cr_expect(opt != NULL && strstr(page, ".SH OPTIONS") < opt && opt < strstr(page, ".SH UNLOCK"),
+              "man/hilock.1 has no --kill-after entry in OPTIONS");
+    for (i = 0; i < sizeof(in_man) / sizeof(in_man[0]); i++)
+        cr_expect_not_null(strstr(page, in_man[i]), "man/hilock.1 lacks \"%s\"", in_man[i]);
+    cr_assert(readme != NULL && (whole = slurp_all(readme)) != NULL, "no README.md above the test binary");
+    md = strstr(whole, "\n## The `hilock` command\n");
+    cr_assert_not_null(md, "README.md has no CLI section");
+    for (i = 0; i < sizeof(in_readme) / sizeof(in_readme[0]); i++)
+        cr_expect_not_null(strstr(md, in_readme[i]), "README.md's CLI section lacks \"%s\"", in_readme[i]);
+    free(page);
+    free(whole);
 }

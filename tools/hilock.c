@@ -1,12 +1,20 @@
 /* hilock: run a command while holding a distributed lock, a flock(1) for
  * machines that share one Redis.
  *
- *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--starve MS] [-p PREFIX] [-E CODE] [-n N | -s | -x | -f] [-v] NAME -- COMMAND [ARG...]
+ *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--starve MS] [--kill-after MS] [-p PREFIX] [-E CODE] [-n N | -s | -x | -f] [-v] NAME -- COMMAND [ARG...]
  *     hilock [-u URL] [-p PREFIX] [-v] unlock NAME
  *
  * Everything happens on one libevent loop: the lock request, the watchdog
  * that renews the lease while COMMAND runs (inside the library), signals, and
- * the end of COMMAND (SIGCHLD). Nothing polls and nothing sleeps.
+ * the end of COMMAND (SIGCHLD). Nothing polls and nothing sleeps, but for a
+ * check every 100 ms, after a lost lock, that COMMAND's process group is gone
+ * (a backstop: SIGCHLD says it first, see check_gone).
+ *
+ * COMMAND runs in a process group of its own, as a shell runs a job, so that
+ * a lost lock can end everything COMMAND started (killpg) while hilock, in
+ * another group, lives on to exit 74. When hilock holds the terminal, it
+ * hands it to that group (Ctrl-C and Ctrl-Z reach COMMAND and its pipeline)
+ * and takes it back when COMMAND stops or ends; see "Job control".
  *
  * Exit statuses follow sysexits(3) where one fits, so that scripts can tell
  * "someone else has it" (75, or -E's) from "Redis is down" (69) from
@@ -27,6 +35,9 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <sysexits.h>
 #include <unistd.h>
 #include <event2/event.h>
@@ -39,14 +50,16 @@
 #define DEFAULT_URL    "redis://127.0.0.1:6379"
 #define DEFAULT_PREFIX "hilock:"
 #define DEFAULT_LEASE  30000
+#define DEFAULT_KILL_AFTER 5000 /* ms from SIGTERM to SIGKILL after a loss */
+#define GONE_CHECK_MS  100      /* the backstop of check_gone */
 
 /* Long options of our own, numbered after the TLS ones (tlsopt.h). */
-enum { OPT_STARVE = OPT_INSECURE + 1 };
+enum { OPT_STARVE = OPT_INSECURE + 1, OPT_KILL_AFTER };
 
 static const char usage_text[] =
-"Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--starve MS] [-p PREFIX]\n"
-"              [-E CODE] [-n N | -s | -x | -f] [TLS OPTIONS] [-v]\n"
-"              NAME -- COMMAND [ARG...]\n"
+"Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--starve MS]\n"
+"              [--kill-after MS] [-p PREFIX] [-E CODE] [-n N | -s | -x | -f]\n"
+"              [TLS OPTIONS] [-v] NAME -- COMMAND [ARG...]\n"
 "       hilock [-u URL] [-p PREFIX] [TLS OPTIONS] [-v] unlock NAME\n"
 "       hilock inspect [-u URL] [-p PREFIX] [TLS OPTIONS] [--json]\n"
 "              NAME... | --scan PATTERN\n"
@@ -62,6 +75,10 @@ static const char usage_text[] =
 "                 on any machine (default: $HILOCK_STARVE, else 100; off:\n"
 "                 always race); the plain mutex only: ignored by -n, -s, -x,\n"
 "                 -f and over Redlock\n"
+"  --kill-after MS\n"
+"                 if the lock is lost, COMMAND's process group gets SIGTERM,\n"
+"                 then SIGKILL MS ms later if any of it still runs (default\n"
+"                 5000; 0: SIGKILL at once)\n"
 "  -p PREFIX      prefix of the Redis keys (default " DEFAULT_PREFIX ")\n"
 "  -E CODE        exit status when NAME is busy or not acquired within WAIT_MS\n"
 "                 (1 to 255, default 75), to tell it from COMMAND's own\n"
@@ -95,6 +112,16 @@ static const char usage_text[] =
 "that grows with every acquisition of NAME, in $HILOCK_FENCE (with -s: the\n"
 "fence of the last -x holder, 0 if none).\n"
 "\n"
+"COMMAND runs in a process group of its own. If hilock is in the foreground\n"
+"of a terminal, that group gets the terminal while COMMAND runs: Ctrl-C and\n"
+"Ctrl-Z reach COMMAND and every process it started (a Ctrl-C that ends\n"
+"COMMAND ends hilock too, by SIGINT, once the lock is released). If the lock\n"
+"is lost, the whole group gets SIGTERM, then SIGKILL (--kill-after), and\n"
+"hilock exits 74 only when none of it is left. When COMMAND exits while the\n"
+"lock is held, processes it left running in the background are not\n"
+"signalled: they run on without the lock (have COMMAND wait for them to keep\n"
+"them under it).\n"
+"\n"
 "Without -n, -s, -x or -f, NAME is a plain mutex: a different lock from the\n"
 "read-write lock NAME that -s and -x share, the fair lock NAME (-f) and the\n"
 "semaphore NAME (-n), so `hilock NAME` and `hilock -x NAME` do not exclude\n"
@@ -114,10 +141,14 @@ static const char usage_text[] =
 "under a lock named \"inspect\".\n"
 "\n"
 "Signals: SIGINT, SIGTERM and SIGHUP while waiting cancel the wait, leave no\n"
-"lock behind, and exit 128+N. While COMMAND runs they are passed on to it, and\n"
-"the lock is released when it exits; after that they are ignored until the\n"
-"release is done. One that was ignored when hilock started (nohup, a shell's\n"
-"&) stays ignored, by hilock and by COMMAND. unlock does not catch them.\n"
+"lock behind, and exit 128+N. While COMMAND runs they are passed on to its\n"
+"process group, and the lock is released when COMMAND exits; after that they\n"
+"are ignored until the release is done. SIGTSTP is passed on too: hilock\n"
+"stops once COMMAND has, and SIGCONT continues both. SIGSTOP cannot be\n"
+"caught: a hilock stopped by it alone leaves COMMAND running and renews\n"
+"nothing. One that was ignored when hilock started (nohup, a shell's &) stays\n"
+"ignored, by hilock and by COMMAND. If hilock itself is killed, COMMAND gets\n"
+"SIGTERM. unlock does not catch them.\n"
 "\n"
 "Exit status:\n"
 "  COMMAND's  COMMAND ran: its own status; 128+N if signal N killed it,\n"
@@ -134,16 +165,27 @@ static const char usage_text[] =
 "  70         internal failure: HILOCK_ENOMEM (out of memory), HILOCK_ELOOP\n"
 "             (event-loop adapter)\n"
 "  71         system failure (fork, setenv, event loop or signal setup)\n"
-"  74         the lock was lost while COMMAND ran (COMMAND got SIGTERM)\n"
+"  74         the lock was lost while COMMAND ran: COMMAND's process group got\n"
+"             SIGTERM, then SIGKILL (--kill-after); hilock exits once none of\n"
+"             it is left\n"
 "  75         the lock was not acquired within WAIT_MS (-w 0: it was held);\n"
 "             -E CODE changes this status\n"
 "  78         -n N differs from the N that NAME's holders use (HILOCK_EPERMITS)\n"
 "  128+N      signal N stopped the wait\n";
 
 /* The signals we catch, unless they were ignored when we started (see
- * must_catch). Everything else keeps its inherited disposition. */
-static const int caught[] = { SIGCHLD, SIGINT, SIGTERM, SIGHUP };
+ * must_catch). SIGTSTP and SIGCONT are for job control (Ctrl-Z, fg, bg):
+ * COMMAND's group is not ours, so we pass them on. Everything else keeps its
+ * inherited disposition, but for those of `own`. */
+static const int caught[] = { SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGCONT };
 #define NCAUGHT (sizeof(caught) / sizeof(caught[0]))
+
+/* The signals we set for ourselves and give back to COMMAND as we found
+ * them: SIGPIPE ignored (a broken Redis connection must not kill us), and
+ * SIGTTIN and SIGTTOU ignored, as timeout(1) does, so that hilock is not
+ * stopped when it writes to, or hands over, a terminal from the background. */
+static const int own[] = { SIGPIPE, SIGTTIN, SIGTTOU };
+#define NOWN (sizeof(own) / sizeof(own[0]))
 
 enum { ST_WAITING, ST_RUNNING, ST_ENDING };
 
@@ -161,7 +203,17 @@ typedef struct cli {
     char mode;              /* 0: the mutex NAME; 's' / 'x': the read / write lock
                                of the read-write lock NAME; 'f': the fair lock */
     int state;
-    pid_t child;            /* COMMAND, once started */
+    pid_t child;            /* COMMAND, once started; also its process group */
+    int reaped;             /* COMMAND has exited (and was waited for) */
+    int stopped;            /* COMMAND was seen stopped, not yet continued */
+    int tstp_passed;        /* a SIGTSTP was passed on: stop when COMMAND does */
+    int tty;                /* our controlling terminal, or -1 */
+    long long kill_after;   /* --kill-after: ms from SIGTERM to SIGKILL */
+    struct event *kill_timer;   /* SIGKILL to the group, --kill-after after a loss */
+    struct event *gone_timer;   /* check_gone's backstop */
+    int eperm_said;         /* said that some of the group may not be signalled */
+    int passed_sig;         /* the last signal we passed on to COMMAND's group */
+    int reraise;            /* SIGINT: end with it, after the release (command_ended) */
     int stop_sig;           /* the signal that stopped the wait */
     int lost;               /* the library told us the lock was lost */
     int status;             /* our exit status */
@@ -170,7 +222,7 @@ typedef struct cli {
 /* What we must give back to COMMAND: the signal dispositions and mask we
  * were started with (so `nohup hilock ...` still ignores SIGHUP in COMMAND),
  * and only the file descriptors we inherited. */
-static struct sigaction saved_act[NCAUGHT + 1]; /* + SIGPIPE */
+static struct sigaction saved_act[NCAUGHT + NOWN];
 static sigset_t saved_mask;
 static int *inherited_fds;
 static size_t n_inherited;
@@ -179,11 +231,12 @@ static size_t n_inherited;
  * ignored stays ignored while we wait and while COMMAND runs: that is what
  * `nohup hilock ...` and a script's `hilock ... &` (SIGINT ignored) ask for.
  * Not caught, it is not passed on either; COMMAND, which inherits the
- * disposition, would ignore it anyway. SIGCHLD is different: it is how we
- * learn that COMMAND ended, so we catch it whatever it was, and COMMAND gets
- * back what we were given. */
+ * disposition, would ignore it anyway (SIGTSTP likewise). SIGCHLD is
+ * different: it is how we learn that COMMAND ended, so we catch it whatever
+ * it was, and COMMAND gets back what we were given. SIGCONT continues us
+ * whatever its disposition; we catch it to continue COMMAND too. */
 static int must_catch(size_t i) {
-    return caught[i] == SIGCHLD || saved_act[i].sa_handler != SIG_IGN;
+    return caught[i] == SIGCHLD || caught[i] == SIGCONT || saved_act[i].sa_handler != SIG_IGN;
 }
 
 /* One line that says what is wrong, and where to read more: the whole
@@ -259,15 +312,33 @@ static void cloexec_own_fds(void) {
     closedir(d);
 }
 
-static pid_t spawn(char **cmd) {
-    sigset_t all, old;
-    pid_t pid;
-    size_t i;
-    int err;
+/* Our controlling terminal, to hand to COMMAND's group and take back; -1
+ * if we have none (a service, cron, a test). /dev/tty names it whatever
+ * stdin is; a standard fd that is that terminal will do where /dev/tty
+ * cannot be opened. Close-on-exec: it is ours, not COMMAND's. */
+static int open_tty(void) {
+    int fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC), i;
 
+    for (i = 0; fd < 0 && i <= 2; i++)
+        if (isatty(i) && tcgetpgrp(i) >= 0) fd = fcntl(i, F_DUPFD_CLOEXEC, 3);
+    return fd;
+}
+
+/* Start COMMAND as a job of its own: the leader of a new process group (set
+ * in the child and in the parent, as shells do, so that the group exists
+ * whichever runs first), given the terminal if our group has it. */
+static pid_t spawn(cli *c) {
+    sigset_t all, old;
+    pid_t pid, parent = getpid();
+    size_t i;
+    int err, foreground;
+
+    c->tty = c->tty >= 0 ? c->tty : open_tty();
+    foreground = c->tty >= 0 && tcgetpgrp(c->tty) == getpgrp();
     /* Block every signal across fork: until exec, the child still runs
      * libevent's handlers, which would write into the signal pipe it shares
-     * with us and make us see the child's signals as our own. */
+     * with us and make us see the child's signals as our own. Blocked, they
+     * also let the child take the terminal from the background (SIGTTOU). */
     sigfillset(&all);
     sigprocmask(SIG_SETMASK, &all, &old);
     fflush(NULL);
@@ -275,16 +346,26 @@ static pid_t spawn(char **cmd) {
     if (pid == 0) {
         int code;
         for (i = 0; i < NCAUGHT; i++) sigaction(caught[i], &saved_act[i], NULL);
-        sigaction(SIGPIPE, &saved_act[NCAUGHT], NULL);
-        sigprocmask(SIG_SETMASK, &saved_mask, NULL);
+        for (i = 0; i < NOWN; i++) sigaction(own[i], &saved_act[NCAUGHT + i], NULL);
+        setpgid(0, 0);
+        if (foreground) tcsetpgrp(c->tty, getpid());
+#ifdef PR_SET_PDEATHSIG
+        /* We hold the lock for COMMAND: if we die, it has none. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(128 + SIGTERM);
+#else
+        (void)parent;
+#endif
         cloexec_own_fds();
-        execvp(cmd[0], cmd);
+        sigprocmask(SIG_SETMASK, &saved_mask, NULL);
+        execvp(c->cmd[0], c->cmd);
         /* As shells do: 127 when there is no such command, 126 otherwise. */
         code = errno == ENOENT ? 127 : 126;
-        fprintf(stderr, "hilock: %s: %s\n", cmd[0], strerror(errno));
+        fprintf(stderr, "hilock: %s: %s\n", c->cmd[0], strerror(errno));
         _exit(code);
     }
     err = errno;
+    if (pid > 0) setpgid(pid, pid); /* EACCES: it has exec'd, so it did it */
     sigprocmask(SIG_SETMASK, &old, NULL);
     errno = err;
     return pid;
@@ -339,6 +420,8 @@ static void on_closed(void *arg) {
     /* Our signal events would keep the loop running forever. */
     for (i = 0; i < NCAUGHT; i++)
         if (c->sigev[i] != NULL) event_del(c->sigev[i]);
+    if (c->kill_timer != NULL) event_del(c->kill_timer);
+    if (c->gone_timer != NULL) event_del(c->gone_timer);
     event_base_loopexit(c->base, NULL);
 }
 
@@ -370,6 +453,145 @@ static void finish(cli *c, int status) {
     hilock_client_close(c->client, on_closed, c);
 }
 
+/* ---- Job control ---------------------------------------------------------
+ *
+ * COMMAND's group is a job that the shell does not know: we act for it as a
+ * shell would. COMMAND gets the terminal when we have it (spawn, and again
+ * at SIGCONT: `fg`); when COMMAND stops with it (Ctrl-Z) we take the
+ * terminal back and stop too, so that the shell sees its job stopped; when
+ * we are continued, so is COMMAND. While stopped we renew nothing: a job
+ * stopped for longer than the lease loses the lock, and is ended when it is
+ * continued. */
+
+/* Give the terminal to COMMAND's group if ours has it. */
+static void give_terminal(cli *c) {
+    if (c->tty >= 0 && tcgetpgrp(c->tty) == getpgrp()) tcsetpgrp(c->tty, c->child);
+}
+
+/* Take the terminal back if COMMAND's group has it: whether we did. SIGTTOU,
+ * which tcsetpgrp raises in a background group, is ignored (see own). */
+static int take_terminal(cli *c) {
+    return c->tty >= 0 && tcgetpgrp(c->tty) == c->child && tcsetpgrp(c->tty, getpgrp()) == 0;
+}
+
+/* Stop with `sig` (a stop signal but SIGSTOP) as if we had not caught or
+ * ignored it: `group`, our whole process group, as Ctrl-Z would have. Only
+ * for the time of the stop: its handler comes back when we are continued.
+ * In an orphaned process group, whose stops nobody could undo, the kernel
+ * drops the signal and we go on. */
+static void stop_like(int sig, int group) {
+    struct sigaction dfl, old;
+
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, &old);
+    if (group) killpg(getpgrp(), sig);
+    else kill(getpid(), sig);
+    sigaction(sig, &old, NULL);
+}
+
+/* We were continued (SIGCONT): so is COMMAND, with the terminal if `fg` gave
+ * it to us. */
+static void continue_command(cli *c) {
+    if (c->state != ST_RUNNING || c->reaped) return;
+    give_terminal(c);
+    killpg(c->child, SIGCONT);
+    c->stopped = 0;
+}
+
+/* COMMAND stopped with signal `sig`. If it had the terminal (Ctrl-Z), our
+ * job stops too, as the shell expects of its foreground job; if we passed a
+ * SIGTSTP on, we stop. A COMMAND in the background that wants the terminal
+ * (SIGTTIN, SIGTTOU) gets it if our job has it (`fg` of a job that runs
+ * gives the terminal without a SIGCONT), else we stop too, so that the shell
+ * shows the job stopped and `fg` continues it. Else (SIGSTOP from someone)
+ * we stay, and renew the lock for COMMAND meanwhile: were we stopped, a
+ * COMMAND continued alone would run on without it. */
+static void command_stopped(cli *c, int sig) {
+    int tty_stop = sig == SIGTTIN || sig == SIGTTOU, had_terminal;
+
+    c->stopped = 1;
+    if (tty_stop && c->tty >= 0 && tcgetpgrp(c->tty) == getpgrp()) {
+        continue_command(c);
+        return;
+    }
+    had_terminal = take_terminal(c);
+    if (!had_terminal && !c->tstp_passed && !tty_stop) return;
+    c->tstp_passed = 0;
+    stop_like(sig == SIGSTOP ? SIGTSTP : sig, had_terminal);
+    /* Continued: continue_command runs at our SIGCONT. Here too, for a stop
+     * that the kernel dropped (an orphaned group); not after a SIGTTIN or
+     * SIGTTOU, which COMMAND would only meet again. */
+    if (!tty_stop) continue_command(c);
+}
+
+/* ---- Ending COMMAND's group ------------------------------------------------ */
+
+/* Signal COMMAND's group, and COMMAND itself in case it left it (setpgid). */
+static void signal_group(cli *c, int sig) {
+    killpg(c->child, sig);
+    if (!c->reaped && getpgid(c->child) != c->child) kill(c->child, sig);
+}
+
+/* Whether a process of COMMAND's group is left. A zombie counts until it is
+ * reaped, which is why we are the subreaper of COMMAND's orphans. Processes
+ * we may not signal (another user's, under sudo) are waited for. */
+static int group_alive(cli *c) {
+    if (kill(-c->child, 0) == 0) return 1;
+    if (errno != EPERM) return 0;
+    if (!c->eperm_said)
+        fprintf(stderr, "hilock: COMMAND's process group has processes that hilock may not "
+                        "signal; waiting for them to exit\n");
+    c->eperm_said = 1;
+    return 1;
+}
+
+/* After a loss: exit 74 once COMMAND has exited and its group is gone. Run
+ * at each SIGCHLD (the death of the group's last process is one: its parent
+ * is COMMAND, a process of the group, or us, their subreaper) and every
+ * GONE_CHECK_MS in case it is not (a process that joined the group from
+ * elsewhere, a system without subreapers). */
+static void check_gone(cli *c) {
+    if (c->state != ST_RUNNING || !c->reaped || group_alive(c)) return;
+    event_del(c->kill_timer);
+    event_del(c->gone_timer);
+    finish(c, EX_IOERR);
+}
+
+static void on_gone_timer(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    check_gone(arg);
+}
+
+static void on_kill_timer(evutil_socket_t fd, short what, void *arg) {
+    cli *c = arg;
+
+    (void)fd;
+    (void)what;
+    if (c->state != ST_RUNNING || (c->reaped && !group_alive(c))) return;
+    fprintf(stderr, "hilock: COMMAND's process group still runs %lld ms after SIGTERM: "
+                    "sending SIGKILL\n", c->kill_after);
+    signal_group(c, SIGKILL);
+}
+
+/* The lock is lost: end COMMAND and everything in its group, SIGTERM first
+ * (with SIGCONT, for a stopped one to see it), SIGKILL --kill-after later. */
+static void end_group(cli *c) {
+    struct timeval tv = { (time_t)(c->kill_after / 1000), (suseconds_t)(c->kill_after % 1000 * 1000) };
+    struct timeval gone = { 0, GONE_CHECK_MS * 1000 };
+
+    if (c->kill_after == 0) {
+        signal_group(c, SIGKILL);
+    } else {
+        signal_group(c, SIGTERM);
+        signal_group(c, SIGCONT);
+        event_add(c->kill_timer, &tv);
+    }
+    event_add(c->gone_timer, &gone);
+}
+
 /* ---- Events ------------------------------------------------------------- */
 
 static void run_command(cli *c) {
@@ -382,7 +604,19 @@ static void run_command(cli *c) {
         finish(c, EX_OSERR);
         return;
     }
-    c->child = spawn(c->cmd);
+    c->kill_timer = evtimer_new(c->base, on_kill_timer, c);
+    c->gone_timer = event_new(c->base, -1, EV_PERSIST, on_gone_timer, c);
+    if (c->kill_timer == NULL || c->gone_timer == NULL) {
+        fprintf(stderr, "hilock: cannot create a timer\n");
+        finish(c, EX_OSERR);
+        return;
+    }
+#ifdef PR_SET_CHILD_SUBREAPER
+    /* COMMAND's orphans become our children, so that we reap them: a zombie
+     * is still a process of the group (and init may not reap them). */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+#endif
+    c->child = spawn(c);
     if (c->child < 0) {
         fprintf(stderr, "hilock: fork: %s\n", strerror(errno));
         finish(c, EX_OSERR);
@@ -422,29 +656,73 @@ static void on_lost(hilock_hold *hold, int why, void *arg) {
     (void)hold;
     c->lost = 1;
     report(c, "lost the lock", why);
-    /* Someone else may hold it now: stop COMMAND, then exit 74 when it has. */
-    if (c->state == ST_RUNNING) kill(c->child, SIGTERM);
+    /* Someone else may hold it now: end COMMAND's group, then exit 74 when
+     * none of it is left (check_gone). */
+    if (c->state == ST_RUNNING && !c->reaped) end_group(c);
 }
 
-static void on_child(cli *c) {
-    int st;
+/* Whether COMMAND is to get SIGINT from the terminal: it was not ignored
+ * when we started. */
+static int sigint_wanted(void) {
+    size_t i;
 
-    if (c->state != ST_RUNNING || waitpid(c->child, &st, WNOHANG) != c->child) return;
+    for (i = 0; i < NCAUGHT; i++)
+        if (caught[i] == SIGINT) return must_catch(i);
+    return 0;
+}
+
+/* COMMAND ended with wait status st. */
+static void command_ended(cli *c, int st) {
+    c->reaped = 1;
+    /* A Ctrl-C at the terminal that ended COMMAND reached its group alone;
+     * before COMMAND had a group of its own it reached our whole job too (a
+     * script that runs hilock, the rest of a pipeline). So that it still
+     * does, once the lock is given back, see main. */
+    if (take_terminal(c) && WIFSIGNALED(st) && WTERMSIG(st) == SIGINT && c->passed_sig != SIGINT &&
+        sigint_wanted())
+        c->reraise = SIGINT;
     if (c->verbose) {
         if (WIFSIGNALED(st)) fprintf(stderr, "hilock: COMMAND killed by signal %d\n", WTERMSIG(st));
         else fprintf(stderr, "hilock: COMMAND exited with %d\n", WEXITSTATUS(st));
     }
-    if (c->lost) finish(c, EX_IOERR);
+    if (c->lost) check_gone(c);
     else finish(c, WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st));
+}
+
+/* SIGCHLD: COMMAND stopped, continued or ended, or an orphan of its (we are
+ * their subreaper) ended and is reaped here. */
+static void on_child(cli *c) {
+    pid_t pid;
+    int st;
+
+    while ((pid = waitpid(-1, &st, WNOHANG | WUNTRACED | WCONTINUED)) > 0) {
+        if (pid != c->child || c->state != ST_RUNNING || c->reaped) continue;
+        if (WIFSTOPPED(st)) command_stopped(c, WSTOPSIG(st));
+        else if (WIFCONTINUED(st)) c->stopped = 0;
+        else command_ended(c, st);
+    }
+    if (c->lost) check_gone(c);
 }
 
 static void on_signal(evutil_socket_t fd, short what, void *arg) {
     cli *c = arg;
     int sig = (int)fd; /* libevent passes the signal number as the fd */
+    int running = c->state == ST_RUNNING && !c->reaped;
 
     (void)what;
     if (sig == SIGCHLD) {
         on_child(c);
+    } else if (sig == SIGCONT) {
+        continue_command(c);
+    } else if (sig == SIGTSTP) {
+        /* COMMAND stops first; we follow when it has (command_stopped).
+         * Without COMMAND, we stop as if we did not catch it. */
+        if (running) {
+            c->tstp_passed = 1;
+            killpg(c->child, SIGTSTP);
+        } else {
+            stop_like(SIGTSTP, 0);
+        }
     } else if (c->state == ST_WAITING && c->stop_sig == 0) {
         /* Stop waiting. on_acquired then runs with HILOCK_ECANCELED, or
          * with the lock if the grant was already on its way (we give it
@@ -454,10 +732,13 @@ static void on_signal(evutil_socket_t fd, short what, void *arg) {
         if (c->wait != NULL) hilock_wait_cancel(c->wait);
     } else if (c->state == ST_RUNNING) {
         /* COMMAND decides; we hold the lock until it exits. A ^C typed at
-         * a terminal reaches COMMAND directly too (same process group), so
-         * it may see SIGINT twice; but a signal sent to hilock alone (kill,
-         * timeout(1), a service manager) must not be lost. */
-        kill(c->child, sig);
+         * a terminal goes to COMMAND's group alone, the terminal's
+         * foreground; this is a signal sent to hilock (kill, timeout(1), a
+         * service manager), which must not be lost. A stopped COMMAND is
+         * continued to see it. */
+        c->passed_sig = sig;
+        killpg(c->child, sig);
+        if (c->stopped) killpg(c->child, SIGCONT);
     }
 }
 
@@ -576,7 +857,7 @@ typedef struct args {
     uint32_t starve_ms;     /* --starve or $HILOCK_STARVE; 0: the library's default */
     int starve_given;       /* --starve given: $HILOCK_STARVE is not read */
     const char *lock_only;  /* a lock-only option given ("-w", "-l", "-E", "-n", "-s",
-                               "-x", "-f", "--starve"), or NULL */
+                               "-x", "-f", "--starve", "--kill-after"), or NULL */
     int unlock;             /* unlock NAME, not NAME -- COMMAND */
 } args;
 
@@ -637,6 +918,7 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
         { "version", no_argument, NULL, 'V' },
         TLS_LONGOPTS,
         { "starve", required_argument, NULL, OPT_STARVE },
+        { "kill-after", required_argument, NULL, OPT_KILL_AFTER },
         { NULL, 0, NULL, 0 },
     };
     const char *env_starve;
@@ -682,6 +964,12 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
             if ((rc = parse_starve("--starve MS", optarg, &a->starve_ms)) >= 0) return rc;
             a->starve_given = 1;
             a->lock_only = "--starve";
+            break;
+        case OPT_KILL_AFTER:
+            if (parse_num(optarg, 0, INT32_MAX, &c->kill_after) != 0)
+                return usage_error("bad --kill-after MS '%s': want milliseconds, 0 to %d "
+                                   "(0: SIGKILL at once)", optarg, INT32_MAX);
+            a->lock_only = "--kill-after";
             break;
         case 's':
         case 'x':
@@ -774,6 +1062,8 @@ int main(int argc, char **argv) {
     memset(&c, 0, sizeof(c));
     memset(&a, 0, sizeof(a));
     c.busy_status = EX_TEMPFAIL;
+    c.kill_after = DEFAULT_KILL_AFTER;
+    c.tty = -1;
     a.url = env_url != NULL && *env_url ? env_url : DEFAULT_URL;
     a.prefix = DEFAULT_PREFIX;
     a.wait_ms = HILOCK_WAIT_FOREVER;
@@ -794,9 +1084,12 @@ int main(int argc, char **argv) {
     note_inherited_fds();
     sigprocmask(SIG_SETMASK, NULL, &saved_mask);
     for (i = 0; i < NCAUGHT; i++) sigaction(caught[i], NULL, &saved_act[i]);
-    sigaction(SIGPIPE, NULL, &saved_act[NCAUGHT]);
-    /* A write to a Redis connection that broke must fail, not kill us. */
-    signal(SIGPIPE, SIG_IGN);
+    for (i = 0; i < NOWN; i++) {
+        /* SIGPIPE: a write to a Redis connection that broke must fail, not
+         * kill us. SIGTTIN, SIGTTOU: see own. */
+        sigaction(own[i], NULL, &saved_act[NCAUGHT + i]);
+        signal(own[i], SIG_IGN);
+    }
 
     rc = open_client(&c, &a);
     if (rc == 0) rc = a.unlock ? start_unlock(&c) : start_lock(&c, a.url, a.wait_ms, a.lease_ms);
@@ -810,7 +1103,18 @@ int main(int argc, char **argv) {
 
     for (i = 0; i < NCAUGHT; i++)
         if (c.sigev[i] != NULL) event_free(c.sigev[i]);
+    if (c.kill_timer != NULL) event_free(c.kill_timer);
+    if (c.gone_timer != NULL) event_free(c.gone_timer);
     if (c.base != NULL) event_base_free(c.base);
+    if (c.tty >= 0) close(c.tty);
     free(inherited_fds);
+    if (c.reraise != 0 && c.status == 128 + c.reraise) {
+        /* Ctrl-C ended COMMAND (command_ended): the lock is given back; now
+         * our job gets the signal too, and we end by it, so that the shell
+         * or script that ran us stops as it would have. */
+        fflush(NULL);
+        signal(c.reraise, SIG_DFL);
+        killpg(getpgrp(), c.reraise);
+    }
     return c.status;
 }

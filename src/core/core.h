@@ -356,6 +356,7 @@ struct hilock_hold {
     uint64_t fence;
     uint64_t confirmed;    /* send time of the last acquire/renewal Redis confirmed */
     uint32_t confirmed_lease; /* the lease that one set (Redis counts from it) */
+    uint32_t epoch;      /* the master that confirmed it (hl_topo.epoch, Sentinel) */
     uint32_t renew_lease;  /* the lease of the renewal in flight */
     uint64_t waited_ms;    /* from hilock_acquire() to the grant */
     uint64_t granted_us;   /* when (the hold histogram) */
@@ -390,7 +391,7 @@ void hl_hold_free(hilock_hold *h);
 static inline uint64_t hl_hold_expiry(const hilock_hold *h) {
     uint64_t until = h->confirmed + h->confirmed_lease -
                      hl_drift_ms(h->c->topo.net.clock_rate_ppm, h->confirmed_lease);
-    uint64_t vouched = hl_topo_vouched_until(&h->c->topo, h->terms.lease_ms);
+    uint64_t vouched = hl_topo_vouched_until(&h->c->topo, h->epoch, h->terms.lease_ms);
     return vouched < until ? vouched : until;
 }
 /* Whether a callback may still be told the lock is held at `now`. */

@@ -169,6 +169,7 @@ static void hold_confirmed(hilock_hold *h, uint64_t sent, uint32_t lease) {
     if (sent < h->confirmed) return;
     h->confirmed = sent;
     h->confirmed_lease = lease;
+    h->epoch = h->c->topo.epoch; /* the master that answered is the one of now */
 }
 
 /* The lease ran out by our clock: why we could not renew in time. */
@@ -321,6 +322,7 @@ hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence, uint64_t
     h->fence = fence;
     h->confirmed = sent_at;
     h->confirmed_lease = lease_ms;
+    h->epoch = n->c->topo.epoch;
     hl_list_init(&h->extends);
     h->granted_us = hl_now_us();
     h->waited_ms = h->granted_us / 1000u - w->started_at;

@@ -86,6 +86,11 @@ static void move_master(hl_topo *t, const char *host, int port) {
     if (copy == NULL) return; /* asked again on the next loss */
     hl_log(t->net.loop, HILOCK_LOG_INFO, "sentinel: master %s is at %s:%d%s", master_name(t), host,
            port, m->addr.host ? " (moved)" : "");
+    /* The new master is vouched for from the round that named it; holds
+     * of the old one keep its word until they are renewed on the new. */
+    t->word_prev_at = t->word_at;
+    t->word_at = 0;
+    t->epoch++;
     s->moving = 1;
     /* Dropped at the old address (the log names it), opened at the new. */
     hl_conn_set_why(&m->cmd, "the sentinels name %s:%d as the master now", host, port);
@@ -254,6 +259,7 @@ static void sentinel_push(void *arg, const char *kind, const char *ch, size_t le
     hl_log(t->net.loop, HILOCK_LOG_INFO, "sentinel %s:%d: +switch-master %s", sn->addr.host,
            sn->addr.port, msg);
     move_master(t, host, port);
+    ask(t); /* one sentinel said so: the majority's word, for the holds */
 }
 
 /* A sentinel's subscriber connection is up: listen, and ask again if the

@@ -75,10 +75,14 @@ struct hl_topo {
     hl_sentinels *sentinels; /* sentinel.c: whom to ask where the master is */
     hl_redlock *redlock;  /* redlock.c: the masters and their quorum */
     /* Sentinel: a hold is believed only while the sentinels vouch for its
-     * master (hl_topo_vouched_until); word_at is when the last round that
-     * a majority of them answered naming the current master began. */
+     * master (hl_topo_vouched_until). epoch counts the masters followed;
+     * word_at is when the last round that a majority of the sentinels
+     * answered naming the current master began, word_prev_at the same for
+     * the master before (what its holds go on with until renewed on the new
+     * one). */
     int needs_word;
-    uint64_t word_at;
+    uint32_t epoch;
+    uint64_t word_at, word_prev_at;
 };
 
 /* How long a hold of `lease` ms may believe in its master, on what the
@@ -88,8 +92,13 @@ struct hl_topo {
  * believing before the replica it promotes can let the lease run out;
  * UINT64_MAX on the other topologies. */
 #define HL_SENTINEL_WATCH_MS 1000
-static inline uint64_t hl_topo_vouched_until(const hl_topo *t, uint32_t lease) {
-    return t->needs_word ? t->word_at + HL_SENTINEL_WATCH_MS + lease / 3 : UINT64_MAX;
+static inline uint64_t hl_topo_vouched_until(const hl_topo *t, uint32_t epoch, uint32_t lease) {
+    if (!t->needs_word) return UINT64_MAX;
+    /* A hold confirmed by an older master than the last but one: none. */
+    uint64_t word = epoch + 1 == t->epoch ? t->word_prev_at : 0;
+    if (epoch == t->epoch) /* until a majority names it (a +switch-master moved us) */
+        word = t->word_at ? t->word_at : t->word_prev_at;
+    return word + HL_SENTINEL_WATCH_MS + lease / 3;
 }
 
 /* One node for every slot, at t->net.url (t->net set up by hl_net_init and

@@ -1,0 +1,496 @@
+/* The matrix: workloads, the faults (nemesis functions) and, for every
+ * case, what hilock promises under it. The promises are here and nowhere
+ * else: adjust a cell's bound in its row of nem_cases[].
+ *
+ * A nemesis function runs after the workers have warmed up; it waits for
+ * the moment it needs (a holder, a waiter), injects its fault, lets it last
+ * c->fault_ms, and heals (nem_heal: rules flushed, stopped processes
+ * continued, clock rates back to 0). The victim, when there is one, is the
+ * process whose recovery after the heal is measured. */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "support/harness.h"
+#include "nemesis/nemesis.h"
+
+const char *const nem_topo_name[NTOPOS] = {"standalone", "sentinel", "redlock", "cluster"};
+
+/* What is known to fail today (hilock 0.10): a cell marked so fails
+ * until the defect is fixed, and says so. */
+const char *const nem_known_name[NKNOWN] = {"", "blackholed subscriber", "clock rate", "Sentinel minority",
+                                            "Cluster failover"};
+const char *const nem_known_text[NKNOWN] = {
+    "",
+    "a blackholed subscriber connection is never noticed: the waiter is served at the holder's lease end",
+    "no clock-rate allowance outside Redlock: a Redis clock running fast expires the lease before its "
+    "holder sees the loss",
+    "Sentinel: a holder on the old master, cut off with it in a minority, keeps renewing there after the "
+    "majority promoted the replica",
+    "Cluster failover: waits with time left fail with a connection error instead of riding through",
+};
+
+/* ---- Workloads ---------------------------------------------------------------- */
+
+/* Process 0 holds for longer than the lease (so a fault on it outlasts its
+ * lease); the others contend with short holds. Every hold does
+ * read-modify-writes on the fenced resource. */
+#define LONG_HOLDER(wait) {1, wait, 2500, 3500, 1500, 2500}
+#define CONTENDER(wait) {2, wait, 5, 40, 0, 30}
+static const nem_workload wl_mutex = {
+    .prim = PRIM_MUTEX, .lease_ms = 2000, .fenced = 1, .rmw = 1, .nprocs = 4,
+    .role = {LONG_HOLDER(8000), CONTENDER(8000), CONTENDER(8000), CONTENDER(8000)}};
+static const nem_workload wl_mutex_nofence = {
+    .prim = PRIM_MUTEX, .lease_ms = 2000, .fenced = 0, .rmw = 1, .nprocs = 4,
+    .role = {LONG_HOLDER(8000), CONTENDER(8000), CONTENDER(8000), CONTENDER(8000)}};
+
+/* Clock faults: process 0 holds past the lease; probers try once every 1-3
+ * ms, so the lock is taken within milliseconds of expiring in Redis. */
+#define PROBER {1, 0, 5, 20, 1, 3}
+static const nem_workload wl_clock3s = {
+    .prim = PRIM_MUTEX, .lease_ms = 3000, .fenced = 1, .rmw = 1, .nprocs = 3,
+    .role = {{1, 10000, 6000, 7000, 300, 600}, PROBER, PROBER}};
+static const nem_workload wl_clock3s_nofence = {
+    .prim = PRIM_MUTEX, .lease_ms = 3000, .fenced = 0, .rmw = 1, .nprocs = 3,
+    .role = {{1, 10000, 6000, 7000, 300, 600}, PROBER, PROBER}};
+static const nem_workload wl_clock30s = {
+    .prim = PRIM_MUTEX, .lease_ms = 30000, .fenced = 1, .rmw = 1, .nprocs = 3,
+    .role = {{1, 60000, 34000, 36000, 300, 600}, PROBER, PROBER}};
+
+/* A handoff: process 0 holds (for less than a third of its lease: no
+ * renewal), releases and thinks; process 1 waits for it meanwhile, so each
+ * release should serve it at once. Waits race (no queue in Redis), so only
+ * the release message (pub/sub) or the fallback timer at the lease's end
+ * (30 s) can wake process 1. */
+static const nem_workload wl_handoff = {
+    .prim = PRIM_MUTEX, .lease_ms = 30000, .fenced = 1, .rmw = 0, .starve_never = 1, .nprocs = 2,
+    .role = {{1, 30000, 1500, 2500, 1500, 2500}, {1, 30000, 100, 200, 300, 600}}};
+
+/* A semaphore of 2 permits, one each. */
+static const nem_workload wl_sem = {
+    .prim = PRIM_SEM, .permits = 2, .lease_ms = 2000, .fenced = 1, .rmw = 0, .nprocs = 4,
+    .role = {LONG_HOLDER(8000), CONTENDER(8000), CONTENDER(8000), CONTENDER(8000)}};
+static const nem_workload wl_sem_clock = {
+    .prim = PRIM_SEM, .permits = 2, .lease_ms = 3000, .fenced = 1, .rmw = 0, .nprocs = 4,
+    .role = {{1, 10000, 6000, 7000, 300, 600}, {1, 10000, 6000, 7000, 300, 600}, PROBER, PROBER}};
+
+/* Failovers (Sentinel, Cluster): waits long enough to ride one through;
+ * process 0 holds for long (renewing through the fault). */
+static const nem_workload wl_failover = {
+    .prim = PRIM_MUTEX, .lease_ms = 2000, .fenced = 1, .rmw = 1, .nprocs = 4,
+    .role = {{1, 15000, 12000, 14000, 1500, 2500}, CONTENDER(15000), CONTENDER(15000), CONTENDER(15000)}};
+
+/* ---- Fault actions ------------------------------------------------------------- */
+
+int nem_wait_holder(nem_run *r, int proc, int ms) {
+    long long until = test_now_ms() + ms;
+    (void)r;
+    while (!nem_interrupted && test_now_ms() < until) {
+        for (int p = proc < 0 ? 0 : proc; p < (proc < 0 ? r->c->wl->nprocs : proc + 1); p++)
+            if (nem_sh->holding[p] > 0) return p;
+        test_msleep(1);
+    }
+    return -1;
+}
+
+int nem_wait_waiter(nem_run *r, int proc, int ms) {
+    long long until = test_now_ms() + ms;
+    (void)r;
+    while (!nem_interrupted && test_now_ms() < until) {
+        if (nem_sh->waiting[proc] > 0 && nem_sh->holding[proc] == 0) return proc;
+        test_msleep(1);
+    }
+    return -1;
+}
+
+void nem_event(nem_run *r, const char *fmt, ...) {
+    char path[220];
+    snprintf(path, sizeof(path), "%s/events.log", r->dir);
+    FILE *f = fopen(path, "a");
+    if (f == NULL) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(f, "%lld ", (long long)nem_now_ns());
+    vfprintf(f, fmt, ap);
+    fputc('\n', f);
+    va_end(ap);
+    fclose(f);
+}
+
+void nem_fault_begin(nem_run *r, int victim) {
+    r->tl.fault_ns = nem_now_ns();
+    r->tl.victim = victim;
+    nem_event(r, "fault %s, victim c%d", r->c->fault, victim + 1);
+}
+
+void nem_heal(nem_run *r) {
+    nem_heal_net(&r->net);
+    for (int p = 0; p < r->c->wl->nprocs; p++)
+        if (r->tl.stop_from[p] && !r->tl.stop_until[p]) {
+            kill(r->worker[p], SIGCONT);
+            r->tl.stop_until[p] = nem_now_ns();
+        }
+    for (int i = 0; i < r->nsrv; i++) {
+        nem_server *s = &r->srv[i];
+        if (s->stopped && s->pid > 0) kill(s->pid, SIGCONT);
+        s->stopped = 0;
+    }
+    r->tl.heal_ns = nem_now_ns();
+    nem_event(r, "heal");
+}
+
+static nem_server *master(nem_run *r) { return &r->srv[r->master]; }
+
+/* The client's host is cut from every other host, at both ends. */
+static void cut_all(nem_run *r, int proc) {
+    nem_host *c = r->client[proc];
+    r->tl.victim_cut = 1;
+    nem_ipt(c, "-A INPUT -i eth0 -j DROP");
+    nem_ipt(c, "-A OUTPUT -o eth0 -j DROP");
+    for (int i = 0; i < r->net.nhosts; i++) {
+        nem_host *h = &r->net.host[i];
+        if (h == c) continue;
+        nem_ipt(h, "-A INPUT -s %s -j DROP", c->ip);
+        nem_ipt(h, "-A OUTPUT -d %s -j DROP", c->ip);
+    }
+}
+
+/* Two hosts cannot reach each other (both ends). */
+static void cut_pair(nem_host *a, nem_host *b) {
+    nem_ipt(a, "-A INPUT -s %s -j DROP", b->ip);
+    nem_ipt(a, "-A OUTPUT -d %s -j DROP", b->ip);
+    nem_ipt(b, "-A INPUT -s %s -j DROP", a->ip);
+    nem_ipt(b, "-A OUTPUT -d %s -j DROP", a->ip);
+}
+
+/* The port of proc's subscriber connection on server s (CLIENT LIST:
+ * flags with P), or -1. */
+static int sub_port(nem_run *r, int proc, const nem_server *s) {
+    redisReply *rep = nem_cmd(s, "CLIENT LIST");
+    int port = -1;
+    if (rep && rep->type == REDIS_REPLY_STRING) {
+        char needle[40];
+        snprintf(needle, sizeof(needle), "addr=%s:", r->client[proc]->ip);
+        for (char *line = strtok(rep->str, "\n"); line; line = strtok(NULL, "\n")) {
+            char *a = strstr(line, needle), *f = strstr(line, " flags=");
+            if (a == NULL || f == NULL) continue;
+            int sub = 0;
+            for (char *k = f + 7; *k && *k != ' '; k++) sub |= *k == 'P';
+            if (sub) port = atoi(a + strlen(needle));
+        }
+    }
+    if (rep) freeReplyObject(rep);
+    return port;
+}
+
+/* ---- Nemesis functions ----------------------------------------------------------- */
+
+static void nz_none(nem_run *r) {
+    nem_fault_begin(r, -1);
+    nem_sleep(r->c->fault_ms);
+}
+
+/* Process 0, holding, is cut from everything (Redis, the resource, the
+ * other clients) for longer than its lease. */
+static void nz_partition_holder(nem_run *r) {
+    int v = nem_wait_holder(r, 0, 15000);
+    if (v < 0) return;
+    nem_fault_begin(r, v);
+    cut_all(r, v);
+    nem_sleep(r->c->fault_ms);
+    nem_heal(r);
+}
+
+/* Process 0, holding, is cut from the master alone (the resource stays
+ * reachable: it may go on writing there as long as it believes). */
+static void nz_cut_holder_redis(nem_run *r) {
+    int v = nem_wait_holder(r, 0, 15000);
+    if (v < 0) return;
+    nem_fault_begin(r, v);
+    r->tl.victim_cut = 1;
+    cut_pair(r->client[v], master(r)->host);
+    nem_sleep(r->c->fault_ms);
+    nem_heal(r);
+}
+
+/* A contender, waiting, is cut from everything. */
+static void nz_partition_waiter(nem_run *r) {
+    int v = nem_wait_waiter(r, 1, 5000);
+    if (v < 0) return;
+    nem_fault_begin(r, v);
+    cut_all(r, v);
+    nem_sleep(r->c->fault_ms);
+    nem_heal(r);
+}
+
+/* One way only, between a contender and the master: what it sends is
+ * dropped (arg 0), or what it receives (arg 1: its requests run, their
+ * replies are lost). */
+static void nz_one_way(nem_run *r) {
+    int v = 1;
+    nem_host *c = r->client[v];
+    nem_fault_begin(r, v);
+    r->tl.victim_cut = 1;
+    if (r->c->arg == 0) nem_ipt(c, "-A OUTPUT -d %s -j DROP", master(r)->host->ip);
+    else nem_ipt(c, "-A INPUT -s %s -j DROP", master(r)->host->ip);
+    nem_sleep(r->c->fault_ms);
+    nem_heal(r);
+}
+
+/* The subscriber connection of process 1, waiting, goes silent (both
+ * directions of that one connection dropped in its host); its command
+ * connection is untouched. Not healed before the end. */
+static void nz_blackhole_sub(nem_run *r) {
+    int v = nem_wait_waiter(r, 1, 10000);
+    int port = -1;
+    long long until = test_now_ms() + 3000;
+    while (v >= 0 && (port = sub_port(r, v, master(r))) < 0 && test_now_ms() < until) test_msleep(20);
+    if (port < 0) {
+        fprintf(stderr, "hilock-nemesis: no subscriber connection of c%d found\n", v + 1);
+        return;
+    }
+    nem_host *c = r->client[v];
+    nem_fault_begin(r, v);
+    nem_ipt(c, "-A OUTPUT -p tcp -d %s --sport %d -j DROP", master(r)->host->ip, port);
+    nem_ipt(c, "-A INPUT -p tcp -s %s --dport %d -j DROP", master(r)->host->ip, port);
+    nem_sleep(r->c->fault_ms);
+}
+
+/* Random loss of arg % of the packets, both ways, at every client. */
+static void nz_loss(nem_run *r) {
+    nem_fault_begin(r, -1);
+    for (int p = 0; p < r->c->wl->nprocs; p++) {
+        nem_ipt(r->client[p], "-A INPUT -i eth0 -m statistic --mode random --probability 0.%02ld -j DROP", r->c->arg);
+        nem_ipt(r->client[p], "-A OUTPUT -o eth0 -m statistic --mode random --probability 0.%02ld -j DROP", r->c->arg);
+    }
+    nem_sleep(r->c->fault_ms);
+    nem_heal(r);
+}
+
+static void stop_proc(nem_run *r, int p) {
+    kill(r->worker[p], SIGSTOP);
+    r->tl.stop_from[p] = nem_now_ns();
+}
+
+/* Process 0 is stopped (SIGSTOP) while it holds, longer than its lease. */
+static void nz_stop_holder(nem_run *r) {
+    int v = nem_wait_holder(r, 0, 15000);
+    if (v < 0) return;
+    nem_sleep(5); /* inside a read-modify-write, most likely */
+    nem_fault_begin(r, v);
+    stop_proc(r, v);
+    nem_sleep(r->c->fault_ms);
+    nem_heal(r);
+}
+
+/* A contender is stopped while it waits. */
+static void nz_stop_waiter(nem_run *r) {
+    int v = nem_wait_waiter(r, 1, 5000);
+    if (v < 0) return;
+    nem_fault_begin(r, v);
+    stop_proc(r, v);
+    nem_sleep(r->c->fault_ms);
+    nem_heal(r);
+}
+
+/* The master is stopped (SIGSTOP), then continued. */
+static void nz_stop_master(nem_run *r) {
+    nem_fault_begin(r, -1);
+    kill(master(r)->pid, SIGSTOP);
+    master(r)->stopped = 1;
+    nem_sleep(r->c->fault_ms);
+    nem_heal(r);
+}
+
+/* kill -9 of the master, restarted empty (no persistence) after fault_ms. */
+static void nz_kill_master(nem_run *r) {
+    nem_fault_begin(r, -1);
+    nem_server_kill(master(r));
+    nem_sleep(r->c->fault_ms);
+    nem_server_restart(master(r));
+    nem_heal(r);
+}
+
+/* The master's clock runs arg ppm fast (or slow); then process 0, holding,
+ * is cut from the master past its lease (its renewals stop), while the
+ * probers try every few ms. */
+static void nz_clock_rate(nem_run *r) {
+    nem_clock_set(master(r), r->c->arg, 0);
+    int v = nem_wait_holder(r, 0, 20000);
+    if (v < 0) return;
+    nem_sleep(200);
+    nem_fault_begin(r, v);
+    r->tl.victim_cut = 1;
+    cut_pair(r->client[v], master(r)->host);
+    nem_sleep(r->c->fault_ms);
+    nem_heal(r);
+    nem_clock_set(master(r), 0, 0);
+}
+
+/* The master's clock steps by arg ms while process 0 holds. */
+static void nz_clock_step(nem_run *r) {
+    int v = nem_wait_holder(r, 0, 15000);
+    if (v < 0) return;
+    nem_sleep(100);
+    nem_fault_begin(r, v);
+    nem_clock_set(master(r), 0, r->c->arg);
+    nem_sleep(r->c->fault_ms);
+    nem_heal(r);
+}
+
+/* Process 0, holding, and the master are cut off together from every
+ * other server and client (a minority side); the resource stays
+ * reachable from both sides. */
+static void nz_minority_master(nem_run *r) {
+    int v = nem_wait_holder(r, 0, 15000);
+    if (v < 0) return;
+    nem_host *side[2] = {r->client[v], master(r)->host};
+    nem_fault_begin(r, v);
+    r->tl.victim_cut = 1;
+    for (int i = 0; i < r->net.nhosts; i++) {
+        nem_host *h = &r->net.host[i];
+        if (h == side[0] || h == side[1] || h == r->res_host) continue;
+        cut_pair(side[0], h);
+        cut_pair(side[1], h);
+    }
+    nem_sleep(r->c->fault_ms);
+    nem_heal(r);
+}
+
+/* kill -9 of the master while process 0 holds; restarted (empty) after
+ * fault_ms: a cluster node rejoins as a replica. */
+static void nz_kill_master_holding(nem_run *r) {
+    int v = nem_wait_holder(r, 0, 15000);
+    if (v < 0) return;
+    nem_fault_begin(r, -1);
+    nem_event(r, "kill -9 of %s", master(r)->host->name);
+    nem_server_kill(master(r));
+    nem_sleep(r->c->fault_ms);
+    nem_server_restart(master(r));
+    nem_heal(r);
+}
+
+/* Redlock: two masters of five (a minority) cut from every client. */
+static void nz_redlock_minority(nem_run *r) {
+    nem_fault_begin(r, -1);
+    for (int m = 0; m < 2; m++)
+        for (int p = 0; p < r->c->wl->nprocs; p++) cut_pair(r->srv[m].host, r->client[p]);
+    nem_sleep(r->c->fault_ms);
+    nem_heal(r);
+}
+
+/* Redlock: the clocks of three masters of five (a majority) run arg ppm
+ * fast; then process 0, holding, is cut from them past its lease. */
+static void nz_redlock_clock(nem_run *r) {
+    for (int m = 0; m < 3; m++) nem_clock_set(&r->srv[m], r->c->arg, 0);
+    int v = nem_wait_holder(r, 0, 20000);
+    if (v < 0) return;
+    nem_sleep(200);
+    nem_fault_begin(r, v);
+    r->tl.victim_cut = 1;
+    for (int m = 0; m < 3; m++) cut_pair(r->client[v], r->srv[m].host);
+    nem_sleep(r->c->fault_ms);
+    nem_heal(r);
+    for (int m = 0; m < 3; m++) nem_clock_set(&r->srv[m], 0, 0);
+}
+
+/* ---- The matrix -------------------------------------------------------------------- */
+
+/* A dead connection is found within health_ms (3 s by default) and a
+ * quarter; the waiter tries as soon as its subscription is back. */
+#define HEALTH_BOUND_MS 4000
+
+/* A wait ends by its wait_ms plus this: a try may be out when the wait's
+ * time runs out, answered or not within request_timeout_ms (2 s). */
+#define WAIT_SLACK_MS 2000
+
+/* The usual promise: mutual exclusion as believed (no overlap at all),
+ * fences keep the resource whole, a wait ends by wait_ms + 2 s, and after
+ * a heal the victim is served again within 5 s. */
+#define SAFE {0, 0, NEM_ANY, 5000, WAIT_SLACK_MS, 0}
+/* Exclusion not promised (a documented limit), fences still hold. */
+#define FENCED_ONLY {NEM_ANY, 0, NEM_ANY, 5000, WAIT_SLACK_MS, 0}
+/* A clock step has no heal: nothing to recover from. */
+#define STEP_SAFE {0, 0, NEM_ANY, NEM_ANY, WAIT_SLACK_MS, 0}
+#define STEP_FENCED_ONLY {NEM_ANY, 0, NEM_ANY, NEM_ANY, WAIT_SLACK_MS, 0}
+/* No fences: exclusion as believed is promised, the resource is not. */
+#define NOFENCE {0, NEM_ANY, NEM_ANY, 5000, WAIT_SLACK_MS, 0}
+
+const nem_case nem_cases[] = {
+    /* id, topology, fault, short, workload, nemesis, fault_ms, settle_ms, arg, clock, promise, known, promise text */
+    {"sa-mutex-none", TOPO_STANDALONE, "none", 1, &wl_mutex, nz_none, 4000, 500, 0, 0, SAFE, 0,
+     "no overlap, no lost update"},
+    {"sa-mutex-partition-holder", TOPO_STANDALONE, "holder partitioned", 1, &wl_mutex, nz_partition_holder, 4000,
+     4000, 0, 0, SAFE, 0, "holder sees its loss before anyone is granted; recovery within 5 s"},
+    {"sa-mutex-cut-holder-redis", TOPO_STANDALONE, "holder cut from Redis only", 0, &wl_mutex, nz_cut_holder_redis,
+     4000, 4000, 0, 0, SAFE, 0, "as above; it may still reach the resource"},
+    {"sa-mutex-partition-waiter", TOPO_STANDALONE, "waiter partitioned", 0, &wl_mutex, nz_partition_waiter, 4000,
+     4000, 0, 0, SAFE, 0, "its waits end by wait_ms + 1 s; recovery within 5 s"},
+    {"sa-mutex-drop-requests", TOPO_STANDALONE, "one-way: client->Redis dropped", 0, &wl_mutex, nz_one_way, 4000,
+     4000, 0, 0, SAFE, 0, "as a partition"},
+    {"sa-mutex-drop-replies", TOPO_STANDALONE, "one-way: Redis->client dropped", 1, &wl_mutex, nz_one_way, 4000,
+     4000, 1, 0, SAFE, 0, "tries run unanswered: no double grant, released after"},
+    {"sa-mutex-blackhole-sub", TOPO_STANDALONE, "subscriber connection blackholed", 1, &wl_handoff,
+     nz_blackhole_sub, 14000, 0, 0, 0, {0, 0, HEALTH_BOUND_MS, NEM_ANY, WAIT_SLACK_MS, 0}, KNOWN_SUBSCRIBER,
+     "a wait pending at a release is served within the health bound (4 s)"},
+    {"sa-mutex-loss-10", TOPO_STANDALONE, "10% packet loss", 0, &wl_mutex, nz_loss, 5000, 3000, 10, 0,
+     {0, 0, NEM_ANY, NEM_ANY, WAIT_SLACK_MS, 0}, 0, "no overlap, no lost update"},
+    {"sa-mutex-loss-30", TOPO_STANDALONE, "30% packet loss", 1, &wl_mutex, nz_loss, 5000, 3000, 30, 0,
+     {0, 0, NEM_ANY, NEM_ANY, WAIT_SLACK_MS, 0}, 0, "no overlap, no lost update"},
+    {"sa-mutex-stop-holder", TOPO_STANDALONE, "holder SIGSTOPped past its lease", 1, &wl_mutex, nz_stop_holder, 4000,
+     3000, 0, 0, SAFE, 0, "no overlap as believed; its stale writes refused by fence"},
+    {"sa-mutex-nofence-stop-holder", TOPO_STANDALONE, "holder SIGSTOPped, no fences", 1, &wl_mutex_nofence,
+     nz_stop_holder, 4000, 3000, 0, 0, NOFENCE, 0, "no overlap as believed; the resource may lose updates"},
+    {"sa-mutex-stop-waiter", TOPO_STANDALONE, "waiter SIGSTOPped", 0, &wl_mutex, nz_stop_waiter, 4000, 3000, 0, 0,
+     SAFE, 0, "the others go on"},
+    {"sa-mutex-stop-redis", TOPO_STANDALONE, "Redis SIGSTOPped 3 s", 1, &wl_mutex, nz_stop_master, 3000, 4000, 0, 0,
+     SAFE, 0, "holders see their loss; recovery within 5 s"},
+    {"sa-mutex-kill-redis", TOPO_STANDALONE, "Redis kill -9, restarted empty", 1, &wl_mutex, nz_kill_master, 1000,
+     4000, 0, 0, FENCED_ONLY, 0, "locks lost with the data (documented); fences keep the resource whole"},
+    {"sa-mutex-clock-fast-1pct", TOPO_STANDALONE, "Redis clock +1 %, holder cut", 1, &wl_clock3s, nz_clock_rate,
+     4500, 2000, 10000, 1, SAFE, KNOWN_CLOCK_RATE, "no overlap"},
+    {"sa-mutex-clock-fast-500ppm", TOPO_STANDALONE, "Redis clock +500 ppm, 30 s lease, holder cut", 0, &wl_clock30s,
+     nz_clock_rate, 31500, 2000, 500, 1, SAFE, KNOWN_CLOCK_RATE, "no overlap"},
+    {"sa-mutex-clock-slow-1pct", TOPO_STANDALONE, "Redis clock -1 %, holder cut", 0, &wl_clock3s, nz_clock_rate,
+     4500, 2000, -10000, 1, SAFE, 0, "no overlap"},
+    {"sa-mutex-clock-step-fwd", TOPO_STANDALONE, "Redis clock steps +1 lease", 1, &wl_clock3s, nz_clock_step, 3000,
+     2000, 3000, 1, STEP_FENCED_ONLY, 0, "leases are about time (documented); fences keep the resource whole"},
+    {"sa-mutex-nofence-clock-step-fwd", TOPO_STANDALONE, "Redis clock steps +1 lease, no fences", 0,
+     &wl_clock3s_nofence, nz_clock_step, 3000, 2000, 3000, 1, {NEM_ANY, NEM_ANY, NEM_ANY, NEM_ANY, WAIT_SLACK_MS, 0}, 0,
+     "nothing promised: shows what fences prevent"},
+    {"sa-mutex-clock-step-back", TOPO_STANDALONE, "Redis clock steps -1 lease", 0, &wl_clock3s, nz_clock_step, 3000,
+     2000, -3000, 1, STEP_SAFE, 0, "no overlap; fences still grow"},
+    {"sa-sem-partition-holder", TOPO_STANDALONE, "holder partitioned", 0, &wl_sem, nz_partition_holder, 4000, 4000,
+     0, 0, SAFE, 0, "never more holders than permits"},
+    {"sa-sem-stop-holder", TOPO_STANDALONE, "holder SIGSTOPped past its lease", 0, &wl_sem, nz_stop_holder, 4000,
+     3000, 0, 0, SAFE, 0, "never more holders than permits"},
+    {"sa-sem-clock-fast-1pct", TOPO_STANDALONE, "Redis clock +1 %, holder cut", 1, &wl_sem_clock, nz_clock_rate, 4500,
+     2000, 10000, 1, SAFE, KNOWN_CLOCK_RATE, "never more holders than permits"},
+
+    /* Redlock: five independent masters. */
+    {"rl-mutex-minority-down", TOPO_REDLOCK, "2 of 5 masters cut from the clients", 0, &wl_mutex,
+     nz_redlock_minority, 4000, 3000, 0, 0, {0, 0, NEM_ANY, NEM_ANY, WAIT_SLACK_MS, 1}, 0,
+     "a quorum is left: no overlap, waits ride through"},
+    {"rl-mutex-partition-holder", TOPO_REDLOCK, "holder partitioned", 0, &wl_mutex, nz_partition_holder, 4000,
+     4000, 0, 0, SAFE, 0, "holder sees its loss before anyone is granted"},
+    {"rl-mutex-kill-restart", TOPO_REDLOCK, "kill -9 of a master, restarted empty at once", 0, &wl_mutex,
+     nz_kill_master, 200, 4000, 0, 0, FENCED_ONLY, 0,
+     "Redlock needs delayed restarts (documented); fences keep the resource whole"},
+    {"rl-mutex-clock-fast-1pct", TOPO_REDLOCK, "3 of 5 clocks +1 %, holder cut from them", 0, &wl_clock3s,
+     nz_redlock_clock, 4500, 2000, 10000, 1, SAFE, 0, "no overlap (Redlock's drift allowance)"},
+
+    /* Sentinel: a master, its replica, three sentinels. */
+    {"sn-mutex-minority-master", TOPO_SENTINEL, "holder and master cut off (minority)", 1, &wl_failover,
+     nz_minority_master, 10000, 6000, 0, 0, {0, 0, NEM_ANY, NEM_ANY, WAIT_SLACK_MS, 0}, KNOWN_SENTINEL_MINORITY,
+     "the holder sees its loss before the promoted replica grants the lock"},
+
+    /* Cluster: 3 masters, 3 replicas. */
+    {"cl-mutex-kill-master", TOPO_CLUSTER, "kill -9 of the slot's master (failover)", 1, &wl_failover,
+     nz_kill_master_holding, 6000, 5000, 0, 0, {NEM_ANY, 0, NEM_ANY, NEM_ANY, WAIT_SLACK_MS, 1}, KNOWN_CLUSTER_FAILOVER,
+     "waits with time left ride the failover through; fences keep the resource whole"},
+    {"cl-mutex-minority-master", TOPO_CLUSTER, "holder and slot's master cut off (minority)", 0, &wl_failover,
+     nz_minority_master, 8000, 5000, 0, 0, {0, 0, NEM_ANY, NEM_ANY, WAIT_SLACK_MS, 0}, 0,
+     "the holder sees its loss before the promoted replica grants the lock"},
+};
+const int nem_ncases = (int)(sizeof(nem_cases) / sizeof(nem_cases[0]));
