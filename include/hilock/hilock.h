@@ -46,7 +46,7 @@ extern "C" {
  * versioning for the API. HILOCK_SOVERSION is the N of libhilock.so.N: it
  * counts ABI breaks and is bumped on every one (see CHANGELOG.md). */
 #define HILOCK_VERSION_MAJOR 0
-#define HILOCK_VERSION_MINOR 10
+#define HILOCK_VERSION_MINOR 11
 #define HILOCK_VERSION_PATCH 0
 #define HILOCK_SOVERSION     2
 #define HILOCK_VERSION_STR_(x) #x
