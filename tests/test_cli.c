@@ -724,33 +724,41 @@ Test(cli, lost_lock_kills_what_ignores_sigterm, .timeout = 30) {
     cr_assert(!file_exists(tmp("sig")), "COMMAND got SIGTERM with --kill-after 0");
 }
 
+/* Each of bad[] (n) as the value of option `opt` is refused with the
+ * usage status and `want` (a format for the value), and COMMAND does not
+ * run; so is `opt` without a value, and `opt` with unlock, which it does
+ * not apply to (the lock `name` stays). */
+static void bad_values_refused(const char *opt, const char *const *bad, size_t n, const char *want,
+                               const char *name) {
+    static const char hint[] = "Try 'hilock --help' for more information.\n";
+    char out[2048], line[256], full[400];
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(RUN("-u", srv.url, opt, bad[i], name, "--", "touch", tmp("ran")), 64, "%s '%s'", opt,
+                     bad[i]);
+        snprintf(line, sizeof(line), want, bad[i]);
+        snprintf(full, sizeof(full), "%s\n%s", line, hint);
+        cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), full);
+        cr_assert(!file_exists(tmp("ran")), "%s '%s' ran COMMAND", opt, bad[i]);
+    }
+    cr_assert_eq(RUN("-u", srv.url, opt), 64);
+    snprintf(full, sizeof(full), "hilock: option %s needs a value\n%s", opt, hint);
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), full);
+    hold_key("hilock:", name, 10000);
+    cr_assert_eq(RUN("-u", srv.url, opt, "100", "unlock", name), 64);
+    snprintf(full, sizeof(full), "hilock: %s does not apply to unlock\n%s", opt, hint);
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), full);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key(name)), 1, "unlock ran anyway");
+    cr_assert_eq(test_redis_int(&srv, "DEL %s", key(name)), 1);
+}
+
 /* A bad MS is refused with the usage status, by a message that names
  * --kill-after and what it wants, and COMMAND does not run; 0 and the
  * largest are good; unlock has no COMMAND to kill. */
 Test(cli, kill_after_bad_values_are_refused, .timeout = 30) {
     static const char *const bad[] = { "x", "-1", "", "5s", " 5", "+5", "2147483648", "1e3", "0x10" };
-    static const char hint[] = "Try 'hilock --help' for more information.\n";
-    char out[2048], want[256];
-    size_t i;
-
-    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        cr_assert_eq(RUN("-u", srv.url, "--kill-after", bad[i], "ka", "--", "touch", tmp("ran")), 64,
-                     "--kill-after '%s'", bad[i]);
-        snprintf(want, sizeof(want), "hilock: bad --kill-after MS '%s': want milliseconds, 0 to 2147483647 "
-                 "(0: SIGKILL at once)\n%s", bad[i], hint);
-        cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), want);
-        cr_assert(!file_exists(tmp("ran")), "--kill-after '%s' ran COMMAND", bad[i]);
-    }
-    cr_assert_eq(RUN("-u", srv.url, "--kill-after"), 64);
-    snprintf(want, sizeof(want), "hilock: option --kill-after needs a value\n%s", hint);
-    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), want);
-    hold_key("hilock:", "ka", 10000);
-    cr_assert_eq(RUN("-u", srv.url, "--kill-after", "100", "unlock", "ka"), 64);
-    snprintf(want, sizeof(want), "hilock: --kill-after does not apply to unlock\n%s", hint);
-    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), want);
-    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("ka")), 1, "unlock ran anyway");
-    cr_assert_eq(test_redis_int(&srv, "DEL %s", key("ka")), 1);
-
+    bad_values_refused("--kill-after", bad, sizeof(bad) / sizeof(bad[0]),
+                       "hilock: bad --kill-after MS '%s': want milliseconds, 0 to 2147483647 (0: SIGKILL at once)",
+                       "ka");
     cr_assert_eq(RUN("-u", srv.url, "--kill-after", "0", "ka", "--", "true"), 0);
     cr_assert_eq(RUN("-u", srv.url, "--kill-after", "2147483647", "ka", "--", "true"), 0);
 }
@@ -1915,30 +1923,12 @@ Test(cli, starve_is_ignored_where_it_does_not_apply, .timeout = 30) {
 }
 
 /* A bad MS is refused with the usage status, by a message that names
- * --starve and what it wants, and COMMAND does not run. */
+ * --starve and what it wants, and COMMAND does not run; unlock never
+ * waits: --starve is refused there as -w is. */
 Test(cli, starve_bad_values_are_refused, .timeout = 30) {
     static const char *const bad[] = { "0", "x", "-5", "", "20x", " 20", "2147483648", "OFF", "-1" };
-    static const char hint[] = "Try 'hilock --help' for more information.\n";
-    char out[2048], want[256];
-    size_t i;
-
-    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        cr_assert_eq(RUN("-u", srv.url, "--starve", bad[i], "stb", "--", "touch", tmp("ran")), 64,
-                     "--starve '%s'", bad[i]);
-        snprintf(want, sizeof(want), "hilock: bad --starve MS '%s': want milliseconds, 1 to 2147483647, "
-                 "or off\n%s", bad[i], hint);
-        cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), want);
-        cr_assert(!file_exists(tmp("ran")), "--starve '%s' ran COMMAND", bad[i]);
-    }
-    cr_assert_eq(RUN("-u", srv.url, "--starve"), 64);
-    snprintf(want, sizeof(want), "hilock: option --starve needs a value\n%s", hint);
-    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), want);
-    /* unlock never waits: --starve is refused there as -w is. */
-    hold_key("hilock:", "stb", 10000);
-    cr_assert_eq(RUN("-u", srv.url, "--starve", "20", "unlock", "stb"), 64);
-    snprintf(want, sizeof(want), "hilock: --starve does not apply to unlock\n%s", hint);
-    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), want);
-    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("stb")), 1, "unlock ran anyway");
+    bad_values_refused("--starve", bad, sizeof(bad) / sizeof(bad[0]),
+                       "hilock: bad --starve MS '%s': want milliseconds, 1 to 2147483647, or off", "stb");
 }
 
 /* $HILOCK_STARVE is --starve's default: a good one runs, an empty one is

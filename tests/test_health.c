@@ -16,20 +16,7 @@ static void teardown(void) { lockenv_stop(&e); }
 
 TestSuite(health, .init = setup, .fini = teardown, .timeout = 60);
 
-/* What the log callback said, joined. */
-typedef struct logbook {
-    char text[8192];
-    size_t len;
-} logbook;
-
-static void log_keep(int level, const char *msg, void *data) {
-    logbook *b = data;
-    (void)level;
-    int n = snprintf(b->text + b->len, sizeof(b->text) - b->len, "%s\n", msg);
-    if (n > 0 && b->len + (size_t)n < sizeof(b->text)) b->len += (size_t)n;
-}
-
-static hilock_client *client_at(const char *url, uint32_t health_ms, logbook *log) {
+static hilock_client *client_at(const char *url, uint32_t health_ms, loglines *log) {
     hilock_config cfg;
     lockenv_config(&cfg, url);
     cfg.health_ms = health_ms;
@@ -37,7 +24,7 @@ static hilock_client *client_at(const char *url, uint32_t health_ms, logbook *lo
      * alive by tries every second, which would hide a deaf subscriber. */
     cfg.starve_ms = HILOCK_STARVE_NEVER;
     if (log) {
-        cfg.log_cb = log_keep;
+        cfg.log_cb = loglines_keep;
         cfg.log_data = log;
     }
     return lockenv_client_cfg(&e, &cfg);
@@ -66,7 +53,7 @@ static int subscriber_port(const test_redis *r) {
 Test(health, a_blackholed_subscriber_is_found_and_its_waiter_served) {
     test_blackhole bh;
     cr_assert_eq(test_blackhole_start(&bh, e.r.port), 0);
-    logbook log = {{0}, 0};
+    loglines log = {{0}, 0};
     hilock_client *holder = lockenv_client(&e), *waiter = client_at(bh.url, 1000, &log);
     hilock_acquire_opts lease = opts_wait_lease(0, 20000);
     got h = acquire_now(&e, holder, "bh", &lease);
@@ -108,7 +95,7 @@ Test(health, quiet_connections_stay_up_even_when_ping_is_refused) {
     char url[96];
     snprintf(url, sizeof(url), "redis://noping:pw@127.0.0.1:%d", e.r.port);
     for (int acl = 0; acl < 2; acl++) {
-        logbook log = {{0}, 0};
+        loglines log = {{0}, 0};
         hilock_client *holder = lockenv_client(&e), *waiter = client_at(acl ? url : e.r.url, 200, &log);
         got h = acquire_now(&e, holder, "quiet", NULL);
         cr_assert_eq(h.status, 0);

@@ -520,19 +520,6 @@ Test(sentinel, cli) {
 
 /* ---- The sentinels' word ---------------------------------------------------- */
 
-/* What the log callback said, joined. */
-typedef struct logbook {
-    char text[8192];
-    size_t len;
-} logbook;
-
-static void log_keep(int level, const char *msg, void *data) {
-    logbook *b = data;
-    (void)level;
-    int n = snprintf(b->text + b->len, sizeof(b->text) - b->len, "%s\n", msg);
-    if (n > 0 && b->len + (size_t)n < sizeof(b->text)) b->len += (size_t)n;
-}
-
 /* A holder whose master goes on answering while no sentinel vouches for it
  * any more (all three stopped with SIGSTOP: what a partition that leaves
  * the holder with its master, away from the sentinels and the replica,
@@ -578,13 +565,13 @@ Test(sentinel, a_holder_cut_off_from_the_sentinels_stops_believing) {
  * (success)". */
 Test(sentinel, a_switch_is_logged_with_its_cause, .timeout = 120) {
     up();
-    logbook log = {{0}, 0};
+    loglines log = {{0}, 0};
     hilock_config cfg;
     hilock_client *c = NULL;
     hilock_config_init(&cfg);
     cfg.url = s.url;
     cfg.request_timeout_ms = 8000;
-    cfg.log_cb = log_keep;
+    cfg.log_cb = loglines_keep;
     cfg.log_data = &log;
     cr_assert_eq(hilock_client_new(&c, &cfg, &loop), 0);
     got w = take(c, "switch");

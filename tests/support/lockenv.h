@@ -4,6 +4,7 @@
 #define HILOCK_TEST_LOCKENV_H
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "hilock/hilock.h"
@@ -118,6 +119,20 @@ static inline long long lock_exists(const test_redis *r, const char *name) {
     char key[HILOCK_NAME_MAX * 3 + 64];
     hilock_key("hilock:", name, key, sizeof(key));
     return test_redis_int(r, "EXISTS %s", key);
+}
+
+/* What a client's log callback said (loglines_keep as cfg.log_cb, the book as
+ * cfg.log_data), joined in lines. */
+typedef struct loglines {
+    char text[8192];
+    size_t len;
+} loglines;
+
+static inline void loglines_keep(int level, const char *msg, void *data) {
+    loglines *b = data;
+    (void)level;
+    int n = snprintf(b->text + b->len, sizeof(b->text) - b->len, "%s\n", msg);
+    if (n > 0 && b->len + (size_t)n < sizeof(b->text)) b->len += (size_t)n;
 }
 
 /* A record of one acquire callback. */
