@@ -196,6 +196,9 @@ static void net_setup(hilock_client *c, const hilock_config *cfg) {
     net->sharded_known = cfg->pubsub != HILOCK_PUBSUB_AUTO;
     net->wait_timeout_ms = cfg->wait_timeout_ms;
     net->health_ms = cfg->health_ms == HILOCK_HEALTH_OFF ? 0 : cfg->health_ms;
+    /* A WAIT blocks its connection for up to wait_timeout_ms: not silence. */
+    if (cfg->wait_replicas && net->health_ms && net->health_ms < 2 * cfg->wait_timeout_ms)
+        net->health_ms = 2 * cfg->wait_timeout_ms;
     net->clock_rate_ppm = cfg->clock_rate_ppm;
     net->rng = c->token_salt | 1; /* backoff jitter; xorshift needs non-zero */
     net->idle = hl_close_progress;

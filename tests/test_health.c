@@ -186,3 +186,91 @@ Test(health, a_hold_ends_early_by_the_clock_allowance) {
         freeReplyObject(test_redis_cmd(&e.r, "FLUSHALL"));
     }
 }
+
+/* A starving wait (a place in the queue in Redis) whose tries meet
+ * READONLY for a while (the server made a replica of a port that refuses,
+ * then a master again) keeps its one place, with its token: the release
+ * hands it the lock at once, not to a place left behind by a token that
+ * the wait no longer has. */
+Test(health, a_starving_wait_keeps_its_one_place_through_a_readonly_spell) {
+    hilock_config cfg;
+    lockenv_config(&cfg, e.r.url);
+    cfg.starve_ms = 50;
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client_cfg(&e, &cfg);
+    char queue[300];
+    snprintf(queue, sizeof(queue), "%s", prim_key("spell", ":q"));
+    hilock_acquire_opts lease = opts_wait_lease(0, 30000), patient = opts_wait(30000);
+    got ga = acquire_now(&e, a, "spell", &lease);
+    cr_assert_eq(ga.status, 0);
+    got gb = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(b, "spell", &patient, got_cb, &gb, NULL), 0);
+    test_loop_for(e.base, 1500);
+    cr_assert_eq(test_redis_int(&e.r, "ZCARD %s", queue), 1, "the starving wait has no place");
+    freeReplyObject(test_redis_cmd(&e.r, "REPLICAOF 127.0.0.1 %d", test_refused_port()));
+    test_loop_for(e.base, 1300); /* its refreshing tries meet READONLY */
+    freeReplyObject(test_redis_cmd(&e.r, "REPLICAOF NO ONE"));
+    test_loop_for(e.base, 1500);
+    cr_expect_eq(test_redis_int(&e.r, "ZCARD %s", queue), 1, "one wait, %lld places",
+                 test_redis_int(&e.r, "ZCARD %s", queue));
+    long long t0 = test_now_ms();
+    cr_assert_eq(release_now(&e, ga.hold), 0);
+    test_loop_until(e.base, &gb.calls, 10000);
+    cr_assert_eq(gb.calls, 1);
+    cr_expect_eq(gb.status, 0, "%s", hilock_strerror(gb.status));
+    cr_expect_lt(gb.at_ms - t0, 500, "served %lld ms after the release", gb.at_ms - t0);
+    if (gb.status == 0) release_now(&e, gb.hold);
+    hilock_client_free(b);
+    hilock_client_free(a);
+}
+
+/* Redlock: a wait (8 s) rides through two of three masters down for 2.5 s
+ * (no quorum meanwhile) and gets the lock when they are back. */
+Test(health, a_redlock_wait_rides_through_a_lost_quorum) {
+    test_redis m[2];
+    memset(m, 0, sizeof(m));
+    cr_assert_eq(test_redis_start(&m[0], 0, NULL), 0);
+    cr_assert_eq(test_redis_start(&m[1], 0, NULL), 0);
+    char url[200];
+    snprintf(url, sizeof(url), "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", e.r.port, m[0].port,
+             m[1].port);
+    hilock_client *c = lockenv_client_url(&e, url, 0);
+    got warm = acquire_now(&e, c, "rl", NULL);
+    cr_assert_eq(warm.status, 0, "%s", hilock_strerror(warm.status));
+    release_now(&e, warm.hold);
+    int p0 = m[0].port, p1 = m[1].port;
+    test_redis_kill(&m[0]);
+    test_redis_kill(&m[1]);
+    hilock_acquire_opts o = opts_wait(8000);
+    got g = {0, 0, NULL, 0};
+    long long t0 = test_now_ms();
+    cr_assert_eq(hilock_acquire(c, "rl", &o, got_cb, &g, NULL), 0);
+    test_loop_for(e.base, 2500);
+    cr_expect_eq(g.calls, 0, "the wait ended after %lld ms: %s", g.at_ms - t0, hilock_strerror(g.status));
+    cr_assert_eq(test_redis_start(&m[0], p0, NULL), 0);
+    cr_assert_eq(test_redis_start(&m[1], p1, NULL), 0);
+    test_loop_until(e.base, &g.calls, 9000);
+    cr_expect_eq(g.status, 0, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
+    if (g.calls && g.status == 0) release_now(&e, g.hold);
+    hilock_client_free(c);
+    test_redis_stop(&m[0]);
+    test_redis_stop(&m[1]);
+}
+
+/* WAIT holds its connection for up to wait_timeout_ms (here 2 s, no
+ * replica: it always runs out): that is not a dead connection, whatever
+ * health_ms says (1 s here): the acquire ends with HILOCK_EREPLICAS, and
+ * no connection is dropped. */
+Test(health, a_long_wait_for_replicas_is_not_silence) {
+    hilock_config cfg;
+    lockenv_config(&cfg, e.r.url);
+    cfg.request_timeout_ms = 9000;
+    cfg.wait_replicas = 1;
+    cfg.wait_timeout_ms = 2000;
+    cfg.health_ms = 1000;
+    hilock_client *c = lockenv_client_cfg(&e, &cfg);
+    hilock_acquire_opts once = opts_wait(0);
+    got g = acquire_now(&e, c, "wr", &once);
+    cr_expect_eq(g.status, HILOCK_EREPLICAS, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
+    cr_expect_eq(stats_of(c).node[0].disconnects, 0, "connections dropped under WAIT");
+    hilock_client_free(c);
+}

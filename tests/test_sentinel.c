@@ -590,3 +590,58 @@ Test(sentinel, a_switch_is_logged_with_its_cause, .timeout = 120) {
     give_back(w.hold);
     hilock_client_free(c);
 }
+
+/* One sentinel of four accepts and never answers: the three others still
+ * vouch for the master every second (a round does not wait for the silent
+ * one's request), and a hold of 6 s lives on through 12 s. */
+Test(sentinel, a_silent_sentinel_does_not_silence_the_others, .timeout = 60) {
+    up();
+    int port, fd = test_listen_silent(&port);
+    cr_assert_geq(fd, 0);
+    char url[400];
+    snprintf(url, sizeof(url), "redis-sentinel://127.0.0.1:%d,%s", port, s.url + strlen("redis-sentinel://"));
+    hilock_client *c = client(url);
+    hilock_acquire_opts o = opts_wait_lease(0, 6000);
+    lostrec lost = {0, 0, 0};
+    o.lost_cb = lost_cb;
+    o.lost_data = &lost;
+    got g = take_opts(c, "silent", &o);
+    cr_assert_eq(g.status, 0, "%s", hilock_strerror(g.status));
+    long long t0 = test_now_ms();
+    test_loop_until(base, &lost.calls, 12000);
+    cr_expect_eq(lost.calls, 0, "the hold was lost after %lld ms (%s)", lost.at_ms - t0,
+                 hilock_strerror(lost.why));
+    give_back(g.hold);
+    hilock_client_free(c);
+    close(fd);
+}
+
+/* With the sentinels silent (SIGSTOP), an acquire of a free lock does not
+ * spin through grants it may not keep: it waits (a few tries a second at
+ * most) and ends at its time with the cause, not ETIMEDOUT; a no_renew
+ * hold taken before is not renewed. */
+Test(sentinel, no_word_from_the_sentinels_no_spin, .timeout = 60) {
+    up();
+    hilock_client *c = client_tmo(s.url, 2000);
+    hilock_acquire_opts nr = opts_wait_lease(0, 4000);
+    nr.no_renew = 1;
+    got held = take_opts(c, "no-renew", &nr);
+    cr_assert_eq(held.status, 0);
+    for (int i = 0; i < TEST_SENTINELS; i++) kill(s.sentinel[i].pid, SIGSTOP);
+    test_loop_for(base, 3000); /* the word is overdue */
+    long long s0 = stat_calls(&s.node[0], "evalsha") + stat_calls(&s.node[0], "eval");
+    hilock_acquire_opts o = opts_wait_lease(3000, 3000);
+    got g = take_opts(c, "spin", &o);
+    long long s1 = stat_calls(&s.node[0], "evalsha") + stat_calls(&s.node[0], "eval");
+    for (int i = 0; i < TEST_SENTINELS; i++) kill(s.sentinel[i].pid, SIGCONT);
+    cr_log_info("unvouched acquire: %s, %lld scripts on the master (%s)", hilock_strerror(g.status), s1 - s0,
+                hilock_client_errstr(c));
+    cr_expect_eq(g.status, HILOCK_ECONN, "%s", hilock_strerror(g.status));
+    cr_expect_lt(s1 - s0, 20, "%lld scripts for one acquire in 3 s", s1 - s0);
+    test_loop_for(base, 3000); /* past the no_renew lease, the sentinels back */
+    char key[256];
+    hilock_key("hilock:", "no-renew", key, sizeof(key));
+    cr_expect_leq(test_redis_int(&s.node[0], "PTTL %s", key), 0, "the no_renew hold was renewed");
+    release_loop(base, held.hold, 5000);
+    hilock_client_free(c);
+}

@@ -284,8 +284,10 @@ typedef struct hilock_config {
      * the holder's lease ends. A dead connection is found within health_ms
      * and a quarter, and a waiter that missed a release meanwhile tries as
      * soon as its subscription is back. 0: the default, 3000 (at least
-     * 100); HILOCK_HEALTH_OFF: never. Keep it above the time the slowest
-     * command of the server takes (a long script stalls every client). */
+     * 100; with wait_replicas, at least twice wait_timeout_ms, as a WAIT
+     * holds its connection); HILOCK_HEALTH_OFF: never. Keep it above the
+     * time the slowest command of the server takes (a long script stalls
+     * every client). */
     uint32_t health_ms;
     /* Clocks: how much faster the Redis server's clock may run than this
      * machine's, in millionths. A hold believes its lease ends

@@ -323,6 +323,8 @@ struct hilock_wait {
                               (hl_try.rejoin; read by the prim's try_req) */
     unsigned starving : 1; /* it waited starve_ms: its tries go through the
                               queue (hl_prim.bounded; read by try_req) */
+    unsigned unknown : 1;  /* a try of its token failed unanswered and may have
+                              run: released if the wait ends without it */
     char token[HL_TOKEN_LEN + 1];
 };
 

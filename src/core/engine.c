@@ -251,8 +251,11 @@ static void wait_free(hilock_wait *w) {
 /* A wait that ends without its own grant undoes what its tries may have
  * left in Redis (hl_prim.abandon), if it sent any. */
 static void wait_abandon(hilock_wait *w) {
-    if (w->tried && w->name->prim->abandon != NULL && !w->c->loop.freeing)
-        w->name->prim->abandon(w);
+    if (w->c->loop.freeing) return;
+    if (w->unknown) /* a try that may have run after all: for as long as it could hold */
+        hl_release_token(w->name, w->token, &w->terms, w->terms.lease_ms);
+    w->unknown = 0;
+    if (w->tried && w->name->prim->abandon != NULL) w->name->prim->abandon(w);
 }
 
 /* Give a waiter its outcome and queue its callback. */
@@ -329,6 +332,7 @@ static int wait_retry(hilock_wait *w, uint64_t now) {
     if (again) {
         hl_token_new(w->c, w->token);
         w->placed = 0; /* the new token has no place yet */
+        w->unknown = 0; /* that token had its grant */
         wait_enqueue(w, 1, now);
         hl_engine_kick(w->name);
         hl_name_check(w->name);
@@ -575,16 +579,16 @@ static void fail_all(hl_name *n, int err) {
 
 /* The head's try failed. A cause that passes (a failover, a restart, a
  * server that loads, a read-only former master, a cluster down for a
- * moment: hl_err_passes), on a server that has answered before (else it is
- * more likely the wrong address, or a replica named as the master, which
- * waiting will not mend), ends only the try-once waits, which asked for
+ * moment: hl_err_passes), from servers that have answered before (else it
+ * is more likely the wrong address, or a replica named as the master,
+ * which waiting will not mend), ends only the try-once waits, which asked for
  * one attempt: the others keep their place and time, and the name tries
  * again after a backoff (25 ms doubling up to reconnect_max_ms, jittered),
  * until a try succeeds or their wait_ms runs out (then with this error,
  * not ETIMEDOUT: wait_expired_status). Any other cause ends them all. */
 static void ride_or_fail(hl_name *n, int err) {
     hilock_client *c = n->c;
-    if (!hl_err_passes(err, c->loop.errstr) || !hl_name_node(n)->cmd.answered || c->closing) {
+    if (!hl_err_passes(err, c->loop.errstr) || !c->topo.net.answered || c->closing) {
         fail_all(n, err);
         return;
     }
@@ -822,18 +826,19 @@ static void head_answered(hilock_wait *w, hl_req *r, hl_try *t, int err) {
     if (err == 0 && !t->granted && r->partial) {
         hl_release_quiet(n, w->token, &w->terms);
         hl_token_new(c, w->token);
+        w->unknown = 0;
     }
     if (err != 0) {
-        /* If the try may have run, its outcome is unknown: make sure no lock
-         * of ours stays behind; unless w holds the lock with that token
-         * (granted by message while the try was out): that lock is its
-         * hold's, which releases it. */
+        /* If the try may have run, its outcome is unknown. A wait that goes
+         * on (ride_or_fail) tries again with the same token: the scripts
+         * answer a token's own lock as granted, and its place stays its
+         * own. One that has ended, or ends without the lock, makes sure no
+         * lock of that token stays behind (wait_abandon); unless w holds
+         * the lock with that token (granted by message while the try was
+         * out): that lock is its hold's, which releases it. */
         if (r->ever_sent && !w->own_grant) {
-            hl_release_token(n, w->token, &w->terms, w->terms.lease_ms);
-            /* A next try with that token could be undone by this release,
-             * were it re-sent late (after a reconnect): a new one. */
-            hl_token_new(c, w->token);
-            w->placed = 0; /* the new token has no place yet */
+            if (w->state == HL_WAIT_DONE) hl_release_token(n, w->token, &w->terms, w->terms.lease_ms);
+            else w->unknown = 1;
         }
         n->known_held = 0;
         ride_or_fail(n, err); /* w first, if it still waits: it is the head */
@@ -885,6 +890,17 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
 /* Send w's try: the name's (the head's), or w's join (hl_prim.joins). */
 static void try_submit(hilock_wait *w, int join) {
     hl_name *n = w->name;
+    hl_topo *t = &n->c->topo;
+    /* Sentinel: while no majority of the sentinels vouches for the master
+     * named (their word overdue, or never given), a hold would be dead on
+     * arrival (hl_hold_expiry): rather than spin through grants nobody may
+     * keep, the head's try waits as for a server that is away. */
+    if (t->epoch > 0 && hl_topo_vouched_until(t, t->epoch, w->terms.lease_ms) <= hl_now_ms()) {
+        if (join) return; /* the head's next try has it join */
+        hl_set_error(&n->c->loop, "sentinel: no majority of the sentinels vouches for the master now");
+        ride_or_fail(n, HILOCK_ECONN);
+        return;
+    }
     if (!w->starving && starves_in(w, hl_now_ms()) == 0) w->starving = 1;
     hl_req *r = n->prim->try_req(n, w->token, w->terms.lease_ms, on_try_done, w);
     if (r == NULL) {

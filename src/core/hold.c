@@ -288,6 +288,10 @@ static void watchdog_fired(hl_timer *t) {
         hold_expired(h);
         return;
     }
+    if (h->terms.no_renew && !hl_hold_unclaimed(h)) {
+        watchdog_arm(h); /* its expiry moved (Sentinel's word): wait for it */
+        return;
+    }
     if (h->renew == NULL) {
         hl_renewal *rn = calloc(1, sizeof(*rn));
         hl_req *r = NULL;
@@ -425,7 +429,7 @@ static void on_released(hl_req *r, redisReply *reply, int err) {
      * could live, so that waiters do not wait out the lease. */
     if ((err == HILOCK_ECONN || err == HILOCK_EDEADLINE) && !l->freeing) {
         hilock_hold *h = op->hold;
-        uint64_t now = hl_now_ms(), until = hl_hold_expiry(h);
+        uint64_t now = hl_now_ms(), until = h->confirmed + h->confirmed_lease; /* the key's own life */
         if (until > now) hl_release_token(h->name, h->token, &h->terms, (uint32_t)(until - now));
     }
     op->status = err;

@@ -85,6 +85,8 @@ typedef struct hl_net {
     uint32_t health_ms;          /* a ready connection silent this long is dropped
                                     (hl_conn's health check); 0: never */
     uint32_t clock_rate_ppm;     /* how much faster a server's clock may run (hl_drift_ms) */
+    int answered;                /* a request got a reply that is not an error: the
+                                    servers were there (a failure then passes) */
     int closing;                 /* the client is closing: do not wait for a
                                     server that is away */
     int check_role;              /* a command connection is ready only when
@@ -159,8 +161,6 @@ typedef struct hl_conn {
     char why[160];      /* why it was dropped, for the log ("" : last_err says) */
     uint64_t heard_at;  /* when it last read a reply (hl_now_coarse_ms) */
     int ping_out;       /* the health check's PING is unanswered */
-    int answered;       /* a request on it got a reply that is not an error:
-                           the server was there (a failure is then transient) */
     hl_timer health;    /* the health check (net->health_ms) */
     hl_timer retry;     /* reconnect backoff */
     hl_timer connect_to;/* connect timeout */

@@ -297,7 +297,7 @@ void hl_req_on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
     r->sent = 0;
     if (reply != NULL && k != NULL) {
         hl_conn_heard(k);
-        if (reply->type != REDIS_REPLY_ERROR) k->answered = 1;
+        if (reply->type != REDIS_REPLY_ERROR && !k->bare) r->net->answered = 1; /* not a sentinel */
     }
     if (r->finished) { req_free(r); return; }
     if (r->net->loop->freeing) { hl_req_finish(r, NULL, HILOCK_ECANCELED); return; }
@@ -347,7 +347,7 @@ oom:
  * (the request stays sent until then). */
 void hl_req_on_stash(redisAsyncContext *ac, void *reply, void *privdata) {
     hl_req *r = privdata;
-    (void)ac;
+    if (reply != NULL && ac->data != NULL) hl_conn_heard(ac->data);
     if (reply != NULL && !r->finished) r->held = reply_dup(reply);
 }
 

@@ -239,7 +239,8 @@ void hl_sub_ping(hl_conn *k) { sub_append(k, "PING"); }
 
 int hl_sub_is_pong(const redisReply *r) {
     if (r->type == REDIS_REPLY_STATUS) return 1; /* +PONG, subscribed to nothing */
-    if (r->type == REDIS_REPLY_ERROR) return strstr(r->str, "'ping'") != NULL; /* NOPERM */
+    if (r->type == REDIS_REPLY_ERROR) /* NOPERM ... 'ping', unknown command 'PING' */
+        return strcasestr(r->str, "'ping'") != NULL;
     return r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_STRING &&
            strcmp(r->element[0]->str, "pong") == 0;
 }

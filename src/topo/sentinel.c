@@ -47,6 +47,9 @@ struct hl_sentinels {
     hl_node *node[HL_URL_MAX_SEEDS];
     int n;
     int asking;             /* answers still due in this round */
+    unsigned round;         /* which round (its low bits in each request's
+                               `rounds`: a late answer of an older one is
+                               not counted) */
     int decided;            /* this round has moved (or kept) the master */
     int moving;             /* tearing the master's connections down */
     candidate cand[HL_URL_MAX_SEEDS];
@@ -168,8 +171,8 @@ static void decide(hl_topo *t) {
 static void on_master_addr(hl_req *r, redisReply *reply, int err) {
     hl_topo *t = r->owner;
     hl_sentinels *s = t->sentinels;
+    if (t->net.loop->freeing || r->rounds != (s->round & 3)) return; /* a round gone by */
     s->asking--;
-    if (t->net.loop->freeing) return;
     if (err == 0 && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
         reply->element[0]->type == REDIS_REPLY_STRING && reply->element[1]->type == REDIS_REPLY_STRING) {
         int port = atoi(reply->element[1]->str);
@@ -185,14 +188,21 @@ static void on_master_addr(hl_req *r, redisReply *reply, int err) {
 static void ask(hl_topo *t) {
     hl_sentinels *s = t->sentinels;
     hl_loop *l = t->net.loop;
-    if (s->asking > 0 || s->moving || l->freeing || t->net.closing) return;
     uint64_t now = hl_now_ms();
+    /* A round waits for its slowest sentinel only so long: one that is
+     * silent (it accepts, never answers) must not keep the word from being
+     * renewed, so a round half a watch old gives way to the next. */
+    if ((s->asking > 0 && now < s->asked_at + HL_SENTINEL_WATCH_MS / 2) || s->moving || l->freeing ||
+        t->net.closing)
+        return;
     if (now < s->asked_at + SENTINEL_ASK_MIN_MS) {
         if (!hl_timer_armed(&s->again)) hl_timer_start(l, &s->again, s->asked_at + SENTINEL_ASK_MIN_MS - now);
         return;
     }
     hl_timer_stop(l, &s->again);
     s->asked_at = now;
+    s->round++;
+    s->asking = 0;
     s->ncand = 0;
     s->decided = 0;
     s->refused = 0;
@@ -204,8 +214,10 @@ static void ask(hl_topo *t) {
         hl_req_arg(r, "get-master-addr-by-name", 23, "", 0);
         hl_req_arg(r, master_name(t), namelen, "", 0);
         r->fail_fast = 1; /* a sentinel that is down does not hold up the round */
+        r->rounds = s->round & 3;
         s->asking++;
-        hl_node_submit(s->node[i], r);
+        /* Three rounds at most (`rounds` tells four apart). */
+        hl_node_submit_within(s->node[i], r, 3 * HL_SENTINEL_WATCH_MS);
     }
     if (s->asking == 0) decide(t); /* no memory: nobody named, try later */
 }
@@ -259,7 +271,12 @@ static void sentinel_push(void *arg, const char *kind, const char *ch, size_t le
     hl_log(t->net.loop, HILOCK_LOG_INFO, "sentinel %s:%d: +switch-master %s", sn->addr.host,
            sn->addr.port, msg);
     move_master(t, host, port);
-    ask(t); /* one sentinel said so: the majority's word, for the holds */
+    /* One sentinel said so: ask for the majority's word (for the holds)
+     * in a round of its own: the answers of one already out may predate
+     * the switch, and would send us back. */
+    t->sentinels->round++;
+    t->sentinels->asking = 0;
+    ask(t);
 }
 
 /* A sentinel's subscriber connection is up: listen, and ask again if the

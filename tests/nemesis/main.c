@@ -143,7 +143,7 @@ static int run_case(const nem_case *c, nem_cell *cell) {
     snprintf(r->res_sock, sizeof(r->res_sock), "%s/resource.sock", r->dir);
     r->resource = nem_resource_start(r->res_host->ns, r->res_host->ip, NEM_RESOURCE_PORT, r->res_sock);
     for (int p = 0; p < c->wl->nprocs; p++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof(name), "c%d", p + 1);
         if ((r->client[p] = nem_net_add(&r->net, name, 31 + p)) == NULL) goto out;
     }
