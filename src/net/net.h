@@ -87,6 +87,8 @@ typedef struct hl_net {
     uint32_t clock_rate_ppm;     /* how much faster a server's clock may run (hl_drift_ms) */
     int answered;                /* a request got a reply that is not an error: the
                                     servers were there (a failure then passes) */
+    int quorum;                  /* Redlock: only a quorum's answer counts as one
+                                    (redlock.c sets `answered`) */
     int closing;                 /* the client is closing: do not wait for a
                                     server that is away */
     int check_role;              /* a command connection is ready only when

@@ -297,7 +297,8 @@ void hl_req_on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
     r->sent = 0;
     if (reply != NULL && k != NULL) {
         hl_conn_heard(k);
-        if (reply->type != REDIS_REPLY_ERROR && !k->bare) r->net->answered = 1; /* not a sentinel */
+        if (reply->type != REDIS_REPLY_ERROR && !k->bare && !r->net->quorum)
+            r->net->answered = 1; /* a data node's (not a sentinel's, not one of a quorum) */
     }
     if (r->finished) { req_free(r); return; }
     if (r->net->loop->freeing) { hl_req_finish(r, NULL, HILOCK_ECANCELED); return; }

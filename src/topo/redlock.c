@@ -173,6 +173,7 @@ static void fan_answer(hl_fan *f, int won) {
         hl_req_end(r, NULL, f->err);
         return;
     }
+    f->t->net.answered = 1; /* a quorum answered: the masters were there */
     if (won) r->acked = fan_acked(f, rl->quorum);
     if (f->array) {
         top.type = REDIS_REPLY_ARRAY;
@@ -374,6 +375,7 @@ int hl_topo_redlock(hl_topo *t, const hl_sub_events *sub) {
     static const hl_sub_events translate = {rl_message, rl_acked, rl_sub_ready, rl_sub_lost,
                                             rl_resubscribe, NULL, rl_refused, NULL};
     t->ops = &redlock_ops;
+    t->net.quorum = 1;
     if ((t->redlock = calloc(1, sizeof(*t->redlock))) == NULL) return HILOCK_ENOMEM;
     hl_redlock *rl = t->redlock;
     rl->up = *sub;
