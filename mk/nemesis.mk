@@ -1,14 +1,18 @@
 # `make nemesis`: real network faults (partitions, one-way drops, a
-# blackholed connection, packet loss, SIGSTOP, kill -9, clock rate and
-# steps) against real redis-servers and client processes in network
+# blackholed connection, packet loss, delay and jitter through a userspace
+# proxy, SIGSTOP, kill -9, clock rate and steps) against real redis-servers and client processes in network
 # namespaces, their histories checked against what hilock promises; a
 # results matrix in build/nemesis/results.json (docs/RELIABILITY.md).
 # Needs root; scripts/nemesis.sh says "skipped" otherwise. Not in `make test`.
 #   NEMESIS=short       the most telling cases, a few minutes
 #   NEMESIS=full        every case (the default)
 #   NEMESIS_CASES=ID    only the cases whose id contains ID
-#   NEMESIS_ARGS=...    more options for build/hilock-nemesis (-x: known
-#                       defects do not fail the run; -k: keep every log;
+#   NEMESIS_REPEAT=N    run each cell N times (-r N): a cell fails when any
+#                       run breaks a promise; the worst figures are shown
+#   NEMESIS_ARGS=...    more options for build/hilock-nemesis (-k: keep
+#                       every log;
+#                       -r N: as NEMESIS_REPEAT; -M: record the master's
+#                       commands (MONITOR) into each case's monitor.log;
 #                       -d docs/RELIABILITY.md: write the table there)
 NEMESIS_BIN := $(BUILD)/hilock-nemesis
 NEMESIS_SKEW := $(BUILD)/nemesis/libskewclock.so

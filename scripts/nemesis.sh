@@ -6,8 +6,9 @@
 #   sh scripts/nemesis.sh [BUILD_DIR] [short|full]
 #
 # Environment: NEMESIS_CASES (only the cases whose id contains it; several
-# separated by spaces), NEMESIS_ARGS (more options for the program, see
-# tests/nemesis/main.c).
+# separated by spaces), NEMESIS_REPEAT (run each cell that many times: it
+# fails if any run breaks a promise; the worst figures are reported),
+# NEMESIS_ARGS (more options for the program, see tests/nemesis/main.c).
 set -u
 build=${1:-build}
 matrix=${2:-full}
@@ -29,6 +30,7 @@ ip netns del "$probe" 2>/dev/null
 
 set -- -m "$matrix" -o "$build/nemesis/results.json"
 for c in ${NEMESIS_CASES:-}; do set -- "$@" -c "$c"; done
+[ -n "${NEMESIS_REPEAT:-}" ] && set -- "$@" -r "$NEMESIS_REPEAT"
 mkdir -p "$build/nemesis"
 # shellcheck disable=SC2086 # NEMESIS_ARGS is split into options on purpose
 exec "$bin" "$@" ${NEMESIS_ARGS:-}

@@ -274,3 +274,34 @@ Test(health, a_long_wait_for_replicas_is_not_silence) {
     cr_expect_eq(stats_of(c).node[0].disconnects, 0, "connections dropped under WAIT");
     hilock_client_free(c);
 }
+
+static void stall_loop(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    usleep((useconds_t)(*(int *)arg) * 1000); /* the process away: a pause, a stop */
+}
+
+/* A loop that stalls (or a process stopped) longer than health_ms: when it
+ * runs again, its health ticks come late, and what the server sent
+ * meanwhile is still unread in the sockets: no connection is dropped for
+ * a silence that was our own. */
+Test(health, our_own_stall_is_not_the_servers_silence) {
+    loglines log = {{0}, 0};
+    hilock_client *holder = lockenv_client(&e), *waiter = client_at(e.r.url, 400, &log);
+    got h = acquire_now(&e, holder, "stall", NULL);
+    cr_assert_eq(h.status, 0);
+    got w = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(waiter, "stall", NULL, got_cb, &w, NULL), 0);
+    test_loop_for(e.base, 300);
+    int ms = 1500;
+    struct timeval now = {0, 0};
+    event_base_once(e.base, -1, EV_TIMEOUT, stall_loop, &ms, &now);
+    test_loop_for(e.base, 100); /* the stall */
+    test_loop_for(e.base, 600); /* then the ticks, late */
+    cr_expect_eq(stats_of(waiter).node[0].disconnects, 0, "dropped after our own stall:\n%s", log.text);
+    cr_assert_eq(release_now(&e, h.hold), 0);
+    test_loop_until(e.base, &w.calls, 3000);
+    cr_expect_eq(w.status, 0);
+    if (w.status == 0) release_now(&e, w.hold);
+    hilock_client_free(waiter);
+    hilock_client_free(holder);
+}

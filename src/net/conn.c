@@ -143,7 +143,12 @@ static void health_tick(hl_timer *t) {
     hl_conn *k = HL_CONTAINER(t, hl_conn, health);
     hl_net *net = k->net;
     uint64_t now = hl_now_coarse_ms(), quiet = now - k->heard_at, every = net->health_ms / HEALTH_TICKS;
+    uint64_t late = now > k->health_due ? now - k->health_due : 0;
     if (k->state != HL_CONN_READY || net->loop->freeing || net->loop->forked) return;
+    /* A tick that comes a period late says that we were away (the process
+     * stopped, the loop stalled), not the server: what it sent meanwhile
+     * may be in the socket, unread. Judge at the next tick. */
+    if (late >= every && quiet >= net->health_ms) quiet = net->health_ms - 1;
     if (quiet >= net->health_ms) {
         k->last_err = HILOCK_ECONN;
         hl_conn_set_why(k, "nothing heard for %llu ms, PING unanswered (health check: the "
@@ -156,12 +161,15 @@ static void health_tick(hl_timer *t) {
         if (k->is_sub) hl_sub_ping(k);
         else redisAsyncCommand(k->ac, on_pong, NULL, "PING");
     }
+    k->health_due = now + every;
     hl_timer_start(net->loop, &k->health, every);
 }
 
 static void health_start(hl_conn *k) {
+    uint64_t every = k->net->health_ms / HEALTH_TICKS;
     hl_conn_heard(k);
-    if (k->net->health_ms != 0) hl_timer_start(k->net->loop, &k->health, k->net->health_ms / HEALTH_TICKS);
+    k->health_due = k->heard_at + every;
+    if (k->net->health_ms != 0) hl_timer_start(k->net->loop, &k->health, every);
 }
 
 void hl_conn_ready(hl_conn *k) {

@@ -164,6 +164,7 @@ typedef struct hl_conn {
     uint64_t heard_at;  /* when it last read a reply (hl_now_coarse_ms) */
     int ping_out;       /* the health check's PING is unanswered */
     hl_timer health;    /* the health check (net->health_ms) */
+    uint64_t health_due;/* when it should fire next (a late one: we were away) */
     hl_timer retry;     /* reconnect backoff */
     hl_timer connect_to;/* connect timeout */
     hl_timer failed_at_once; /* tells the owner of an attempt that failed at once */

@@ -3,7 +3,7 @@
  * namespaces, iptables); `make nemesis` runs it through scripts/nemesis.sh.
  *
  *   hilock-nemesis [-m short|full] [-c PATTERN] [-o results.json]
- *                  [-d docs/RELIABILITY.md] [-x] [-k] [-l]
+ *                  [-d docs/RELIABILITY.md] [-r N] [-M] [-k] [-l]
  *
  *   -m    the matrix: short (a few minutes, the most telling cases) or
  *         full (every case; the default)
@@ -11,7 +11,12 @@
  *   -o    the results matrix as JSON (default build/nemesis/results.json)
  *   -d    also write the markdown table into this file, between its
  *         markers
- *   -x    known defects (the cells marked so) do not fail the run
+ *   -r    run each selected cell N times (default 1): it fails when any
+ *         run breaks a promise, and reports the worst figures of its runs
+ *         (each run's dir is CASE.rK)
+ *   -M    record every command the master runs (MONITOR, from the start;
+ *         the master the case began with) into CASE/monitor.log, to pin
+ *         down a sequence: which connection's command ran when
  *   -k    keep every case's dir (histories, logs); by default only those
  *         of cells that failed are kept
  *   -l    list the cases and exit
@@ -52,6 +57,7 @@ static char runid[8];
 static char basedir[128];
 static nem_run *current;     /* the case being run, for the cleanup */
 static int subnet;
+static int monitor;          /* -M */
 
 int64_t nem_now_ns(void) {
     struct timespec ts;
@@ -89,6 +95,8 @@ static void stop_pid(pid_t *pid, int sig) {
 static void teardown(nem_run *r) {
     for (int p = 0; p < NEM_MAX_PROCS; p++) stop_pid(&r->worker[p], SIGKILL);
     stop_pid(&r->resource, SIGKILL);
+    stop_pid(&r->proxy, SIGKILL);
+    stop_pid(&r->monitor, SIGKILL);
     for (int i = 0; i < r->nsrv; i++) nem_server_kill(&r->srv[i]);
     nem_net_down(&r->net);
 }
@@ -120,13 +128,17 @@ static void stop_workers(nem_run *r) {
     }
 }
 
-/* One case, start to end; 0, or -1 when it could not be set up. */
-static int run_case(const nem_case *c, nem_cell *cell) {
+/* One run of a case, start to end, into cell (its figures, ran, note,
+ * secs); run > 0 names its dir CASE.rRUN. 0, or -1 when it could not be
+ * set up. */
+static int run_case(const nem_case *c, int run, nem_cell *cell) {
     nem_run *r = calloc(1, sizeof(*r));
     if (r == NULL) return -1;
     r->c = c;
     r->tl.victim = -1;
-    snprintf(r->dir, sizeof(r->dir), "%s/%s", basedir, c->id);
+    r->tl.share_proc = c->proxy == PROXY_ONE ? 0 : -1;
+    if (run > 0) snprintf(r->dir, sizeof(r->dir), "%s/%s.r%d", basedir, c->id, run);
+    else snprintf(r->dir, sizeof(r->dir), "%s/%s", basedir, c->id);
     mkdir(r->dir, 0755);
     char path[300];
     snprintf(path, sizeof(path), "%s/run.log", r->dir);
@@ -138,10 +150,27 @@ static int run_case(const nem_case *c, nem_cell *cell) {
     long long t0 = test_now_ms();
     if (nem_net_init(&r->net, runid, subnet) != 0) goto out;
     if (nem_topo_setup(r, c->topo, c->clock, url, sizeof(url)) != 0) goto out;
+    if (monitor) {
+        snprintf(path, sizeof(path), "%s/monitor.log", r->dir);
+        r->monitor = nem_monitor_start(&r->srv[r->master], path);
+        if (r->monitor < 0) r->monitor = 0;
+    }
     r->res_host = nem_net_add(&r->net, "res", 50);
     if (r->res_host == NULL) goto out;
     snprintf(r->res_sock, sizeof(r->res_sock), "%s/resource.sock", r->dir);
     r->resource = nem_resource_start(r->res_host->ns, r->res_host->ip, NEM_RESOURCE_PORT, r->res_sock);
+    /* The proxy (standalone only): on a host of its own, relaying to the
+     * master; link 0 is quiet until the fault sets it. */
+    char px_url[64] = "";
+    if (c->proxy != PROXY_NONE) {
+        if (c->topo != TOPO_STANDALONE) goto out;
+        if ((r->px_host = nem_net_add(&r->net, "px", 40)) == NULL) goto out;
+        memset(&nem_sh->link[0], 0, sizeof(nem_sh->link[0]));
+        r->proxy = nem_proxy_start(r->px_host->ns, r->px_host->ip, NEM_REDIS_PORT, r->srv[r->master].host->ip,
+                                   NEM_REDIS_PORT, 0);
+        if (r->proxy < 0) { r->proxy = 0; goto out; }
+        snprintf(px_url, sizeof(px_url), "redis://%s:%d", r->px_host->ip, NEM_REDIS_PORT);
+    }
     for (int p = 0; p < c->wl->nprocs; p++) {
         char name[16];
         snprintf(name, sizeof(name), "c%d", p + 1);
@@ -157,7 +186,8 @@ static int run_case(const nem_case *c, nem_cell *cell) {
         a->proc = p;
         a->wl = c->wl;
         a->ns = r->client[p]->ns;
-        snprintf(a->url, sizeof(a->url), "%s", url);
+        int proxied = c->proxy == PROXY_ALL || (c->proxy == PROXY_ONE && p == 0);
+        snprintf(a->url, sizeof(a->url), "%s", proxied ? px_url : url);
         snprintf(a->resource, sizeof(a->resource), "%s:%d", r->res_host->ip, NEM_RESOURCE_PORT);
         snprintf(a->history, sizeof(a->history), "%s/h%d.log", r->dir, p);
         snprintf(a->log, sizeof(a->log), "%s/c%d.log", r->dir, p + 1);
@@ -241,35 +271,45 @@ static void print_cell(const nem_cell *cell) {
         printf("hilock-nemesis: %-30s SKIP  %s\n", c->id, cell->note);
         return;
     }
-    char verdict[64];
-    if (x->broken) snprintf(verdict, sizeof(verdict), c->known ? "FAIL (known: %s)" : "FAIL", nem_known_name[c->known]);
-    else snprintf(verdict, sizeof(verdict), c->known ? "PASS (known: %s, fixed?)" : "PASS", nem_known_name[c->known]);
+    char verdict[128], runs[48] = "";
+    if (cell->ran > 1) snprintf(runs, sizeof(runs), ", %d of %d runs broke", cell->broken_runs, cell->ran);
+    if (x->broken) snprintf(verdict, sizeof(verdict), "FAIL%s%s%s", runs[0] ? " (" : "", runs[0] ? runs + 2 : "",
+                            runs[0] ? ")" : "");
+    else snprintf(verdict, sizeof(verdict), "PASS");
+    char more[160];
+    nem_result_more(c, x, more, sizeof(more));
     printf("hilock-nemesis: %-30s %s  %.0f s: %ld ops, %ld grants, overlap %ld (max %.1f ms), stale refused %ld, "
-           "lost updates %ld, no grant %.0f ms, handoff %.0f ms, recovery %.0f ms%s%s%s%s\n",
+           "lost updates %ld, no grant %.0f ms, handoff %.0f ms, idle %.0f ms, recovery %.0f ms%s%s%s%s%s%s\n",
            c->id, verdict,
            cell->secs, x->ops, x->grants, x->overlaps, x->max_overlap_ms, x->stale_refused, x->lost_updates,
-           x->max_gap_ms, x->max_handoff_ms, x->recovery_ms, x->codes[0] ? "; errors " : "", x->codes,
-           x->broken ? "\nhilock-nemesis:     broken: " : "", x->broken ? x->why : "");
+           x->max_gap_ms, x->max_handoff_ms, x->max_idle_ms, x->recovery_ms, more[0] ? "; " : "", more,
+           x->codes[0] ? "; errors " : "", x->codes, x->broken ? "\nhilock-nemesis:     broken: " : "",
+           x->broken ? x->why : "");
     fflush(stdout);
 }
 
 int main(int argc, char **argv) {
     const char *matrix = "full", *json = "build/nemesis/results.json", *doc = NULL;
     char *pat[16];
-    int npat = 0, known_ok = 0, keep = 0, list = 0, opt;
-    while ((opt = getopt(argc, argv, "m:c:o:d:xkl")) != -1) {
+    int npat = 0, keep = 0, list = 0, repeat = 1, opt;
+    while ((opt = getopt(argc, argv, "m:c:o:d:r:Mkl")) != -1) {
         switch (opt) {
         case 'm': matrix = optarg; break;
         case 'c': if (npat < 16) pat[npat++] = optarg; break;
         case 'o': json = optarg; break;
         case 'd': doc = optarg; break;
-        case 'x': known_ok = 1; break;
+        case 'r': repeat = atoi(optarg); break;
+        case 'M': monitor = 1; break;
         case 'k': keep = 1; break;
         case 'l': list = 1; break;
         default:
-            fprintf(stderr, "usage: hilock-nemesis [-m short|full] [-c PATTERN] [-o FILE] [-d FILE] [-x] [-k] [-l]\n");
+            fprintf(stderr, "usage: hilock-nemesis [-m short|full] [-c PATTERN] [-o FILE] [-d FILE] [-r N] [-M] [-k] [-l]\n");
             return 2;
         }
+    }
+    if (repeat < 1 || repeat > 1000) {
+        fprintf(stderr, "hilock-nemesis: -r 1 to 1000\n");
+        return 2;
     }
     if (strcmp(matrix, "short") != 0 && strcmp(matrix, "full") != 0) {
         fprintf(stderr, "hilock-nemesis: -m short or full\n");
@@ -314,7 +354,8 @@ int main(int argc, char **argv) {
     int n = 0, broken = 0, unset = 0;
     for (int i = 0; i < nem_ncases; i++)
         if (wanted(&nem_cases[i], matrix, pat, npat)) n++;
-    printf("hilock-nemesis: %s matrix, %d cases, run %s (logs in %s)\n", matrix, n, runid, basedir);
+    printf("hilock-nemesis: %s matrix, %d cases%s%.0d%s, run %s (logs in %s)\n", matrix, n,
+           repeat > 1 ? ", each run " : "", repeat > 1 ? repeat : 0, repeat > 1 ? " times" : "", runid, basedir);
     fflush(stdout);
     n = 0;
     for (int i = 0; i < nem_ncases && !nem_interrupted; i++) {
@@ -322,15 +363,33 @@ int main(int argc, char **argv) {
         if (!wanted(c, matrix, pat, npat)) continue;
         nem_cell *cell = &cells[n++];
         cell->c = c;
-        if (run_case(c, cell) != 0 && !nem_interrupted) unset++;
+        for (int k = 1; k <= repeat && !nem_interrupted; k++) {
+            nem_cell one;
+            memset(&one, 0, sizeof(one));
+            one.c = c;
+            int rc = run_case(c, repeat > 1 ? k : 0, &one);
+            if (nem_interrupted) break;
+            cell->secs += one.secs;
+            if (rc != 0 || !one.ran) {
+                snprintf(cell->note, sizeof(cell->note), "%s", one.note);
+                unset++;
+                continue;
+            }
+            nem_result_worst(&cell->res, &one.res, repeat > 1 ? k : 0, cell->ran == 0);
+            cell->ran++;
+            cell->broken_runs += one.res.broken != 0;
+            if (one.note[0]) snprintf(cell->note, sizeof(cell->note), "%s", one.note);
+            if (repeat > 1 && one.res.broken) printf("hilock-nemesis:   %s run %d broke: %s\n", c->id, k, one.res.why);
+            if (!keep && !one.res.broken) {
+                char dir[300];
+                if (repeat > 1) snprintf(dir, sizeof(dir), "%s/%s.r%d", basedir, c->id, k);
+                else snprintf(dir, sizeof(dir), "%s/%s", basedir, c->id);
+                rm_rf(dir);
+            }
+        }
         if (nem_interrupted) { n--; break; }
         print_cell(cell);
-        if (cell->ran && cell->res.broken && !(known_ok && c->known)) broken++;
-        if (!keep && cell->ran && !cell->res.broken) {
-            char dir[300];
-            snprintf(dir, sizeof(dir), "%s/%s", basedir, c->id);
-            rm_rf(dir);
-        }
+        if (cell->ran && cell->res.broken) broken++;
     }
     nem_log_to("/dev/null");
     cleanup_at_exit();
@@ -347,7 +406,7 @@ int main(int argc, char **argv) {
     }
     unlink(pidfile);
     if (!keep && !broken && !unset) rmdir(basedir);
-    else printf("hilock-nemesis: histories and logs of the failed cells in %s\n", basedir);
+    else printf("hilock-nemesis: histories and logs of the %s in %s\n", keep ? "cells" : "failed cells", basedir);
     free(cells);
     return unset ? 2 : broken ? 1 : 0;
 }

@@ -1,6 +1,7 @@
 /* hilock-nemesis, shared between its parts: the network of namespaces
  * (netns.c), the Redis servers in them (servers.c), the fenced resource
- * (resource.c), the client processes (worker.c), the faults and the
+ * (resource.c), the delaying proxy (proxy.c), the client processes
+ * (worker.c), the faults and the
  * matrix of cases (cases.c), the checks of the histories (check.c) and the
  * report (report.c); main.c runs the cases. */
 #ifndef HILOCK_NEMESIS_H
@@ -87,12 +88,17 @@ int nem_server_restart(nem_server *s);            /* empty, same options */
  * reply (caller frees) or NULL. */
 redisReply *nem_cmd(const nem_server *s, const char *fmt, ...);
 int nem_cmd_ok(const nem_server *s, const char *fmt, ...);
+/* Fork a recorder of every command the server runs (MONITOR over its unix
+ * socket), one line each into path, prefixed with the CLOCK_MONOTONIC
+ * time it was read (the line itself has the server's wall clock, client
+ * address and port); its pid, or -1. Stopped by SIGKILL. */
+pid_t nem_monitor_start(const nem_server *s, const char *path);
 /* The server's wall clock: rate in ppm and total step in ms. */
 int nem_clock_set(nem_server *s, long ppm, long long offset_ms);
 
 /* ---- Workloads and workers (worker.c) --------------------------------------- */
 
-enum { PRIM_MUTEX, PRIM_SEM };
+enum { PRIM_MUTEX, PRIM_SEM, PRIM_FAIR, PRIM_RW };
 
 /* What a client process does, over and over: think, acquire (waiting
  * wait_ms; 0 tries once), hold (doing read-modify-writes on the resource),
@@ -102,6 +108,7 @@ typedef struct nem_role {
     int64_t wait_ms;
     int hold_min, hold_max;    /* ms */
     int think_min, think_max;  /* ms */
+    int reader;                /* PRIM_RW: takes the read lock (reads only) */
 } nem_role;
 
 typedef struct nem_workload {
@@ -115,8 +122,15 @@ typedef struct nem_workload {
     nem_role role[NEM_MAX_PROCS];
 } nem_workload;
 
+/* A link of the proxy (proxy.c): what it does to the bytes it relays now. */
+typedef struct nem_link {
+    volatile int delay_ms, jitter_ms;  /* each chunk: delay +- jitter */
+    volatile int chunk_max;            /* bytes; 0: as read */
+} nem_link;
+
 /* What the workers tell the controller as they go (a shared mapping). */
 typedef struct nem_shared {
+    nem_link link[1];                  /* set by the controller */
     volatile int holding[NEM_MAX_PROCS];   /* holds believed now */
     volatile int waiting[NEM_MAX_PROCS];   /* acquires pending now */
     volatile long long grants[NEM_MAX_PROCS];
@@ -150,6 +164,12 @@ typedef struct nem_resource_stats {
 pid_t nem_resource_start(const char *ns, const char *ip, int port, const char *sock);
 int nem_resource_stats_get(const char *sock, nem_resource_stats *st);
 
+/* ---- The proxy (proxy.c) ------------------------------------------------------ */
+
+/* Fork the proxy in namespace ns, on ip:port, relaying to to_ip:to_port as
+ * nem_sh->link[link] says. */
+pid_t nem_proxy_start(const char *ns, const char *ip, int port, const char *to_ip, int to_port, int link);
+
 /* ---- Time ------------------------------------------------------------------ */
 
 int64_t nem_now_ns(void);     /* CLOCK_MONOTONIC: one timeline for all */
@@ -164,12 +184,17 @@ typedef struct nem_promise {
     int overlap_ms;     /* the largest believed overlap of two holders (mutex);
                            NEM_ANY: mutual exclusion is not promised */
     int lost_updates;   /* lost updates allowed at the resource; NEM_ANY */
-    int handoff_ms;     /* a wait pending at a release is served within this;
-                           NEM_ANY */
+    int handoff_ms;     /* a wait pending at a release is served within this,
+                           not counting the holds of newcomers that won the
+                           race meanwhile (the time the lock lay free); NEM_ANY */
     int recovery_ms;    /* after the heal, the victim is granted within this */
     int wait_slack_ms;  /* every wait ends by its wait_ms plus this */
     int ride_through;   /* no wait fails with a connection error while it has
                            time left */
+    int min_share_pct;  /* the share of tl.share_proc during the fault, in %
+                           of an equal share, at least; 0 not promised */
+    int idle_ms;        /* from a release, while a wait of a running process
+                           is pending, to the next grant to anyone; NEM_ANY */
 } nem_promise;
 
 typedef struct nem_result {
@@ -188,11 +213,27 @@ typedef struct nem_result {
     double recovery_ms;          /* heal to the victim's first grant; -1 none */
     double max_handoff_ms;       /* release to the next grant, with a wait pending */
     long handoffs;
+    double max_idle_ms;          /* release to the next grant to anyone, with a
+                                    wait of a running process pending */
+    double max_handoff_free_ms;  /* the handoff less the holds within it */
     long lost_holds;             /* lost callbacks */
+    long order_violations;       /* fair lock: grants past an earlier wait */
+    double max_order_ms;         /* how much earlier that wait came */
+    long repl_overlaps;          /* overlaps in the replication window */
+    long proc_grants[NEM_MAX_PROCS];
+    double share;                /* the slow client's share of the grants
+                                    (its grants * processes / all); -1 none */
     int broken;                  /* a promise is broken */
     char why[512];               /* which, in words */
-    char codes[256];             /* errors by code */
+    long code_count[32];         /* errors by code (-code) */
+    char codes[256];             /* errors by code, in words */
 } nem_result;
+
+/* Fold run x of a repeated cell into acc (the worst figures of the runs);
+ * first: acc is empty. */
+void nem_result_worst(nem_result *acc, const nem_result *x, int run, int first);
+/* acc->codes from acc->code_count. */
+void nem_result_codes(nem_result *acc);
 
 /* What the controller did and when, for the checks. */
 typedef struct nem_timeline {
@@ -201,6 +242,10 @@ typedef struct nem_timeline {
     int victim_cut;              /* the fault cuts the victim off: its waits
                                     cannot be served until the heal */
     int64_t stop_from[NEM_MAX_PROCS], stop_until[NEM_MAX_PROCS]; /* SIGSTOP */
+    int64_t repl_from, repl_until; /* overlaps that begin then are asynchronous
+                                      replication's limit (kill -9 of a master) */
+    int share_proc;              /* the process whose share of the grants in
+                                    the fault is measured, or -1 */
 } nem_timeline;
 
 /* Read the workers' histories (dir/h<proc>.log) and check them. */
@@ -225,17 +270,16 @@ typedef struct nem_case {
     long arg;                  /* the fault's parameter (ppm, ms, percent) */
     int clock;                 /* servers run with the skew clock */
     nem_promise promise;
-    int known;                 /* a known defect of hilock (KNOWN_*), or 0 */
     const char *promise_text;
+    int proxy;                 /* PROXY_ALL: every client reaches the master
+                                  through the proxy; PROXY_ONE: process 0 only */
 } nem_case;
+
+enum { PROXY_NONE, PROXY_ALL, PROXY_ONE };
 
 extern const nem_case nem_cases[];
 extern const int nem_ncases;
 extern const char *const nem_topo_name[NTOPOS];
-/* Defects of hilock that cells are known to show (being fixed). */
-enum { KNOWN_NONE, KNOWN_SUBSCRIBER, KNOWN_CLOCK_RATE, KNOWN_SENTINEL_MINORITY, KNOWN_CLUSTER_FAILOVER, NKNOWN };
-extern const char *const nem_known_name[NKNOWN];
-extern const char *const nem_known_text[NKNOWN];
 
 /* A case being run (main.c): what a nemesis function acts on. */
 struct nem_run {
@@ -249,6 +293,9 @@ struct nem_run {
     nem_host *res_host;
     pid_t worker[NEM_MAX_PROCS];
     pid_t resource;
+    pid_t proxy;
+    pid_t monitor;             /* -M: the master's MONITOR recorder */
+    nem_host *px_host;
     nem_timeline tl;
     char dir[160];
     char res_sock[200];
@@ -272,14 +319,19 @@ void nem_heal(nem_run *r);
 
 typedef struct nem_cell {
     const nem_case *c;
-    nem_result res;
-    int ran;                   /* 0: could not be set up */
+    nem_result res;            /* the worst figures over its runs */
+    int ran;                   /* runs that were set up (0: none) */
+    int broken_runs;           /* runs that broke a promise */
     char note[160];
-    double secs;
+    double secs;               /* all its runs */
 } nem_cell;
 
 void nem_report_json(const char *path, const nem_cell *cells, int n, const char *matrix);
 void nem_report_markdown(FILE *f, const nem_cell *cells, int n, const char *matrix);
+/* The figures that only some cells have (the slow client's share, the
+ * fair lock's order, overlaps in the replication window, the idle lock
+ * behind a stopped waiter), in words; "" when none. */
+void nem_result_more(const nem_case *c, const nem_result *x, char *out, size_t n);
 /* Replace what lies between the markers of docs/RELIABILITY.md. */
 int nem_report_doc(const char *path, const nem_cell *cells, int n, const char *matrix);
 

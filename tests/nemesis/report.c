@@ -9,13 +9,41 @@
 #define MARK_BEGIN "<!-- nemesis:begin -->"
 #define MARK_END "<!-- nemesis:end -->"
 
+static const char *prim_name(int prim) {
+    switch (prim) {
+    case PRIM_SEM: return "semaphore";
+    case PRIM_FAIR: return "fair lock";
+    case PRIM_RW: return "read-write lock";
+    default: return "mutex";
+    }
+}
+
 static const char *verdict(const nem_cell *cell) {
-    static char buf[64];
+    static char buf[128];
+    char runs[48] = "";
     if (!cell->ran) return "SKIP";
     if (!cell->res.broken) return "PASS";
-    if (!cell->c->known) return "FAIL";
-    snprintf(buf, sizeof(buf), "FAIL (known: %s)", nem_known_name[cell->c->known]);
+    if (cell->ran > 1) snprintf(runs, sizeof(runs), "%d of %d runs", cell->broken_runs, cell->ran);
+    snprintf(buf, sizeof(buf), runs[0] ? "FAIL (%s)" : "FAIL", runs);
     return buf;
+}
+
+void nem_result_more(const nem_case *c, const nem_result *x, char *out, size_t n) {
+    size_t k = 0;
+    out[0] = '\0';
+#define MORE(...) if (k < n) k += (size_t)snprintf(out + k, n - k, __VA_ARGS__)
+    if (x->share >= 0) {
+        MORE("share of c1 %.2f in the fault (grants of the run", x->share);
+        for (int p = 0; p < c->wl->nprocs && p < NEM_MAX_PROCS; p++) MORE("%s%ld", p ? "/" : " ", x->proc_grants[p]);
+        MORE(")");
+    }
+    if (c->wl->prim == PRIM_FAIR) MORE("%sout of order %ld", k ? ", " : "", x->order_violations);
+    if (x->repl_overlaps) MORE("%s%ld overlaps in the replication window", k ? ", " : "", x->repl_overlaps);
+    if (c->promise.idle_ms != NEM_ANY) MORE("%sidle %.0f ms", k ? ", " : "", x->max_idle_ms);
+    if (c->promise.handoff_ms != NEM_ANY)
+        MORE("%sthe lock free %.0f ms of a handoff", k ? ", " : "", x->max_handoff_free_ms);
+    if (c->proxy == PROXY_ALL) MORE("%sproxied", k ? ", " : "");
+#undef MORE
 }
 
 static void json_str(FILE *f, const char *s) {
@@ -38,15 +66,18 @@ void nem_report_json(const char *path, const nem_cell *cells, int n, const char 
         const nem_result *x = &cell->res;
         const nem_promise *p = &c->promise;
         fprintf(f, "  {\"id\":\"%s\",\"topology\":\"%s\",\"primitive\":\"%s\",\"fault\":", c->id,
-                nem_topo_name[c->topo], c->wl->prim == PRIM_SEM ? "semaphore" : "mutex");
+                nem_topo_name[c->topo], prim_name(c->wl->prim));
         json_str(f, c->fault);
-        fprintf(f, ",\"fenced\":%d,\"lease_ms\":%u,\"verdict\":\"%s\",\"known_defect\":\"%s\",\"seconds\":%.1f,",
-                c->wl->fenced, c->wl->lease_ms, verdict(cell), nem_known_name[c->known], cell->secs);
+        fprintf(f, ",\"fenced\":%d,\"lease_ms\":%u,\"verdict\":\"%s\",\"seconds\":%.1f,"
+                   "\"runs\":%d,\"broken_runs\":%d,",
+                c->wl->fenced, c->wl->lease_ms, verdict(cell), cell->secs, cell->ran,
+                cell->broken_runs);
         fprintf(f, "\"promise\":{\"text\":");
         json_str(f, c->promise_text);
         fprintf(f, ",\"overlap_ms\":%d,\"lost_updates\":%d,\"handoff_ms\":%d,\"recovery_ms\":%d,"
-                   "\"wait_slack_ms\":%d,\"ride_through\":%d},",
-                p->overlap_ms, p->lost_updates, p->handoff_ms, p->recovery_ms, p->wait_slack_ms, p->ride_through);
+                   "\"wait_slack_ms\":%d,\"ride_through\":%d,\"min_share_pct\":%d,\"idle_ms\":%d},",
+                p->overlap_ms, p->lost_updates, p->handoff_ms, p->recovery_ms, p->wait_slack_ms, p->ride_through,
+                p->min_share_pct, p->idle_ms);
         fprintf(f, "\"operations\":%ld,\"grants\":%ld,\"timeouts\":%ld,\"busy\":%ld,\"errors\":%ld,\"error_codes\":",
                 x->ops, x->grants, x->timeouts, x->busy, x->errors);
         json_str(f, x->codes);
@@ -57,9 +88,13 @@ void nem_report_json(const char *path, const nem_cell *cells, int n, const char 
                 x->late_waits, x->max_wait_over_ms, x->early_fails, x->lost_holds);
         fprintf(f, "\"writes_acked\":%ld,\"writes_accepted\":%ld,\"counter\":%ld,\"stale_refused\":%ld,"
                    "\"lost_updates\":%ld,\"longest_no_grant_ms\":%.1f,\"max_handoff_ms\":%.1f,\"handoffs\":%ld,"
-                   "\"recovery_ms\":%.1f,\"violations\":",
+                   "\"recovery_ms\":%.1f,\"max_idle_ms\":%.1f,\"max_handoff_free_ms\":%.1f,\"order_violations\":%ld,\"max_order_ms\":%.1f,"
+                   "\"replication_window_overlaps\":%ld,\"share\":%.3f,\"grants_by_process\":[",
                 x->acked, x->accepted, x->counter, x->stale_refused, x->lost_updates, x->max_gap_ms,
-                x->max_handoff_ms, x->handoffs, x->recovery_ms);
+                x->max_handoff_ms, x->handoffs, x->recovery_ms, x->max_idle_ms, x->max_handoff_free_ms, x->order_violations,
+                x->max_order_ms, x->repl_overlaps, x->share);
+        for (int q = 0; q < c->wl->nprocs && q < NEM_MAX_PROCS; q++) fprintf(f, "%s%ld", q ? "," : "", x->proc_grants[q]);
+        fprintf(f, "],\"violations\":");
         json_str(f, cell->ran ? x->why : cell->note);
         fprintf(f, "}%s\n", i + 1 < n ? "," : "");
     }
@@ -74,19 +109,24 @@ static void ms(FILE *f, double v) {
 }
 
 void nem_report_markdown(FILE *f, const nem_cell *cells, int n, const char *matrix) {
-    fprintf(f, "\nMatrix `%s`: %d cells, hilock %s.\n\n", matrix, n, hilock_version());
+    int runs = 1;
+    for (int i = 0; i < n; i++)
+        if (cells[i].ran > runs) runs = cells[i].ran;
+    fprintf(f, "\nMatrix `%s`: %d cells, hilock %s", matrix, n, hilock_version());
+    if (runs > 1) fprintf(f, "; each cell run %d times, its worst figures shown", runs);
+    fprintf(f, ".\n\n");
     fprintf(f, "| case | topology | primitive | fault | promise | ops | grants | errors | overlap max ms "
-               "| stale refused | lost updates | longest no grant ms | max handoff ms | recovery ms | result |\n");
-    fprintf(f, "|---|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n");
+               "| stale refused | lost updates | longest no grant ms | max handoff ms | recovery ms | more | result |\n");
+    fprintf(f, "|---|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|\n");
     for (int i = 0; i < n; i++) {
         const nem_cell *cell = &cells[i];
         const nem_case *c = cell->c;
         const nem_result *x = &cell->res;
         fprintf(f, "| `%s` | %s | %s%s | %s | %s |", c->id, nem_topo_name[c->topo],
-                c->wl->prim == PRIM_SEM ? "semaphore" : "mutex", c->wl->fenced ? "" : " (no fences)", c->fault,
+                prim_name(c->wl->prim), c->wl->fenced ? "" : " (no fences)", c->fault,
                 c->promise_text);
         if (!cell->ran) {
-            fprintf(f, " | | | | | | | | | SKIP: %s |\n", cell->note);
+            fprintf(f, " | | | | | | | | | | SKIP: %s |\n", cell->note);
             continue;
         }
         fprintf(f, " %ld | %ld | %s |", x->ops, x->grants, x->codes[0] ? x->codes : "-");
@@ -97,13 +137,11 @@ void nem_report_markdown(FILE *f, const nem_cell *cells, int n, const char *matr
         ms(f, x->max_gap_ms);
         ms(f, x->handoffs ? x->max_handoff_ms : -1);
         ms(f, x->recovery_ms);
+        char more[160];
+        nem_result_more(c, x, more, sizeof(more));
+        fprintf(f, " %s |", more[0] ? more : "-");
         fprintf(f, " **%s**%s%s |\n", verdict(cell), x->broken ? ": " : "", x->broken ? x->why : "");
     }
-    int known[NKNOWN] = {0};
-    for (int i = 0; i < n; i++)
-        if (cells[i].ran && cells[i].res.broken && cells[i].c->known) known[cells[i].c->known] = 1;
-    for (int k = 1; k < NKNOWN; k++)
-        if (known[k]) fprintf(f, "\nKnown defect, %s: %s.\n", nem_known_name[k], nem_known_text[k]);
     fprintf(f, "\n");
 }
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -156,6 +157,32 @@ int nem_cmd_ok(const nem_server *s, const char *fmt, ...) {
     int ok = rep && rep->type != REDIS_REPLY_ERROR;
     if (rep) freeReplyObject(rep);
     return ok ? 0 : -1;
+}
+
+pid_t nem_monitor_start(const nem_server *s, const char *path) {
+    fflush(NULL);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    FILE *f = fopen(path, "a");
+    redisContext *k = redisConnectUnix(s->sock);
+    if (f == NULL || k == NULL || k->err) _exit(1);
+    redisReply *rep = redisCommand(k, "MONITOR");
+    if (rep == NULL) _exit(1);
+    freeReplyObject(rep);
+    void *r;
+    while (redisGetReply(k, &r) == REDIS_OK) {
+        rep = r;
+        if (rep->type == REDIS_REPLY_STATUS || rep->type == REDIS_REPLY_STRING)
+            fprintf(f, "%lld %s\n", (long long)nem_now_ns(), rep->str);
+        fflush(f);
+        freeReplyObject(rep);
+    }
+    _exit(0);
 }
 
 int nem_clock_set(nem_server *s, long ppm, long long offset_ms) {

@@ -14,7 +14,8 @@
  * The history: one line per event, appended with write(2) at once (a
  * SIGKILL loses nothing written before it):
  *     T_NS PROC SLOT OP PHASE A B
- *   acq invoke WAIT_MS 0 | acq ok FENCE WAITED_MS | acq fail CODE 0
+ *   acq invoke WAIT_MS READER | acq ok FENCE WAITED_MS | acq fail CODE 0
+ *                               (READER: 1 for a read lock acquire)
  *   end info LAST_HELD_NS HOW   (HOW: 'r' release, 'l' lost callback,
  *                                'x' hilock_hold_lost() said 1, 's' stop)
  *   lost info WHY 0 | rel invoke 0 0 | rel ok 0 0 | rel fail CODE 0
@@ -62,6 +63,7 @@ typedef struct wslot {
     struct bufferevent *bev;   /* the resource connection */
     int op;                    /* 0 none, 'r' read out, 'w' write out */
     int fenced_out;            /* the resource refused this hold's fence */
+    int reading;               /* a reader's work after its read: no write */
     long long value;
 } wslot;
 
@@ -187,6 +189,7 @@ static void on_reply(wslot *s, const char *line) {
         s->value = atoll(line + 2);
         record(s, "rd", "ok", s->value, 0);
         timer_in(s->work, rnd_in(COMPUTE_MIN_MS, COMPUTE_MAX_MS));
+        s->reading = P.role->reader;
     } else if (op == 'w' && line[0] == 'K') {
         record(s, "wr", "ok", 0, 0);
         rmw_next(s);
@@ -287,12 +290,21 @@ static void acquire(wslot *s) {
     o.lease_ms = wl->lease_ms;
     o.lost_cb = lost_cb;
     o.lost_data = s;
-    record(s, "acq", "invoke", (long long)o.wait_ms, 0);
+    record(s, "acq", "invoke", (long long)o.wait_ms, P.role->reader);
     s->pending = 1;
     nem_sh->waiting[P.a->proc]++;
-    int rc = wl->prim == PRIM_SEM
-                 ? hilock_semaphore_acquire(P.client, NEM_LOCK, (unsigned)wl->permits, 1, &o, acquired, s, NULL)
-                 : hilock_acquire(P.client, NEM_LOCK, &o, acquired, s, NULL);
+    int rc;
+    switch (wl->prim) {
+    case PRIM_SEM:
+        rc = hilock_semaphore_acquire(P.client, NEM_LOCK, (unsigned)wl->permits, 1, &o, acquired, s, NULL);
+        break;
+    case PRIM_FAIR: rc = hilock_fair_acquire(P.client, NEM_LOCK, &o, acquired, s, NULL); break;
+    case PRIM_RW:
+        rc = P.role->reader ? hilock_read_acquire(P.client, NEM_LOCK, &o, acquired, s, NULL)
+                            : hilock_write_acquire(P.client, NEM_LOCK, &o, acquired, s, NULL);
+        break;
+    default: rc = hilock_acquire(P.client, NEM_LOCK, &o, acquired, s, NULL); break;
+    }
     if (rc != 0) {
         s->pending = 0;
         nem_sh->waiting[P.a->proc]--;
@@ -315,10 +327,16 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
 
 /* The work is done: write what was read + 1, without asking the lock again
  * (an application that checked it before its read); a process stopped
- * during the work writes when it runs again, whatever happened meanwhile. */
+ * during the work writes when it runs again, whatever happened meanwhile.
+ * A reader (the read lock) writes nothing: it reads again. */
 static void on_work(evutil_socket_t fd, short what, void *arg) {
     wslot *s = arg;
     (void)fd; (void)what;
+    if (s->reading) {
+        s->reading = 0;
+        rmw_next(s);
+        return;
+    }
     char text[64];
     snprintf(text, sizeof(text), "W %llu %lld\n", s->wfence, s->value + 1);
     record(s, "wr", "invoke", (long long)s->wfence, s->value + 1);
