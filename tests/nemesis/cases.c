@@ -175,7 +175,9 @@ static void cut_pair(nem_host *a, nem_host *b) {
 
 /* The port of proc's subscriber connection on server s (CLIENT LIST:
  * flags with P), or -1. */
-static int sub_port(nem_run *r, int proc, const nem_server *s) {
+/* The port of `proc`'s connection to `s`: its subscriber connection
+ * (flags P) when want_sub, else its command connection. */
+static int conn_port(nem_run *r, int proc, const nem_server *s, int want_sub) {
     redisReply *rep = nem_cmd(s, "CLIENT LIST");
     int port = -1;
     if (rep && rep->type == REDIS_REPLY_STRING) {
@@ -186,7 +188,7 @@ static int sub_port(nem_run *r, int proc, const nem_server *s) {
             if (a == NULL || f == NULL) continue;
             int sub = 0;
             for (char *k = f + 7; *k && *k != ' '; k++) sub |= *k == 'P';
-            if (sub) port = atoi(a + strlen(needle));
+            if (sub == want_sub) port = atoi(a + strlen(needle));
         }
     }
     if (rep) freeReplyObject(rep);
@@ -254,9 +256,27 @@ static void nz_blackhole_sub(nem_run *r) {
     int v = nem_wait_waiter(r, 1, 10000);
     int port = -1;
     long long until = test_now_ms() + 3000;
-    while (v >= 0 && (port = sub_port(r, v, master(r))) < 0 && test_now_ms() < until) test_msleep(20);
+    while (v >= 0 && (port = conn_port(r, v, master(r), 1)) < 0 && test_now_ms() < until) test_msleep(20);
     if (port < 0) {
         fprintf(stderr, "hilock-nemesis: no subscriber connection of c%d found\n", v + 1);
+        return;
+    }
+    nem_host *c = r->client[v];
+    nem_fault_begin(r, v);
+    nem_ipt(c, "-A OUTPUT -p tcp -d %s --sport %d -j DROP", master(r)->host->ip, port);
+    nem_ipt(c, "-A INPUT -p tcp -s %s --dport %d -j DROP", master(r)->host->ip, port);
+    nem_sleep(r->c->fault_ms);
+}
+
+/* The command connection of process 0, holding, goes silent (both
+ * directions of that one connection); its subscriber connection is
+ * untouched. Not healed before the end. */
+static void nz_blackhole_cmd(nem_run *r) {
+    int v = nem_wait_holder(r, 0, 15000), port = -1;
+    long long until = test_now_ms() + 3000;
+    while (v >= 0 && (port = conn_port(r, v, master(r), 0)) < 0 && test_now_ms() < until) test_msleep(20);
+    if (port < 0) {
+        fprintf(stderr, "hilock-nemesis: no command connection of c%d found\n", v + 1);
         return;
     }
     nem_host *c = r->client[v];
@@ -456,6 +476,43 @@ static void nz_sentinel_kill(nem_run *r) {
     nem_heal(r);
 }
 
+/* SIGSTOP of the master under a holder and waiters, past the failover
+ * (down-after 1000 ms): the sentinels promote the replica; the old master,
+ * continued at the heal, comes back believing it is the master until the
+ * sentinels make it a replica. */
+static void nz_sentinel_stop(nem_run *r) {
+    int v = nem_wait_holder(r, 0, 15000);
+    if (v < 0) return;
+    int old = r->master;
+    nem_fault_begin(r, -1);
+    r->tl.repl_from = nem_now_ns();
+    nem_event(r, "SIGSTOP of %s (holder c%d)", master(r)->host->name, v + 1);
+    kill(master(r)->pid, SIGSTOP);
+    master(r)->stopped = 1;
+    long long until = test_now_ms() + r->c->fault_ms;
+    int m = old;
+    while (!nem_interrupted && test_now_ms() < until && (m = nem_sentinel_master(r)) == old) test_msleep(20);
+    r->tl.repl_until = nem_now_ns() + (int64_t)r->c->wl->lease_ms * 1000000;
+    if (m >= 0 && m != old) nem_event(r, "the sentinels name %s", r->srv[m].host->name);
+    else nem_event(r, "no new master named in %d ms", r->c->fault_ms);
+    long long left = until - test_now_ms();
+    if (left > 0) nem_sleep((int)left);
+    if (m >= 0) r->master = m;
+    nem_heal(r); /* the old master continues */
+}
+
+/* Redlock: process 0, holding, sees 2 masters of 5 (cut from the other
+ * three, a majority): it cannot renew on a quorum. */
+static void nz_redlock_sees_two(nem_run *r) {
+    int v = nem_wait_holder(r, 0, 15000);
+    if (v < 0) return;
+    nem_fault_begin(r, v);
+    r->tl.victim_cut = 1;
+    for (int m = 2; m < 5; m++) cut_pair(r->client[v], r->srv[m].host);
+    nem_sleep(r->c->fault_ms);
+    nem_heal(r);
+}
+
 /* ---- The matrix -------------------------------------------------------------------- */
 
 /* A dead connection is found within health_ms (3 s by default) and a
@@ -508,6 +565,9 @@ const nem_case nem_cases[] = {
     {"sa-mutex-blackhole-sub", TOPO_STANDALONE, "subscriber connection blackholed", 1, &wl_handoff,
      nz_blackhole_sub, 14000, 0, 0, 0, {0, 0, HEALTH_BOUND_MS, NEM_ANY, WAIT_SLACK_MS, 0, 0, NEM_ANY},
      "a wait pending at a release is served within the health bound (4 s) of the lock being free", 0},
+    {"sa-mutex-blackhole-cmd", TOPO_STANDALONE, "holder's command connection blackholed", 0, &wl_mutex,
+     nz_blackhole_cmd, 6000, 0, 0, 0, SAFE,
+     "no overlap: its renewals go over a new connection, or it sees its loss", 0},
     {"sa-mutex-loss-10", TOPO_STANDALONE, "10% packet loss", 0, &wl_mutex, nz_loss, 5000, 3000, 10, 0,
      {0, 0, NEM_ANY, NEM_ANY, WAIT_SLACK_MS, 0, 0, NEM_ANY}, "no overlap, no lost update", 0},
     {"sa-mutex-loss-30", TOPO_STANDALONE, "30% packet loss", 0, &wl_mutex, nz_loss, 5000, 3000, 30, 0,
@@ -571,6 +631,8 @@ const nem_case nem_cases[] = {
      "a quorum is left: no overlap, waits ride through", 0},
     {"rl-mutex-partition-holder", TOPO_REDLOCK, "holder partitioned", 0, &wl_mutex, nz_partition_holder, 4000,
      4000, 0, 0, SAFE, "holder sees its loss before anyone is granted", 0},
+    {"rl-mutex-holder-sees-two", TOPO_REDLOCK, "holder sees 2 of 5 masters", 0, &wl_mutex, nz_redlock_sees_two,
+     4000, 3000, 0, 0, SAFE, "the holder sees its loss before anyone is granted on a quorum", 0},
     {"rl-mutex-kill-restart", TOPO_REDLOCK, "kill -9 of a master, restarted empty at once", 0, &wl_mutex,
      nz_kill_master, 200, 4000, 0, 0, FENCED_ONLY,
      "Redlock needs delayed restarts (documented); fences keep the resource whole", 0},
@@ -582,6 +644,13 @@ const nem_case nem_cases[] = {
      nz_minority_master, 10000, 6000, 0, 0, {0, 0, NEM_ANY, NEM_ANY, WAIT_SLACK_MS, 0, 0, NEM_ANY},
      "the holder sees its loss before the promoted replica grants the lock", 0},
 
+    {"sn-mutex-stop-master", TOPO_SENTINEL, "master SIGSTOPped past the failover, then continued", 0,
+     &wl_failover, nz_sentinel_stop, 8000, 5000, 0, 0, {0, 0, NEM_ANY, NEM_ANY, WAIT_SLACK_MS, 1, 0, NEM_ANY},
+     "no wait ends early; the old master, back, gives nobody a hold that overlaps beyond replication's window",
+     0},
+    {"sn-mutex-cut-holder-master", TOPO_SENTINEL, "holder cut from the master only (it sees the sentinels)", 0,
+     &wl_mutex, nz_cut_holder_redis, 4000, 4000, 0, 0, SAFE,
+     "the holder sees its loss before anyone is granted; recovery within 5 s", 0},
     {"sn-mutex-kill-master", TOPO_SENTINEL, "kill -9 of the master under a holder and waiters", 1, &wl_failover,
      nz_sentinel_kill, 8000, 5000, 0, 0, {0, 0, NEM_ANY, NEM_ANY, WAIT_SLACK_MS, 1, 0, NEM_ANY},
      "no wait ends early; no overlap beyond asynchronous replication's window", 0},
