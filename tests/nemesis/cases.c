@@ -249,16 +249,17 @@ static void nz_one_way(nem_run *r) {
     nem_heal(r);
 }
 
-/* The subscriber connection of process 1, waiting, goes silent (both
- * directions of that one connection dropped in its host); its command
- * connection is untouched. Not healed before the end. */
-static void nz_blackhole_sub(nem_run *r) {
-    int v = nem_wait_waiter(r, 1, 10000);
+/* One connection of process v to the master goes silent: both directions
+ * of it dropped in its host (the subscriber connection when want_sub,
+ * else the command connection; the other untouched). Not healed before
+ * the end. */
+static void blackhole_conn(nem_run *r, int v, int want_sub) {
     int port = -1;
     long long until = test_now_ms() + 3000;
-    while (v >= 0 && (port = conn_port(r, v, master(r), 1)) < 0 && test_now_ms() < until) test_msleep(20);
+    while (v >= 0 && (port = conn_port(r, v, master(r), want_sub)) < 0 && test_now_ms() < until) test_msleep(20);
     if (port < 0) {
-        fprintf(stderr, "hilock-nemesis: no subscriber connection of c%d found\n", v + 1);
+        fprintf(stderr, "hilock-nemesis: no %s connection of c%d found\n", want_sub ? "subscriber" : "command",
+                v + 1);
         return;
     }
     nem_host *c = r->client[v];
@@ -268,23 +269,11 @@ static void nz_blackhole_sub(nem_run *r) {
     nem_sleep(r->c->fault_ms);
 }
 
-/* The command connection of process 0, holding, goes silent (both
- * directions of that one connection); its subscriber connection is
- * untouched. Not healed before the end. */
-static void nz_blackhole_cmd(nem_run *r) {
-    int v = nem_wait_holder(r, 0, 15000), port = -1;
-    long long until = test_now_ms() + 3000;
-    while (v >= 0 && (port = conn_port(r, v, master(r), 0)) < 0 && test_now_ms() < until) test_msleep(20);
-    if (port < 0) {
-        fprintf(stderr, "hilock-nemesis: no command connection of c%d found\n", v + 1);
-        return;
-    }
-    nem_host *c = r->client[v];
-    nem_fault_begin(r, v);
-    nem_ipt(c, "-A OUTPUT -p tcp -d %s --sport %d -j DROP", master(r)->host->ip, port);
-    nem_ipt(c, "-A INPUT -p tcp -s %s --dport %d -j DROP", master(r)->host->ip, port);
-    nem_sleep(r->c->fault_ms);
-}
+/* The subscriber connection of process 1, waiting. */
+static void nz_blackhole_sub(nem_run *r) { blackhole_conn(r, nem_wait_waiter(r, 1, 10000), 1); }
+
+/* The command connection of process 0, holding. */
+static void nz_blackhole_cmd(nem_run *r) { blackhole_conn(r, nem_wait_holder(r, 0, 15000), 0); }
 
 /* Random loss of arg % of the packets, both ways, at every client. */
 static void nz_loss(nem_run *r) {
