@@ -439,19 +439,26 @@ static void nz_link(nem_run *r) {
     nem_heal(r);
 }
 
-/* Sentinel: kill -9 of the master while process 0 holds and the others
- * wait. Overlaps that begin from the kill until a lease after the
- * sentinels name the new master are asynchronous replication's limit (a
- * renewal the replica missed); the old master is restarted (empty) after
- * fault_ms, and the sentinels make it a replica. */
-static void nz_sentinel_kill(nem_run *r) {
+/* Sentinel: the master fails while process 0 holds and the others wait,
+ * killed (kill -9; restarted empty after fault_ms, and the sentinels make
+ * it a replica) or stopped (SIGSTOP past the failover, down-after 1000 ms;
+ * continued at the heal, it comes back believing it is the master until
+ * the sentinels make it a replica). Overlaps that begin from the fault
+ * until a lease after the sentinels name the new master are asynchronous
+ * replication's limit (a renewal the replica missed). */
+static void sentinel_failover(nem_run *r, int stop) {
     int v = nem_wait_holder(r, 0, 15000);
     if (v < 0) return;
     int old = r->master;
     nem_fault_begin(r, -1);
     r->tl.repl_from = nem_now_ns();
-    nem_event(r, "kill -9 of %s (holder c%d)", master(r)->host->name, v + 1);
-    nem_server_kill(master(r));
+    nem_event(r, "%s of %s (holder c%d)", stop ? "SIGSTOP" : "kill -9", master(r)->host->name, v + 1);
+    if (stop) {
+        kill(master(r)->pid, SIGSTOP);
+        master(r)->stopped = 1; /* continued by nem_heal */
+    } else {
+        nem_server_kill(master(r));
+    }
     long long until = test_now_ms() + r->c->fault_ms;
     int m = old;
     while (!nem_interrupted && test_now_ms() < until && (m = nem_sentinel_master(r)) == old) test_msleep(20);
@@ -460,35 +467,13 @@ static void nz_sentinel_kill(nem_run *r) {
     else nem_event(r, "no new master named in %d ms", r->c->fault_ms);
     long long left = until - test_now_ms();
     if (left > 0) nem_sleep((int)left);
-    nem_server_restart(&r->srv[old]);
+    if (!stop) nem_server_restart(&r->srv[old]);
     if (m >= 0) r->master = m;
     nem_heal(r);
 }
 
-/* SIGSTOP of the master under a holder and waiters, past the failover
- * (down-after 1000 ms): the sentinels promote the replica; the old master,
- * continued at the heal, comes back believing it is the master until the
- * sentinels make it a replica. */
-static void nz_sentinel_stop(nem_run *r) {
-    int v = nem_wait_holder(r, 0, 15000);
-    if (v < 0) return;
-    int old = r->master;
-    nem_fault_begin(r, -1);
-    r->tl.repl_from = nem_now_ns();
-    nem_event(r, "SIGSTOP of %s (holder c%d)", master(r)->host->name, v + 1);
-    kill(master(r)->pid, SIGSTOP);
-    master(r)->stopped = 1;
-    long long until = test_now_ms() + r->c->fault_ms;
-    int m = old;
-    while (!nem_interrupted && test_now_ms() < until && (m = nem_sentinel_master(r)) == old) test_msleep(20);
-    r->tl.repl_until = nem_now_ns() + (int64_t)r->c->wl->lease_ms * 1000000;
-    if (m >= 0 && m != old) nem_event(r, "the sentinels name %s", r->srv[m].host->name);
-    else nem_event(r, "no new master named in %d ms", r->c->fault_ms);
-    long long left = until - test_now_ms();
-    if (left > 0) nem_sleep((int)left);
-    if (m >= 0) r->master = m;
-    nem_heal(r); /* the old master continues */
-}
+static void nz_sentinel_kill(nem_run *r) { sentinel_failover(r, 0); }
+static void nz_sentinel_stop(nem_run *r) { sentinel_failover(r, 1); }
 
 /* Redlock: process 0, holding, sees 2 masters of 5 (cut from the other
  * three, a majority): it cannot renew on a quorum. */

@@ -58,6 +58,10 @@ void nem_net_down(nem_net *n);
 void nem_net_sweep(const char *prefix);
 /* Move the calling process into h's namespace: 0 or -1. */
 int nem_enter(const char *ns);
+/* fork(): the parent gets the child's pid (or -1); the child, killed with
+ * the controller and with SIGTERM's default action, runs on in namespace
+ * `ns` (NULL: the controller's) (0) or exits if it cannot enter it. */
+pid_t nem_fork_into(const char *ns);
 /* iptables RULE... in h's namespace (the filter table). */
 int nem_ipt(nem_host *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Flush the rules of every host that has some. */

@@ -136,6 +136,18 @@ int nem_enter(const char *ns) {
     return rc;
 }
 
+pid_t nem_fork_into(const char *ns) {
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1); /* the controller died before the line above */
+    signal(SIGTERM, SIG_DFL);
+    if (ns != NULL && nem_enter(ns) != 0) _exit(1);
+    return 0;
+}
+
 int nem_ipt(nem_host *h, const char *fmt, ...) {
     char rule[384];
     va_list ap;

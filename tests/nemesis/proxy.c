@@ -220,16 +220,10 @@ static void run(int lfd, const struct sockaddr_in *target) {
 }
 
 pid_t nem_proxy_start(const char *ns, const char *ip, int port, const char *to_ip, int to_port, int link) {
-    pid_t parent = getpid();
-    fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = nem_fork_into(ns);
     if (pid != 0) return pid;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
     signal(SIGPIPE, SIG_IGN);
-    signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
-    if (nem_enter(ns) != 0) _exit(1);
     link_no = link;
     rnd = (unsigned)(nem_now_ns() ^ (link * 7919));
     int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1;

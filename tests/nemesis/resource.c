@@ -136,16 +136,10 @@ static void run(int tcp, int unx) {
 }
 
 pid_t nem_resource_start(const char *ns, const char *ip, int port, const char *sock) {
-    pid_t parent = getpid();
-    fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = nem_fork_into(ns);
     if (pid != 0) return pid;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
     signal(SIGPIPE, SIG_IGN);
-    signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
-    if (nem_enter(ns) != 0) _exit(1);
     int tcp = listen_tcp(ip, port), unx = listen_unix(sock);
     if (tcp < 0 || unx < 0) _exit(1);
     run(tcp, unx);

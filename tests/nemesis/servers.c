@@ -160,13 +160,8 @@ int nem_cmd_ok(const nem_server *s, const char *fmt, ...) {
 }
 
 pid_t nem_monitor_start(const nem_server *s, const char *path) {
-    fflush(NULL);
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    pid_t pid = nem_fork_into(NULL);
     if (pid != 0) return pid;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     FILE *f = fopen(path, "a");
     redisContext *k = redisConnectUnix(s->sock);

@@ -431,15 +431,9 @@ static void worker_main(const nem_worker_args *a) {
 }
 
 pid_t nem_worker_start(const nem_worker_args *a) {
-    pid_t parent = getpid();
-    fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = nem_fork_into(a->ns);
     if (pid != 0) return pid;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
     signal(SIGINT, SIG_IGN); /* the controller stops us by SIGTERM */
-    signal(SIGTERM, SIG_DFL);
-    if (nem_enter(a->ns) != 0) _exit(1);
     worker_main(a);
     _exit(0);
 }
