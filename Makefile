@@ -1,5 +1,12 @@
-# hilock — see README.md. `make` builds everything; `make test` and
-# `make demo` first install missing packages (scripts/deps.sh).
+# hilock — see README.md.
+#
+#   make                 the library, the CLI and the examples that need only
+#                        libevent (hiredis, libuuid, libevent: scripts/deps.sh
+#                        --lib lists them)
+#   make full            also the tests (Criterion), the libev and libuv
+#                        examples, the benchmark, stress and nemesis programs
+#   make test, make demo install what is missing (scripts/deps.sh), then
+#                        build what they run
 #
 #   make SANITIZE=1      ASan + UBSan build in build/san
 #   make HIREDIS=/prefix build against a hiredis installed under /prefix
@@ -60,26 +67,32 @@ ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS)
 LIB_SRC := $(wildcard src/*.c src/*/*.c)
 LIB_OBJ := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(BUILD)/obj/scripts.o
 LUA     := $(wildcard src/prim/lua/*.lua)
-HDRS    := $(wildcard include/hilock/*.h include/hilock/adapters/*.h src/*.h src/*/*.h)
+HDRS    := $(wildcard include/hilock/*.h adapters/*.h src/*.h src/*/*.h)
 
 STATIC  := $(BUILD)/libhilock.a
 SHARED  := $(BUILD)/libhilock.so.$(VERSION)
 CLI     := $(BUILD)/hilock
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
-TEST_SRC := $(wildcard tests/*.c tests/support/*.c)
+# Tests live in a folder per subject (tests/mutex, tests/cluster, ...);
+# tests/stress and tests/nemesis are programs of their own (mk/).
+TEST_DIRS := $(filter-out tests/support/ tests/stress/ tests/nemesis/,$(sort $(dir $(wildcard tests/*/*.c))))
+TEST_SRC := $(wildcard $(addsuffix *.c,$(TEST_DIRS)) tests/support/*.c)
 TESTS   := $(BUILD)/hilock-tests
 # Extension points for mk/*.mk fragments (benchmarks, install, adapters):
 #   EXTRA_TARGETS  built by `make`;  TEST_LIBS  more libraries for the tests;
 #   EXAMPLE_LIBS_<name>  more libraries for examples/<name>.c
 EXTRA_TARGETS :=
 TEST_LIBS :=
+#   OTHER_LOOP_EXAMPLES  examples of loops other than libevent (make full)
+OTHER_LOOP_EXAMPLES :=
 #   TEST_TARGETS  built by `make test` too (the nginx module)
 TEST_TARGETS :=
 .DEFAULT_GOAL := all
 -include $(sort $(wildcard mk/*.mk))
 
-.PHONY: all lib clean deps test demo valgrind
-all: lib $(CLI) $(EXAMPLES) $(TESTS) $(EXTRA_TARGETS)
+.PHONY: all full lib clean deps test demo valgrind
+all: lib $(CLI) $(filter-out $(OTHER_LOOP_EXAMPLES),$(EXAMPLES))
+full: all $(OTHER_LOOP_EXAMPLES) $(TESTS) $(EXTRA_TARGETS)
 lib: $(STATIC) $(SHARED) $(BUILD)/libhilock.so $(BUILD)/hilock.pc
 
 $(BUILD)/gen/scripts.c: $(LUA) scripts/embed-lua.sh
@@ -122,7 +135,7 @@ $(BUILD)/examples/%: examples/%.c $(STATIC) $(HDRS)
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(LDLIBS_LIB) $(EXAMPLE_LIBS_$*)
 
 # Unit tests reach private functions, so they link the objects directly.
-$(TESTS): $(TEST_SRC) $(wildcard tests/*.h tests/support/*.h) $(LIB_OBJ) $(HDRS) | $(CLI)
+$(TESTS): $(TEST_SRC) $(wildcard tests/*/*.h) $(LIB_OBJ) $(HDRS) | $(CLI)
 	$(CC) $(ALL_CFLAGS) -Isrc -Itests $(ALL_LDFLAGS) -o $@ $(TEST_SRC) $(LIB_OBJ) $(LDLIBS_LIB) $(TEST_LIBS) -lcriterion
 
 # A HIREDIS= build may have TLS: its tests need openssl, hiredis1.sh libssl-dev.
@@ -130,7 +143,7 @@ deps:
 	sh scripts/deps.sh $(if $(HIREDIS),--tls)
 
 test: deps
-	$(MAKE) all $(TEST_TARGETS)
+	$(MAKE) full $(TEST_TARGETS)
 	sh scripts/run-tests.sh $(BUILD)
 
 demo: deps

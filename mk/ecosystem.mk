@@ -5,7 +5,7 @@
 #
 # installs the static and shared library (soname libhilock.so.0, with the
 # libhilock.so.0 and libhilock.so links), the headers under include/hilock/
-# (the adapters under include/hilock/adapters/), hilock.pc, the CLI and the
+# (adapters/*.h as include/hilock/adapters/), hilock.pc, the CLI and the
 # man pages hilock(1) and hilock(3). DESTDIR is prepended to every path and
 # never written into a file. Without DESTDIR, as root, ldconfig runs so that
 # the new shared library is found at once.
@@ -17,17 +17,18 @@ MANDIR     ?= $(PREFIX)/share/man
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 INSTALL    ?= install
 
-ADAPTERS := $(wildcard include/hilock/adapters/*.h)
+ADAPTERS := $(wildcard adapters/*.h)
 PUBLIC_HEADERS := $(wildcard include/hilock/*.h)
 MANPAGES := man/hilock.1 man/hilock.3
 
 # Examples and tests of the other event loops.
 EXAMPLE_LIBS_libev_basic := -lev
 EXAMPLE_LIBS_libuv_basic := -luv
+OTHER_LOOP_EXAMPLES += $(BUILD)/examples/libev_basic $(BUILD)/examples/libuv_basic
 TEST_LIBS += -lev -luv
-$(TESTS): include/hilock/adapters/libev.h include/hilock/adapters/libuv.h
-$(BUILD)/examples/libev_basic: include/hilock/adapters/libev.h
-$(BUILD)/examples/libuv_basic: include/hilock/adapters/libuv.h
+$(TESTS): adapters/libev.h adapters/libuv.h
+$(BUILD)/examples/libev_basic: adapters/libev.h
+$(BUILD)/examples/libuv_basic: adapters/libuv.h
 
 # The adapter, install and single-flight suites run programs of this build:
 # build them with the test runner (order-only: they do not relink it).

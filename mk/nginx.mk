@@ -4,7 +4,7 @@
 #   load_module /abs/path/$(BUILD)/nginx/ngx_http_hilock_module.so;
 # It links hilock statically ($(STATIC), -fPIC objects) plus -lhiredis
 # -luuid (and hiredis_ssl + OpenSSL in a TLS build), against the same hiredis as the library (HIREDIS=...). `make test`
-# builds it for the nginx suite (tests/test_nginx.c).
+# builds it for the nginx suite (tests/nginx/nginx.c).
 .DEFAULT_GOAL := all
 
 NGINX_MODULE := $(BUILD)/nginx/ngx_http_hilock_module.so

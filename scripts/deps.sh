@@ -4,6 +4,8 @@
 #
 #   sh scripts/deps.sh          check, install what is missing
 #   sh scripts/deps.sh --check  check only: exit 1 and list what is missing
+#   sh scripts/deps.sh --lib    only what plain `make` needs (the library,
+#                               the CLI, the libevent examples)
 #   sh scripts/deps.sh --tls    also what the TLS build needs (make HIREDIS=):
 #                               OpenSSL's headers to build hiredis 1.x with
 #                               SSL (scripts/hiredis1.sh) and the openssl
@@ -23,9 +25,11 @@ set -u
 check_only=0
 tls=0
 nemesis=0
+lib_only=0
 for arg in "$@"; do
     case $arg in
     --check) check_only=1 ;;
+    --lib) lib_only=1 ;;
     --tls) tls=1 ;;
     --nemesis) nemesis=1 ;;
     *) echo "deps: unknown option $arg" >&2; exit 2 ;;
@@ -57,11 +61,15 @@ check() {
     have "$CC_BIN" || add build-essential
     have make || add make
     have pkg-config || add pkg-config
-    have redis-server || add redis-server
-    have redis-cli || add redis-tools
     has_lib hiredis/hiredis.h hiredis || add libhiredis-dev
     has_lib event2/event.h event || add libevent-dev
     has_lib uuid/uuid.h uuid || add uuid-dev
+    if [ "$lib_only" = 1 ]; then
+        have "$CC_BIN" || { add libhiredis-dev; add libevent-dev; add uuid-dev; }
+        return
+    fi
+    have redis-server || add redis-server
+    have redis-cli || add redis-tools
     has_lib criterion/criterion.h criterion || add libcriterion-dev
     has_lib ev.h ev || add libev-dev
     has_lib uv.h uv || add libuv1-dev

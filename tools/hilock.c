@@ -19,7 +19,7 @@
  * Exit statuses follow sysexits(3) where one fits, so that scripts can tell
  * "someone else has it" (75, or -E's) from "Redis is down" (69) from
  * COMMAND's own failures, which pass through unchanged. The one table of
- * them is in usage_text, README.md and man/hilock.1 alike (test_cli.c
+ * them is in usage_text, README.md and man/hilock.1 alike (tests/cli/cli.c
  * compares the three). */
 
 #include <dirent.h>

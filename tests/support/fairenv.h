@@ -1,4 +1,4 @@
-/* What the fair lock's suites share (tests/test_fair.c, test_fair_attack.c):
+/* What the fair lock's suites share (tests/fair/fair.c, tests/fair/reorder.c):
  * acquire and wait for the callback, start an acquire, and the lock's keys
  * in Redis. */
 #ifndef HILOCK_TEST_FAIRENV_H

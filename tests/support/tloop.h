@@ -1,6 +1,6 @@
 /* One test environment over three event loops: a tloop is a libevent,
  * libev or libuv loop with its hilock adapter, so that one suite of checks
- * (tests/test_adapters.c) runs unchanged on each. The loops live in their
+ * (tests/adapters/adapters.c) runs unchanged on each. The loops live in their
  * own files: libevent and libev cannot share one (both define EV_READ). */
 #ifndef HILOCK_TEST_TLOOP_H
 #define HILOCK_TEST_TLOOP_H

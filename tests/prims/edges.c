@@ -18,7 +18,7 @@ static lockenv e;
 static void setup(void) { lockenv_start_debuggable(&e); }
 static void teardown(void) { lockenv_stop(&e); }
 
-TestSuite(prim_attack, .init = setup, .fini = teardown, .timeout = 30);
+TestSuite(prim_edges, .init = setup, .fini = teardown, .timeout = 30);
 
 /* ---- Helpers ------------------------------------------------------------------ */
 
@@ -88,7 +88,7 @@ static long long keys_left_quiet(void) { return keys_left_said(0); }
  * owner's hold among them) acquired it with 3, so the acquire must end with
  * HILOCK_EPERMITS as any other would, not be served by the owner's hold,
  * which would tell the caller that the semaphore is one of 5. */
-Test(prim_attack, sem_reentrant_acquire_with_another_count_is_epermits) {
+Test(prim_edges, sem_reentrant_acquire_with_another_count_is_epermits) {
     hilock_client *c = lockenv_client(&e);
     hilock_owner *o = hilock_owner_new(c);
     hilock_acquire_opts op;
@@ -114,7 +114,7 @@ Test(prim_attack, sem_reentrant_acquire_with_another_count_is_epermits) {
 /* Two waits of one owner queued behind another client's holder, for 1 of 3
  * and 1 of 5: the grant of the first must not serve the second (Redis would
  * refuse its count while the first holds). */
-Test(prim_attack, sem_queued_waits_of_an_owner_with_other_counts_do_not_share) {
+Test(prim_edges, sem_queued_waits_of_an_owner_with_other_counts_do_not_share) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
     got full = sem_now(a, "share", 3, 3, NULL);
     cr_assert_eq(full.status, 0);
@@ -150,7 +150,7 @@ Test(prim_attack, sem_queued_waits_of_an_owner_with_other_counts_do_not_share) {
  * connection), so the try runs last and leaves its "writer waiting" marker
  * for a wait that is gone. hilock.h: a writer that is cancelled removes its
  * marker at once; a marker left would hold readers off for 3 s. */
-Test(prim_attack, rw_writer_cancelled_across_script_flush_leaves_no_marker) {
+Test(prim_edges, rw_writer_cancelled_across_script_flush_leaves_no_marker) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
     got r = rw_now(a, 0, "flush", NULL); /* rw_acquire loaded on a's connection */
     cr_assert_eq(r.status, 0);
@@ -224,8 +224,8 @@ static void stall_past_the_lease(int rw) {
     hilock_client_free(b);
 }
 
-Test(prim_attack, sem_server_stalled_past_the_lease) { stall_past_the_lease(0); }
-Test(prim_attack, rw_server_stalled_past_the_lease) { stall_past_the_lease(1); }
+Test(prim_edges, sem_server_stalled_past_the_lease) { stall_past_the_lease(0); }
+Test(prim_edges, rw_server_stalled_past_the_lease) { stall_past_the_lease(1); }
 
 /* ---- The subscriber connection killed at a release ------------------------------- */
 
@@ -258,8 +258,8 @@ static void sub_killed_at_release(int rw) {
     hilock_client_free(b);
 }
 
-Test(prim_attack, sem_subscriber_killed_at_a_release) { sub_killed_at_release(0); }
-Test(prim_attack, rw_subscriber_killed_at_a_release) { sub_killed_at_release(1); }
+Test(prim_edges, sem_subscriber_killed_at_a_release) { sub_killed_at_release(0); }
+Test(prim_edges, rw_subscriber_killed_at_a_release) { sub_killed_at_release(1); }
 
 /* ---- Freed from a callback, closed with everything pending ----------------------- */
 
@@ -278,7 +278,7 @@ static void free_in_cb(hilock_hold *h, int status, void *data) {
  * on a read-write lock (readers and a writer), all held off by x; the
  * grant of another of its waits frees c from its callback. Every other
  * wait gets HILOCK_ECANCELED once, before hilock_client_free returns. */
-Test(prim_attack, freed_from_a_callback_with_waiters_of_both) {
+Test(prim_edges, freed_from_a_callback_with_waiters_of_both) {
     hilock_client *x = lockenv_client(&e), *c = lockenv_client(&e);
     got xs = sem_now(x, "fs", 2, 2, NULL);
     got xw = rw_now(x, 1, "fr", NULL);
@@ -322,7 +322,7 @@ static void closed_cb(void *data) { *(int *)data = 1; }
 /* hilock_client_close with a semaphore hold and wait, a read hold, and a
  * writer that left its marker: the holds are released and the marker goes
  * with the writer's wait, at once (x's reader and x's permit stay). */
-Test(prim_attack, close_releases_holds_and_markers_of_both) {
+Test(prim_edges, close_releases_holds_and_markers_of_both) {
     hilock_client *x = lockenv_client(&e), *c = lockenv_client(&e), *y = lockenv_client(&e);
     got xs = sem_now(x, "cs", 2, 1, NULL);
     got xr = rw_now(x, 0, "cr", NULL);
@@ -385,11 +385,11 @@ static void odd_name(const char *name) {
     hilock_client_free(b);
 }
 
-Test(prim_attack, odd_bytes_in_names) {
+Test(prim_edges, odd_bytes_in_names) {
     odd_name("a b\r\n\t*$3 {x}%7B%}{\x01\x7f\x80\xfe\xff");
 }
 
-Test(prim_attack, longest_name_of_braces) {
+Test(prim_edges, longest_name_of_braces) {
     static char name[HILOCK_NAME_MAX + 1];
     for (int i = 0; i < HILOCK_NAME_MAX; i++) name[i] = "{}%"[i % 3];
     odd_name(name);
@@ -406,7 +406,7 @@ Test(prim_attack, longest_name_of_braces) {
 
 /* The largest count, all of it at once, one more refused; then a release
  * twice (the second refused, one callback). */
-Test(prim_attack, sem_largest_count_and_release_twice) {
+Test(prim_edges, sem_largest_count_and_release_twice) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
     got ga = sem_now(a, "max", HILOCK_PERMITS_MAX, HILOCK_PERMITS_MAX, NULL);
     cr_assert_eq(ga.status, 0);
@@ -440,7 +440,7 @@ Test(prim_attack, sem_largest_count_and_release_twice) {
  * an acquire meanwhile must not end with HILOCK_EPERMITS ("acquired with 0
  * permits in all": nobody did), as the mutex whose key was deleted is
  * simply free. */
-Test(prim_attack, sem_hash_deleted_under_a_holder) {
+Test(prim_edges, sem_hash_deleted_under_a_holder) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
     lostrec lost = {0, 0, 0};
     hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 600);
@@ -516,8 +516,8 @@ static void cancel_from_a_grant(int rw) {
     hilock_client_free(c);
 }
 
-Test(prim_attack, sem_cancel_from_a_grant_callback) { cancel_from_a_grant(0); }
-Test(prim_attack, rw_cancel_from_a_grant_callback) { cancel_from_a_grant(1); }
+Test(prim_edges, sem_cancel_from_a_grant_callback) { cancel_from_a_grant(0); }
+Test(prim_edges, rw_cancel_from_a_grant_callback) { cancel_from_a_grant(1); }
 
 /* ---- An owner's queued waits after the one that was to serve them ended --------------- */
 
@@ -527,7 +527,7 @@ Test(prim_attack, rw_cancel_from_a_grant_callback) { cancel_from_a_grant(1); }
  * wait for its own owner's read, its marker holding every other reader
  * off. It must end instead (HILOCK_EINVAL, the upgrade's refusal), and
  * leave no marker. */
-Test(prim_attack, rw_owner_write_behind_its_read_after_its_first_write_ended) {
+Test(prim_edges, rw_owner_write_behind_its_read_after_its_first_write_ended) {
     hilock_client *a = lockenv_client(&e), *x = lockenv_client(&e);
     hilock_owner *o = hilock_owner_new(a);
     hilock_acquire_opts opt = opts_wait(HILOCK_WAIT_FOREVER);
@@ -564,7 +564,7 @@ Test(prim_attack, rw_owner_write_behind_its_read_after_its_first_write_ended) {
  * behind a holder of all 3, were admitted (no hold yet). The 1 is granted;
  * the 3 would wait for its owner's own permit, for ever: it ends as an
  * acquire beside that hold does (HILOCK_EINVAL: a hold does not grow). */
-Test(prim_attack, sem_owner_wait_for_more_behind_its_own_grant) {
+Test(prim_edges, sem_owner_wait_for_more_behind_its_own_grant) {
     hilock_client *a = lockenv_client(&e), *x = lockenv_client(&e);
     hilock_owner *o = hilock_owner_new(a);
     hilock_acquire_opts opt = opts_wait(HILOCK_WAIT_FOREVER);
@@ -591,7 +591,7 @@ Test(prim_attack, sem_owner_wait_for_more_behind_its_own_grant) {
 /* The readers' set deleted under two readers: a writer gets in at once (as
  * after a mutex's key is deleted), and each reader is told once, at its
  * next renewal, that it lost the lock; its release says so. */
-Test(prim_attack, rw_readers_deleted_under_them) {
+Test(prim_edges, rw_readers_deleted_under_them) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
     lostrec l1 = {0, 0, 0}, l2 = {0, 0, 0};
     hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 600);
@@ -661,7 +661,7 @@ static void flusher_stop(flusher *f) {
  * 40 ms (each flush makes every client's next script NOSCRIPT, re-sent as
  * EVAL, possibly behind later requests): never more than 3 permits held,
  * no error, nothing left. */
-Test(prim_attack, sem_contention_across_script_flushes) {
+Test(prim_edges, sem_contention_across_script_flushes) {
     static semres res;
     static semslot s[FL_CLIENTS * FL_SLOTS];
     hilock_client *c[FL_CLIENTS];
@@ -689,7 +689,7 @@ Test(prim_attack, sem_contention_across_script_flushes) {
 /* Readers and writers on three clients, scripts flushed every 40 ms:
  * never a writer beside anyone, write fences increasing, no error, no
  * marker or holder left. */
-Test(prim_attack, rw_contention_across_script_flushes) {
+Test(prim_edges, rw_contention_across_script_flushes) {
     static rwshared sh;
     rwproc p = {&sh, e.base, 0, 0};
     static rwturn t[FL_CLIENTS * FL_SLOTS * 8];
@@ -719,7 +719,7 @@ Test(prim_attack, rw_contention_across_script_flushes) {
 /* The SCRIPT FLUSH case again, the writer's wait ended by
  * hilock_client_close: the close ends, once, and leaves no marker (the
  * try, re-sent behind the close's release, is undone once answered). */
-Test(prim_attack, rw_close_while_a_writer_try_is_resent_after_flush) {
+Test(prim_edges, rw_close_while_a_writer_try_is_resent_after_flush) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
     got r = rw_now(b, 0, "clflush", NULL);
     cr_assert_eq(r.status, 0);

@@ -13,7 +13,7 @@ static clusterenv e;
 static void setup(void) { clusterenv_start(&e); }
 static void teardown(void) { clusterenv_stop(&e); }
 
-TestSuite(topo_attack, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(cluster_failover, .init = setup, .fini = teardown, .timeout = 120);
 
 enum kind { K_READ, K_WRITE, K_SEM, K_FAIR };
 
@@ -149,10 +149,10 @@ static void migrate_held(enum kind k, const char *name, enum step at) {
     hilock_client_free(b);
 }
 
-Test(topo_attack, a_read_hold_lives_through_a_migration) { migrate_held(K_READ, "tm-read", AT_END); }
-Test(topo_attack, a_write_hold_lives_through_a_migration) { migrate_held(K_WRITE, "tm-write", AT_END); }
-Test(topo_attack, a_semaphore_hold_lives_through_a_migration) { migrate_held(K_SEM, "tm-sem", AT_END); }
-Test(topo_attack, a_fair_hold_lives_through_a_migration) { migrate_held(K_FAIR, "tm-fair", AT_END); }
+Test(cluster_failover, a_read_hold_lives_through_a_migration) { migrate_held(K_READ, "tm-read", AT_END); }
+Test(cluster_failover, a_write_hold_lives_through_a_migration) { migrate_held(K_WRITE, "tm-write", AT_END); }
+Test(cluster_failover, a_semaphore_hold_lives_through_a_migration) { migrate_held(K_SEM, "tm-sem", AT_END); }
+Test(cluster_failover, a_fair_hold_lives_through_a_migration) { migrate_held(K_FAIR, "tm-fair", AT_END); }
 
 /* Released in the middle of the migration: the release runs on src, or
  * follows ASK to dst, and the waiter is served by the end. The read-write
@@ -160,14 +160,14 @@ Test(topo_attack, a_fair_hold_lives_through_a_migration) { migrate_held(K_FAIR, 
  * which are always missing: Redis answered TRYAGAIN until the slot had
  * moved, and the release ended HILOCK_ELOST once that outlasted the lease
  * (the waiter waited for the lease). Now it declares its mode's key only. */
-Test(topo_attack, releases_in_the_middle_of_a_migration) {
+Test(cluster_failover, releases_in_the_middle_of_a_migration) {
     migrate_held(K_SEM, "tr-sem", WITH_KEYS_ON_SRC);
     migrate_held(K_SEM, "tr-sem2", WITH_KEYS_ON_DST);
     migrate_held(K_FAIR, "tr-fair", WITH_KEYS_ON_SRC);
     migrate_held(K_FAIR, "tr-fair2", WITH_KEYS_ON_DST);
 }
 
-Test(topo_attack, read_write_releases_in_the_middle_of_a_migration) {
+Test(cluster_failover, read_write_releases_in_the_middle_of_a_migration) {
     migrate_held(K_READ, "tr-read", WITH_KEYS_ON_SRC);
     migrate_held(K_READ, "tr-read2", WITH_KEYS_ON_DST);
     migrate_held(K_WRITE, "tr-write", WITH_KEYS_ON_SRC);
@@ -210,7 +210,7 @@ static void writer_gives_up_mid_migration(const char *name, int moved) {
     hilock_client_free(b);
 }
 
-Test(topo_attack, a_writer_that_gives_up_mid_migration_takes_its_marker) {
+Test(cluster_failover, a_writer_that_gives_up_mid_migration_takes_its_marker) {
     writer_gives_up_mid_migration("tg-write", 0);
     writer_gives_up_mid_migration("tg-write2", 1);
 }
@@ -221,7 +221,7 @@ Test(topo_attack, a_writer_that_gives_up_mid_migration_takes_its_marker) {
  * a renewal, and an extension, must follow the lock. They declared the
  * clients' key too and got TRYAGAIN until the slot had moved, and a
  * migration longer than the lease lost the hold. */
-Test(topo_attack, a_fair_hold_with_a_long_lease_renews_mid_migration) {
+Test(cluster_failover, a_fair_hold_with_a_long_lease_renews_mid_migration) {
     const char *name = "tl-fair";
     hilock_client *a, *b;
     cluster_client_pair(&e.cl, &e.loop, &a, &b);
@@ -291,7 +291,7 @@ static void fair_lone_release_mid_migration(const char *name, int moved) {
     hilock_client_free(b);
 }
 
-Test(topo_attack, a_fair_release_without_waiters_mid_migration) {
+Test(cluster_failover, a_fair_release_without_waiters_mid_migration) {
     fair_lone_release_mid_migration("tz-fair", 0);
     fair_lone_release_mid_migration("tz-fair2", 1);
 }
@@ -301,7 +301,7 @@ Test(topo_attack, a_fair_release_without_waiters_mid_migration) {
  * queue, and looked for the next entry in the deleted key, which a node
  * whose slot is MIGRATING refuses inside a script ("non local key"): the
  * release failed and the lock stayed for its lease. */
-Test(topo_attack, a_fair_release_past_a_dead_entry_mid_migration) {
+Test(cluster_failover, a_fair_release_past_a_dead_entry_mid_migration) {
     const char *name = "td-fair";
     hilock_client *a, *b;
     cluster_client_pair(&e.cl, &e.loop, &a, &b);
@@ -425,7 +425,7 @@ static void patient_pair(hilock_client **a, hilock_client **b) {
  * served in the order they joined up to the forced ones; one at a time,
  * with growing fences, each client's waits in their order, and nothing but
  * the fence and the clients' places left. */
-Test(topo_attack, the_fair_queue_keeps_its_order_through_failovers) {
+Test(cluster_failover, the_fair_queue_keeps_its_order_through_failovers) {
     hilock_client *a, *b;
     patient_pair(&a, &b);
     const char *name = "tf-queue";
@@ -513,7 +513,7 @@ static void name_on(test_redis *m, const char *stem, char *out, size_t n) {
  * old master had acknowledged may be lost, a limit the README states; under
  * ASan a hold was lost so, and a released permit came back until its
  * lease ran out.) */
-Test(topo_attack, semaphores_and_fair_locks_through_failovers, .timeout = 120) {
+Test(cluster_failover, semaphores_and_fair_locks_through_failovers, .timeout = 120) {
     /* Leases that outlive a failover's write pause (PATIENT_MS): with 8 s,
      * a first CLUSTER FAILOVER that did not complete paused writes for 10 s,
      * and semaphore releases ran after their lease (HILOCK_ELOST, truly:
@@ -632,7 +632,7 @@ static void wakeup_after_failover(enum kind k, const char *name) {
  * which missed the new master's SPUBLISH while the cluster settled. Now a
  * name whose subscription the server ended tries every second for a few
  * seconds, and a new map moves a subscription left on the wrong node. */
-Test(topo_attack, waiters_hear_releases_after_a_failover, .timeout = 120) {
+Test(cluster_failover, waiters_hear_releases_after_a_failover, .timeout = 120) {
     wakeup_after_failover(K_READ, "tw-read");
     wakeup_after_failover(K_FAIR, "tw-fair");
     wakeup_after_failover(K_SEM, "tw-sem");

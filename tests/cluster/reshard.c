@@ -565,7 +565,7 @@ static const char *kind_name[] = {"read", "write", "semaphore"};
  * attempted to access a non local key in a cluster node script", after
  * the delete took effect: the release ended HILOCK_EREPLY, and the
  * waiters were not told (seen once in 4 runs of
- * read_write_locks_through_a_reshard). topo_attack's "keys on src" steps
+ * read_write_locks_through_a_reshard). cluster_failover's "keys on src" steps
  * send their release after the keys have moved (the loop runs only after
  * migrate_slot_keys), so they did not see it. */
 static void release_on_migrating_source(enum kind k, const char *name) {

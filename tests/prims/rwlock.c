@@ -2,7 +2,7 @@
  * writers alone, writers not starved, leases of dead holders, cancels,
  * reentrancy and upgrades, idempotent scripts, connection kills, contention
  * from several processes (support/rwcheck.h), and Redlock refused. The
- * cluster's contention test is in test_cluster.c's harness style below. */
+ * cluster's contention test is in tests/cluster/cluster.c's harness style below. */
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>

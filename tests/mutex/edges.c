@@ -16,7 +16,7 @@ static lockenv e;
 static void setup(void) { lockenv_start_debuggable(&e); }
 static void teardown(void) { lockenv_stop(&e); }
 
-TestSuite(core_attack, .init = setup, .fini = teardown, .timeout = 40);
+TestSuite(mutex_edges, .init = setup, .fini = teardown, .timeout = 40);
 
 /* A client whose connections are up. */
 static hilock_client *ready_client_cfg(const hilock_config *cfg) {
@@ -79,7 +79,7 @@ static void release_in_lost(hilock_hold *h, int why, void *data) {
 
 /* The lost callback releases its hold (and tries to extend it): the
  * release reports the loss once, and nothing is left behind. */
-Test(core_attack, release_from_the_lost_callback) {
+Test(mutex_edges, release_from_the_lost_callback) {
     hilock_client *c = ready_client();
     relost x;
     memset(&x, 0, sizeof(x));
@@ -123,7 +123,7 @@ static void first_closed(void *data) {
     hilock_client_close(k->c, third_closed, k); /* freeing: nothing */
 }
 
-Test(core_attack, close_and_free_from_the_close_callback) {
+Test(mutex_edges, close_and_free_from_the_close_callback) {
     closes k;
     memset(&k, 0, sizeof(k));
     k.c = ready_client();
@@ -158,7 +158,7 @@ static void close_in_release(int status, void *data) {
 
 /* A close begun from a release callback while another hold and a waiter
  * are live: each callback once, both closes' callbacks once each. */
-Test(core_attack, close_twice_from_a_release_callback) {
+Test(mutex_edges, close_twice_from_a_release_callback) {
     hilock_client *c = ready_client(), *other = ready_client();
     cl_in_cb x;
     memset(&x, 0, sizeof(x));
@@ -196,7 +196,7 @@ static void wait_child(pid_t p) {
 /* A stall a little longer than the lease: lost once, the next holder's
  * fence is larger, the old release says ELOST. A stall a little shorter
  * (a lease three times as long): nothing is lost. */
-Test(core_attack, stall_just_longer_and_just_shorter_than_the_lease) {
+Test(mutex_edges, stall_just_longer_and_just_shorter_than_the_lease) {
     hilock_client *a = ready_client(), *b = ready_client();
     lostrec la = {0, 0, 0}, lb = {0, 0, 0};
     hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 400);
@@ -239,7 +239,7 @@ Test(core_attack, stall_just_longer_and_just_shorter_than_the_lease) {
  * (EDEADLINE), the late replies go nowhere, and the lock the late try took
  * and the release that did not run are both put right in the background,
  * well before the 30 s lease. */
-Test(core_attack, replies_later_than_the_request_timeout) {
+Test(mutex_edges, replies_later_than_the_request_timeout) {
     hilock_config cfg;
     lockenv_config(&cfg, e.r.url);
     cfg.request_timeout_ms = 300;
@@ -278,7 +278,7 @@ Test(core_attack, replies_later_than_the_request_timeout) {
 /* CLIENT PAUSE WRITE holds the release (a write script) in the server; the
  * connection is killed under it, and the release is sent again on the next
  * one: it succeeds, once. The same for an extension. */
-Test(core_attack, release_and_extend_across_a_killed_connection) {
+Test(mutex_edges, release_and_extend_across_a_killed_connection) {
     hilock_client *c = ready_client();
     got g1 = acquire_now(&e, c, "kr1", NULL), g2 = acquire_now(&e, c, "kr2", NULL);
     cr_assert_eq(g1.status, 0);
@@ -338,7 +338,7 @@ static void storm_cb(hilock_hold *h, int status, void *data) {
     cr_assert_eq(hilock_release(h, NULL, NULL), 0);
 }
 
-Test(core_attack, a_thousand_waiters_cancelled_in_random_order) {
+Test(mutex_edges, a_thousand_waiters_cancelled_in_random_order) {
     hilock_client *c[2] = {ready_client(), ready_client()};
     static waiter ws[NW];
     storm s;
@@ -391,7 +391,7 @@ Test(core_attack, a_thousand_waiters_cancelled_in_random_order) {
  * inner release drops a level (0), the outer says ELOST, and the owner's
  * next acquire goes to Redis for a new hold rather than re-using the lost
  * one. */
-Test(core_attack, reentrant_hold_lost_then_released_inner_first) {
+Test(mutex_edges, reentrant_hold_lost_then_released_inner_first) {
     hilock_client *c = ready_client();
     hilock_owner *ow = hilock_owner_new(c);
     lostrec l = {0, 0, 0};
@@ -434,7 +434,7 @@ static void brk_cb(int status, uint64_t fence, void *data) {
 
 /* A break while the holder's renewal is held up in the server: the
  * holder hears of it once, a waiter gets the lock with a larger fence. */
-Test(core_attack, break_while_a_renewal_is_in_flight) {
+Test(mutex_edges, break_while_a_renewal_is_in_flight) {
     hilock_client *a = ready_client(), *b = ready_client(), *op = ready_client();
     lostrec l = {0, 0, 0};
     hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 600);
@@ -498,7 +498,7 @@ static void ownfree_second(hilock_hold *h, int status, void *data) {
     x->h2 = h;
 }
 
-Test(core_attack, owner_freed_while_its_stale_grant_is_retried) {
+Test(mutex_edges, owner_freed_while_its_stale_grant_is_retried) {
     ownfree x;
     memset(&x, 0, sizeof(x));
     x.c = ready_client();
@@ -554,7 +554,7 @@ static void chain_cb(hilock_hold *h, int status, void *data) {
 /* SCRIPT FLUSH every few ms while 200 waiters of two clients pass one
  * lock around: every script is re-sent as EVAL; all are granted, in turn,
  * each once. */
-Test(core_attack, script_flush_during_contention) {
+Test(mutex_edges, script_flush_during_contention) {
     hilock_client *c[2] = {ready_client(), ready_client()};
     chain s;
     memset(&s, 0, sizeof(s));
@@ -581,7 +581,7 @@ Test(core_attack, script_flush_during_contention) {
  * waits: the hold is kept (renewals write no new key), the waiter's try,
  * which must write, ends with HILOCK_EOOM once, and nothing is left. The
  * waiter races (a starving one takes a place, a write: the next test). */
-Test(core_attack, out_of_memory_with_a_hold_and_a_waiter) {
+Test(mutex_edges, out_of_memory_with_a_hold_and_a_waiter) {
     hilock_config racing;
     lockenv_config(&racing, e.r.url);
     racing.starve_ms = HILOCK_STARVE_NEVER;
@@ -620,7 +620,7 @@ Test(core_attack, out_of_memory_with_a_hold_and_a_waiter) {
  * memory: taking its place is a write, which Redis refuses, and the wait
  * ends with HILOCK_EOOM at once; the hold goes on, its release works, and
  * nothing is left. */
-Test(core_attack, out_of_memory_when_a_wait_starves) {
+Test(mutex_edges, out_of_memory_when_a_wait_starves) {
     hilock_config cfg;
     lockenv_config(&cfg, e.r.url);
     cfg.starve_ms = 50;
@@ -649,7 +649,7 @@ Test(core_attack, out_of_memory_when_a_wait_starves) {
 /* The password changes while connected, then the connections are killed:
  * the holder cannot renew and hears EAUTH once, its waiter and a new try
  * fail with EAUTH; once the password is back, all works again. */
-Test(core_attack, password_changed_then_a_reconnect) {
+Test(mutex_edges, password_changed_then_a_reconnect) {
     hilock_client *a = ready_client();
     lostrec l = {0, 0, 0};
     hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 600);
@@ -682,7 +682,7 @@ Test(core_attack, password_changed_then_a_reconnect) {
 
 /* CLIENT PAUSE WRITE twice during a storm of 300 acquires from three
  * clients: every try waits in the server, then all are served in turn. */
-Test(core_attack, client_pause_write_during_an_acquire_storm) {
+Test(mutex_edges, client_pause_write_during_an_acquire_storm) {
     hilock_client *c[3] = {ready_client(), ready_client(), ready_client()};
     chain s;
     memset(&s, 0, sizeof(s));
@@ -737,7 +737,7 @@ static void close_in_lost(hilock_hold *h, int why, void *data) {
 /* The lost callback of one hold extends a second, releases a third and
  * closes the client: each callback once, the extension and the release
  * succeed, and every key is given back. */
-Test(core_attack, close_from_the_lost_callback_with_requests_in_flight) {
+Test(mutex_edges, close_from_the_lost_callback_with_requests_in_flight) {
     lostclose x;
     memset(&x, 0, sizeof(x));
     x.c = ready_client();
@@ -821,11 +821,11 @@ static void redlock_resent_behind_the_release(int extend) {
     for (int i = 0; i < 2; i++) test_redis_stop(&more[i]);
 }
 
-Test(core_attack, redlock_renewal_resent_behind_the_release) {
+Test(mutex_edges, redlock_renewal_resent_behind_the_release) {
     redlock_resent_behind_the_release(0);
 }
 
-Test(core_attack, redlock_extension_resent_behind_the_release) {
+Test(mutex_edges, redlock_extension_resent_behind_the_release) {
     redlock_resent_behind_the_release(1);
 }
 
@@ -835,7 +835,7 @@ Test(core_attack, redlock_extension_resent_behind_the_release) {
  * it was HILOCK_EBUSY at once, though nothing had said the lock was taken
  * (a wrong address must never look like a busy lock). It now shares the
  * outcome of the wait's try in flight: the connection's error. */
-Test(core_attack, a_try_behind_a_wait_on_a_dead_server_is_no_busy_lock) {
+Test(mutex_edges, a_try_behind_a_wait_on_a_dead_server_is_no_busy_lock) {
     char url[64];
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_refused_port());
     hilock_client *c = lockenv_client_url(&e, url, 0);
@@ -855,7 +855,7 @@ Test(core_attack, a_try_behind_a_wait_on_a_dead_server_is_no_busy_lock) {
  * first try is answered (held elsewhere, or won by the wait, which comes
  * first); and it is served with the wait's grant when it shares it (the
  * same owner). Nothing is left behind. */
-Test(core_attack, a_try_behind_a_wait_is_busy_after_the_first_answer) {
+Test(mutex_edges, a_try_behind_a_wait_is_busy_after_the_first_answer) {
     hilock_client *a = ready_client(), *b = ready_client();
     hilock_acquire_opts once = opts_wait(0);
     /* Held elsewhere: b's wait's first try is in flight when b tries. */

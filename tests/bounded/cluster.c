@@ -27,7 +27,7 @@ TestSuite(bounded_cluster, .init = setup, .fini = teardown, .timeout = 120);
 
 /* Requests that outlive a failover's write pause (up to twice Redis's
  * manual failover timeout when the first CLUSTER FAILOVER does not
- * complete), as test_topo_attack.c's patient clients. */
+ * complete), as tests/cluster/failover.c's patient clients. */
 #define PATIENT_MS 15000
 
 /* A client seeded at `url` whose waits starve after starve_ms. */

@@ -11,7 +11,7 @@
  *   reconnect    after a Redis restart, the connections are attached again
  *   free_pending hilock_client_free() with waits pending: all called back,
  *                nothing leaks
- *   exclusion    the mutual-exclusion check of test_exclusion.c: thousands
+ *   exclusion    the mutual-exclusion check of tests/mutex/exclusion.c: thousands
  *                of waiters here and in forked processes, each on this loop
  *   example      examples/libevent_basic, libev_basic and libuv_basic run
  */
@@ -279,7 +279,7 @@ static void check_free_pending(int kind) {
     test_redis_stop(&r);
 }
 
-/* ---- Mutual exclusion (as in test_exclusion.c) --------------------------- */
+/* ---- Mutual exclusion (as in tests/mutex/exclusion.c) --------------------------- */
 
 #define LOCAL_WAITERS 10000
 #define PROCS 4

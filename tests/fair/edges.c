@@ -1,5 +1,5 @@
-/* More attacks on the fair lock, at the moments test_fair.c and
- * test_fair_attack.c leave alone: a grant message still unread when its
+/* More attacks on the fair lock, at the moments tests/fair/fair.c and
+ * tests/fair/reorder.c leave alone: a grant message still unread when its
  * wait is cancelled, times out or its client is freed; the lock's or the
  * queue's key deleted, or the whole server flushed or restarted, while
  * waits queue; a server that stalls past the claim window right after a
@@ -19,7 +19,7 @@ static lockenv e;
 static void setup(void) { lockenv_start_debuggable(&e); }
 static void teardown(void) { lockenv_stop(&e); }
 
-TestSuite(fair_attack2, .init = setup, .fini = teardown, .timeout = 30);
+TestSuite(fair_edges, .init = setup, .fini = teardown, .timeout = 30);
 
 /* ---- Helpers ------------------------------------------------------------------ */
 
@@ -82,7 +82,7 @@ static int both_release(side *s, hilock_hold *h) {
  * run since). The cancel's release finds w1 holding the lock and hands it
  * to the next entry, w2 (s's too): w2 holds it, w1 gets ECANCELED once,
  * and the message read after the cancel changes nothing. */
-Test(fair_attack2, a_wait_cancelled_with_its_grant_unread_passes_it_to_the_next) {
+Test(fair_edges, a_wait_cancelled_with_its_grant_unread_passes_it_to_the_next) {
     hilock_client *m = lockenv_client(&e);
     side s;
     side_start(&s);
@@ -117,7 +117,7 @@ Test(fair_attack2, a_wait_cancelled_with_its_grant_unread_passes_it_to_the_next)
  * when s's loop runs, both the deadline and the message are due. Either
  * outcome is fine, but exactly one: w1 holds the lock (and Redis says
  * so), or w1 timed out and the lock went on to w2 at once. */
-Test(fair_attack2, a_deadline_due_with_the_grant_unread_has_one_outcome) {
+Test(fair_edges, a_deadline_due_with_the_grant_unread_has_one_outcome) {
     hilock_client *m = lockenv_client(&e);
     side s;
     side_start(&s);
@@ -164,7 +164,7 @@ Test(fair_attack2, a_deadline_due_with_the_grant_unread_has_one_outcome) {
  * queued: nothing crashes, every wait gets ECANCELED once, and the lock
  * reaches x, queued behind them, within about the claim window (the
  * unclaimed grant lapses and cuts s's other places short). */
-Test(fair_attack2, a_client_freed_with_its_grant_unread_leaves_no_lock) {
+Test(fair_edges, a_client_freed_with_its_grant_unread_leaves_no_lock) {
     hilock_client *m = lockenv_client(&e), *x = lockenv_client(&e);
     side s;
     side_start(&s);
@@ -197,7 +197,7 @@ Test(fair_attack2, a_client_freed_with_its_grant_unread_leaves_no_lock) {
 /* An owner's two waits queue behind m; the first is cancelled with its
  * grant unread: the second, same owner, gets the lock (one hold, count 1),
  * and another client's wait queued between them does not jump ahead. */
-Test(fair_attack2, an_owners_first_wait_cancelled_at_its_grant_serves_the_second) {
+Test(fair_edges, an_owners_first_wait_cancelled_at_its_grant_serves_the_second) {
     hilock_client *m = lockenv_client(&e), *x = lockenv_client(&e);
     side s;
     side_start(&s);
@@ -242,7 +242,7 @@ Test(fair_attack2, an_owners_first_wait_cancelled_at_its_grant_serves_the_second
  * operator's DEL): the first live entry, s's, gets the lock by the next
  * try of anyone (within about a second), x stays behind it, and m finds
  * out at its next renewal. */
-Test(fair_attack2, the_lock_deleted_under_waiters_goes_to_the_first) {
+Test(fair_edges, the_lock_deleted_under_waiters_goes_to_the_first) {
     hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e), *x = lockenv_client(&e);
     hilock_acquire_opts short_lease = opts_wait_lease(HILOCK_WAIT_FOREVER, 1500);
     lostrec lm = {0, 0, 0};
@@ -278,7 +278,7 @@ Test(fair_attack2, the_lock_deleted_under_waiters_goes_to_the_first) {
 /* The whole data set goes (FLUSHALL) while 3 clients queue behind m:
  * every wait is still served, one holder at a time, fences still grow,
  * and nothing is left in Redis at the end. */
-Test(fair_attack2, flushall_under_waiters_serves_everyone) {
+Test(fair_edges, flushall_under_waiters_serves_everyone) {
     hilock_client *c[4];
     got g[4];
     for (int i = 0; i < 4; i++) c[i] = lockenv_client(&e);
@@ -326,7 +326,7 @@ Test(fair_attack2, flushall_under_waiters_serves_everyone) {
  * holds and s waits: m's hold is lost, s gets the lock once the server is
  * back, and its fence is larger than m's, though the fence key is gone
  * (the server's clock). */
-Test(fair_attack2, fences_grow_across_a_restart_without_persistence) {
+Test(fair_edges, fences_grow_across_a_restart_without_persistence) {
     hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e);
     hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 1500);
     lostrec lm = {0, 0, 0};
@@ -365,7 +365,7 @@ Test(fair_attack2, fences_grow_across_a_restart_without_persistence) {
  * s must learn its hold is lost by the window's end (by its own clock),
  * its late claim must not take the lock back, and x, queued behind it,
  * gets the lock when the server wakes, with a larger fence. */
-Test(fair_attack2, a_stall_past_the_claim_window_loses_the_grant_cleanly) {
+Test(fair_edges, a_stall_past_the_claim_window_loses_the_grant_cleanly) {
     hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e), *x = lockenv_client(&e);
     hilock_acquire_opts o = opts_wait(HILOCK_WAIT_FOREVER);
     lostrec ls = {0, 0, 0};
@@ -408,7 +408,7 @@ Test(fair_attack2, a_stall_past_the_claim_window_loses_the_grant_cleanly) {
  * bytes above 127) and of HILOCK_NAME_MAX bytes, all escaped (the key and
  * channel three times as long): each reaches the next waiter in order, and
  * the names are kept apart. */
-Test(fair_attack2, odd_and_longest_names_hand_over_by_message) {
+Test(fair_edges, odd_and_longest_names_hand_over_by_message) {
     static char longest[HILOCK_NAME_MAX + 1], plain[HILOCK_NAME_MAX + 1];
     static const char odd[] = "a{b}c%d e\r\nf\xff\x01g}";
     memset(longest, '{', HILOCK_NAME_MAX);
@@ -450,7 +450,7 @@ Test(fair_attack2, odd_and_longest_names_hand_over_by_message) {
  * costs a client its places). The next script (y's try once) must find
  * w2 alive and grant it, not skip it as a dead client's and give x1,
  * which came after it, the lock. */
-Test(fair_attack2, a_short_no_renew_grant_keeps_its_clients_other_places) {
+Test(fair_edges, a_short_no_renew_grant_keeps_its_clients_other_places) {
     hilock_client *m = lockenv_client(&e), *x = lockenv_client(&e), *y = lockenv_client(&e);
     side s;
     side_start(&s);
@@ -504,7 +504,7 @@ Test(fair_attack2, a_short_no_renew_grant_keeps_its_clients_other_places) {
  * and then x's x1 queue behind w2. When w2's key expires, a third
  * client's try (y's, while s's loop pauses 400 ms) must grant w3, not
  * skip it for x1. */
-Test(fair_attack2, a_short_no_renew_grant_found_by_a_try_keeps_the_other_places) {
+Test(fair_edges, a_short_no_renew_grant_found_by_a_try_keeps_the_other_places) {
     hilock_client *m = lockenv_client(&e), *x = lockenv_client(&e), *y = lockenv_client(&e);
     side s;
     side_start(&s);
@@ -687,7 +687,7 @@ static void xp_child(xpres *r, int p) {
  * holds of 300 ms that they leave to expire (the next grant then comes
  * from a refresh). The others are granted exactly in the order they
  * arrived, with growing fences, one at a time. */
-Test(fair_attack2, order_across_processes_with_cancels_and_short_holds) {
+Test(fair_edges, order_across_processes_with_cancels_and_short_holds) {
     xpres *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert_neq(r, MAP_FAILED);
     memset((void *)r, 0, sizeof(*r));
@@ -738,7 +738,7 @@ Test(fair_attack2, order_across_processes_with_cancels_and_short_holds) {
  * grants s's wait, with x queued behind it: the grant's message is lost,
  * and s's resubscription's try must find the lock in its name within the
  * claim window, so that the grant neither lapses nor passes to x. */
-Test(fair_attack2, a_grant_lost_with_the_subscriber_is_found_before_it_lapses) {
+Test(fair_edges, a_grant_lost_with_the_subscriber_is_found_before_it_lapses) {
     hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e), *x = lockenv_client(&e);
     for (int round = 0; round < 3; round++) {
         char name[16];
@@ -781,7 +781,7 @@ Test(fair_attack2, a_grant_lost_with_the_subscriber_is_found_before_it_lapses) {
  * try, and all of a client's waits join again in their order (hilock.h):
  * w2, called before y1, is not left out of the queue until it is s's head
  * (when y1 would have gone ahead of it). */
-Test(fair_attack2, after_the_queue_key_alone_is_lost_every_wait_joins_again) {
+Test(fair_edges, after_the_queue_key_alone_is_lost_every_wait_joins_again) {
     hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e), *y = lockenv_client(&e);
     got gm = fair_now(m, "ql", NULL), g1, g2, gy;
     fair_start(s, "ql", NULL, &g1, NULL);
@@ -824,7 +824,7 @@ static void closed_cb(void *data) { *(int *)data = 1; }
  * wait queued: both end with ECANCELED, their releases hand the lock on
  * (the first's to s's second, the second's to x) in one round trip each,
  * not after a claim window, and nothing of s stays in Redis. */
-Test(fair_attack2, a_close_with_a_grant_unread_hands_the_lock_on_at_once) {
+Test(fair_edges, a_close_with_a_grant_unread_hands_the_lock_on_at_once) {
     hilock_client *m = lockenv_client(&e), *x = lockenv_client(&e);
     side s;
     side_start(&s);

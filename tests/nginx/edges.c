@@ -1,4 +1,4 @@
-/* ngx_http_hilock_module under attack: what tests/test_nginx.c does not
+/* ngx_http_hilock_module under attack: what tests/nginx/nginx.c does not
  * cover (requests that reach the lock after a graceful shutdown began,
  * odd lock names, error_page on a timeout, keepalive with aborts, stats
  * under load). A real nginx with the module on a real redis-server, in
@@ -33,7 +33,7 @@ static void teardown(void) {
     test_redis_stop(&R);
 }
 
-TestSuite(nginx_attack, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(nginx_edges, .init = setup, .fini = teardown, .timeout = 60);
 
 #define SHOW                                                                   \
     "add_header X-Hilock-Status $hilock_status always;"                        \
@@ -98,7 +98,7 @@ static void no_problems(void) {
  * worker is told to shut down gracefully (here: a reload) reaches the
  * lock afterwards: the old worker must still lock it and serve it, as it
  * serves the requests that already waited or held. */
-Test(nginx_attack, reload_while_a_request_is_before_the_lock_phase) {
+Test(nginx_edges, reload_while_a_request_is_before_the_lock_phase) {
     test_http h, after;
     char st[32];
     pid_t old[8];
@@ -121,7 +121,7 @@ Test(nginx_attack, reload_while_a_request_is_before_the_lock_phase) {
 
 /* The same with nginx -s quit: the request is served before the worker
  * exits, with its lock. */
-Test(nginx_attack, quit_while_a_request_is_before_the_lock_phase) {
+Test(nginx_edges, quit_while_a_request_is_before_the_lock_phase) {
     test_http h;
     char st[32];
     start(1, "");
@@ -141,7 +141,7 @@ Test(nginx_attack, quit_while_a_request_is_before_the_lock_phase) {
  * requests and are released; one byte longer is refused with the error
  * status even under hilock_fail_open (a client must not get itself served
  * unlocked). */
-Test(nginx_attack, odd_and_longest_names) {
+Test(nginx_edges, odd_and_longest_names) {
     static const char odd[] = "\x01\xff\"\\{x}% :\xc3";
     static char name[HILOCK_NAME_MAX + 2], req[4096];
     static test_http h[3];
@@ -179,7 +179,7 @@ Test(nginx_attack, odd_and_longest_names) {
 
 /* A timeout answered through error_page (to a named location) is answered
  * once, the redirected request takes no lock, and nothing is left. */
-Test(nginx_attack, error_page_on_a_timeout) {
+Test(nginx_edges, error_page_on_a_timeout) {
     test_http hold, busy;
     char st[32];
     start(1, "");
@@ -199,7 +199,7 @@ Test(nginx_attack, error_page_on_a_timeout) {
 /* One keepalive connection: a try that fails (409), a POST with a body
  * that fails (its body must be discarded, not parsed as the next
  * request), then a request that waits and gets the lock. */
-Test(nginx_attack, keepalive_after_timeouts_with_a_body) {
+Test(nginx_edges, keepalive_after_timeouts_with_a_body) {
     test_http hold, h;
     start(1, "");
     cr_assert_eq(test_http_send(&hold, N.port, "/k/?key=kt&ms=600"), 0);
@@ -232,7 +232,7 @@ static char metrics_reply[1 << 20];
  * run on two workers: every scrape is valid for promtool, and at the end
  * (after the publishing second) the acquires add up: every request served
  * was granted, every grant released once, nothing waits, nothing is held. */
-Test(nginx_attack, stats_under_load_stay_valid_and_add_up) {
+Test(nginx_edges, stats_under_load_stay_valid_and_add_up) {
     enum { C = 60 };
     static test_http h[C];
     char *body, out[4096];
@@ -284,7 +284,7 @@ Test(nginx_attack, stats_under_load_stay_valid_and_add_up) {
  * their clients go away (--max-time) while they wait: every wait is
  * cancelled, none reaches the backend, nothing is left. Then five streams
  * for one key are served one at a time. */
-Test(nginx_attack, http2_streams_wait_cancel_and_serialise) {
+Test(nginx_edges, http2_streams_wait_cancel_and_serialise) {
     test_http hold;
     char extra[128], cmd[1024], codes[256] = "", path[256];
     int p2 = test_free_port();
@@ -329,7 +329,7 @@ Test(nginx_attack, http2_streams_wait_cancel_and_serialise) {
  * wait: nginx stops at once, nobody is served, no alert (and no sanitizer
  * report under SANITIZE=1); the lock is not released (documented) but
  * frees itself within its lease. */
-Test(nginx_attack, fast_stop_with_holder_and_waiters) {
+Test(nginx_edges, fast_stop_with_holder_and_waiters) {
     enum { W = 5 };
     static test_http h[W + 1];
     start(1, "");
@@ -356,7 +356,7 @@ Test(nginx_attack, fast_stop_with_holder_and_waiters) {
  * backend and others wait: nginx cuts them off at 1 s; the holder's lock
  * is released then (not left for its 30 s lease), the worker exits, and
  * nothing is logged as gone wrong. */
-Test(nginx_attack, quit_with_shutdown_timeout_releases_the_cut_holder) {
+Test(nginx_edges, quit_with_shutdown_timeout_releases_the_cut_holder) {
     enum { W = 5 };
     static test_http h[W + 1];
     char conf[256], text[16384];
@@ -399,7 +399,7 @@ Test(nginx_attack, quit_with_shutdown_timeout_releases_the_cut_holder) {
  * the timeout status after their whole wait=: waiters already queued ride
  * out an outage, as after a Redis restart they are served; see the
  * report of this suite's branch.) */
-Test(nginx_attack, redis_dies_under_waiters_none_hangs) {
+Test(nginx_edges, redis_dies_under_waiters_none_hangs) {
     enum { W = 10 };
     static test_http h[W + 1];
     char st[32];
@@ -427,7 +427,7 @@ Test(nginx_attack, redis_dies_under_waiters_none_hangs) {
 
 /* ab -k -c 50 (keepalive) on one key, two workers: the backend never
  * sees two at once, every request is served, nothing is left. */
-Test(nginx_attack, ab_keepalive_hot_key_exclusion) {
+Test(nginx_edges, ab_keepalive_hot_key_exclusion) {
     char cmd[512];
     start(2, "");
     snprintf(cmd, sizeof(cmd),
@@ -448,7 +448,7 @@ Test(nginx_attack, ab_keepalive_hot_key_exclusion) {
  * workers and one more sits in a slow auth_request: two generations of
  * old workers drain at once; every request is served with its lock, the
  * newest workers lock, nothing is left, no alert. */
-Test(nginx_attack, two_reloads_in_a_row_with_holder_waiters_and_a_late_request) {
+Test(nginx_edges, two_reloads_in_a_row_with_holder_waiters_and_a_late_request) {
     enum { W = 8 };
     static test_http h[W + 2];
     test_http after;

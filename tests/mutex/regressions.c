@@ -13,7 +13,7 @@ static lockenv e;
 static void setup(void) { lockenv_start_debuggable(&e); }
 static void teardown(void) { lockenv_stop(&e); }
 
-TestSuite(regress, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(mutex_regress, .init = setup, .fini = teardown, .timeout = 60);
 
 /* A client whose command connection is up, so that a try goes out from
  * inside hilock_acquire(). */
@@ -40,7 +40,7 @@ static long long fence_in_redis(const char *name) {
 
 /* A's try is in flight when A is cancelled; B queues behind it and sends
  * nothing. A's try wins: the lock must be given back AND B must be tried. */
-Test(regress, waiter_behind_a_cancelled_try_is_tried) {
+Test(mutex_regress, waiter_behind_a_cancelled_try_is_tried) {
     static const int64_t waits[] = {0, HILOCK_WAIT_FOREVER, 3000};
     hilock_client *c = ready_client();
     for (int i = 0; i < 3; i++) {
@@ -70,7 +70,7 @@ Test(regress, waiter_behind_a_cancelled_try_is_tried) {
 
 /* The same when A's own wait runs out while its try is in flight (the
  * server is stalled, so the try outlives A's 50 ms). */
-Test(regress, waiter_behind_an_expired_try_is_tried) {
+Test(mutex_regress, waiter_behind_an_expired_try_is_tried) {
     hilock_client *c = ready_client();
     got ga = {0, 0, NULL, 0}, gb = {0, 0, NULL, 0};
     pid_t sleeper = test_redis_debug_sleep(&e.r, "0.4");
@@ -116,7 +116,7 @@ static void second(hilock_hold *h, int status, void *data) {
     if (status == 0) cr_expect_eq(hilock_release(h, NULL, NULL), 0, "a grant that close releases");
 }
 
-Test(regress, close_cancels_grants_not_yet_delivered) {
+Test(mutex_regress, close_cancels_grants_not_yet_delivered) {
     for (int round = 0; round < 20; round++) {
         closer k;
         memset(&k, 0, sizeof(k));
@@ -168,7 +168,7 @@ static void check_second(hilock_hold *h, int status, void *data) {
 
 /* A callback ahead of the grant in the same turn uses up its 50 ms lease:
  * the grant must not be delivered as success with the key gone. */
-Test(regress, grant_after_lease_is_retried) {
+Test(mutex_regress, grant_after_lease_is_retried) {
     hilock_client *c = ready_client();
     stale s;
     memset(&s, 0, sizeof(s));
@@ -189,7 +189,7 @@ Test(regress, grant_after_lease_is_retried) {
 }
 
 /* The loop stalls while the grant's reply sits in the socket. */
-Test(regress, grant_read_after_a_stall_is_retried) {
+Test(mutex_regress, grant_read_after_a_stall_is_retried) {
     hilock_client *c = ready_client();
     stale s;
     memset(&s, 0, sizeof(s));
@@ -218,7 +218,7 @@ Test(regress, grant_read_after_a_stall_is_retried) {
 /* A wait with no time left ends with its own error instead: a try-once,
  * and a 100 ms wait whose grant is read in the same turn as a callback that
  * works 150 ms. */
-Test(regress, stale_grant_past_the_wait_times_out) {
+Test(mutex_regress, stale_grant_past_the_wait_times_out) {
     hilock_client *c = ready_client();
     stale s;
     memset(&s, 0, sizeof(s));
@@ -251,7 +251,7 @@ Test(regress, stale_grant_past_the_wait_times_out) {
 
 /* A hold delivered live, then observed by a later callback of the same turn
  * after its lease ran out: it must read as lost, before any timer ran. */
-Test(regress, hold_reads_lost_once_its_lease_ran_out) {
+Test(mutex_regress, hold_reads_lost_once_its_lease_ran_out) {
     hilock_client *c = ready_client();
     stale s;
     memset(&s, 0, sizeof(s));
@@ -275,7 +275,7 @@ Test(regress, hold_reads_lost_once_its_lease_ran_out) {
 
 static void count_closed(void *data) { (*(int *)data)++; }
 
-Test(regress, free_after_close_runs_the_close_callback) {
+Test(mutex_regress, free_after_close_runs_the_close_callback) {
     for (int variant = 0; variant < 3; variant++) {
         hilock_client *c = ready_client();
         char name[16];
@@ -306,7 +306,7 @@ static got acquire_url(const char *url, int64_t wait_ms) {
     return g;
 }
 
-Test(regress, unreachable_is_a_connection_error) {
+Test(mutex_regress, unreachable_is_a_connection_error) {
     /* Nothing listens on port 1. */
     got g = acquire_url("redis://127.0.0.1:1", 500);
     cr_expect_eq(g.status, HILOCK_ECONN, "wait 500 got %s", hilock_strerror(g.status));
@@ -362,7 +362,7 @@ static void tally_cb(hilock_hold *h, int status, void *data) {
  * names and 200 on one name, each waiting 1.5 s (tries that get no answer
  * are tried again while a wait has time left): every one of them reports
  * HILOCK_EDEADLINE, what their tries met. */
-Test(regress, stall_reports_one_code) {
+Test(mutex_regress, stall_reports_one_code) {
     hilock_client *c = ready_client();
     tally t = {0, 0, 0, 0};
     hilock_acquire_opts o = opts_wait(1500);
@@ -446,13 +446,13 @@ static void run_pair(pair *p, uint32_t lease, int no_renew) {
     hilock_client_free(c);
 }
 
-Test(regress, shared_grant_stale_after_a_level_released) {
+Test(mutex_regress, shared_grant_stale_after_a_level_released) {
     pair p;
     memset(&p, 0, sizeof(p));
     run_pair(&p, 30, 1);
 }
 
-Test(regress, shared_grant_whose_levels_were_all_released) {
+Test(mutex_regress, shared_grant_whose_levels_were_all_released) {
     pair p;
     memset(&p, 0, sizeof(p));
     p.release_all = 1;
@@ -461,7 +461,7 @@ Test(regress, shared_grant_whose_levels_were_all_released) {
 
 /* An extension whose reply comes after the hold's release: the extension
  * is re-sent as EVAL (NOSCRIPT) behind a release whose script is cached. */
-Test(regress, extend_answered_after_the_release) {
+Test(mutex_regress, extend_answered_after_the_release) {
     hilock_client *c = ready_client();
     got g = acquire_now(&e, c, "ext-rel", NULL);
     cr_assert_eq(g.status, 0);
@@ -486,7 +486,7 @@ Test(regress, extend_answered_after_the_release) {
  * that was sent after it (both held up by a stalled server): the renewal's
  * lease is the one Redis keeps, so the client must renew again in time, and
  * nobody else may get the lock. */
-Test(regress, extend_then_a_renewal_with_the_old_lease) {
+Test(mutex_regress, extend_then_a_renewal_with_the_old_lease) {
     hilock_client *c = ready_client(), *other = ready_client();
     hilock_acquire_opts o = opts_wait(HILOCK_WAIT_FOREVER);
     o.lease_ms = 300;
@@ -514,7 +514,7 @@ Test(regress, extend_then_a_renewal_with_the_old_lease) {
 }
 
 /* A second hilock_client_close() gets its callback too, once. */
-Test(regress, second_close_gets_its_callback) {
+Test(mutex_regress, second_close_gets_its_callback) {
     hilock_client *c = ready_client();
     got g = acquire_now(&e, c, "close2", NULL);
     cr_assert_eq(g.status, 0);

@@ -20,7 +20,7 @@ static lockenv e;
 static void setup(void) { lockenv_start_debuggable(&e); }
 static void teardown(void) { lockenv_stop(&e); }
 
-TestSuite(fair_attack, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(fair_reorder, .init = setup, .fini = teardown, .timeout = 60);
 
 /* ---- Helpers ------------------------------------------------------------------ */
 
@@ -90,7 +90,7 @@ static void stall_end(redisContext *k) {
  * the join's reply (not granted: it ran before the grant) must not make s
  * give it back, which would hand the lock to the next waiter while w1's
  * callback said it holds it. */
-Test(fair_attack, a_join_answered_after_its_grant_keeps_the_lock) {
+Test(fair_reorder, a_join_answered_after_its_grant_keeps_the_lock) {
     hilock_client *m = lockenv_client(&e), *s = lingering_client(), *x = lockenv_client(&e);
     hilock_acquire_opts once = wait_opts(0, 0);
     int bad = 0;
@@ -144,7 +144,7 @@ Test(fair_attack, a_join_answered_after_its_grant_keeps_the_lock) {
  * from when the granted wait began (long ago) makes the fresh grant look
  * lapsed: the wait gives it back, and the lock goes to the join's wait,
  * which came after it. */
-Test(fair_attack, a_grant_read_after_a_later_join_is_dated_from_the_server_clock) {
+Test(fair_reorder, a_grant_read_after_a_later_join_is_dated_from_the_server_clock) {
     hilock_client *m = lockenv_client(&e), *s = lingering_client();
     got gm = fair_now(m, "gt", NULL), g1, g2;
     cr_assert_eq(gm.status, 0);
@@ -190,7 +190,7 @@ Test(fair_attack, a_grant_read_after_a_later_join_is_dated_from_the_server_clock
  * message, its key lives the 1 s claim window unless claimed: a no_renew
  * hold of 3 s must still be claimed once, or it is lost after 1 s and the
  * next waiter takes the lock while the holder was promised 3 s. */
-Test(fair_attack, a_no_renew_hold_granted_by_message_lives_its_lease) {
+Test(fair_reorder, a_no_renew_hold_granted_by_message_lives_its_lease) {
     hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e), *o = lockenv_client(&e);
     hilock_acquire_opts nr = wait_opts(HILOCK_WAIT_FOREVER, 3000), once = wait_opts(0, 0);
     nr.no_renew = 1;
@@ -259,7 +259,7 @@ static int a_before_b(got *a, got *b) {
  * w2, called after it, joins before w1's next try and is the one that
  * learns it. "All its waits join again, in their order" (hilock.h): w1
  * comes before w2, not after. */
-Test(fair_attack, after_the_queue_is_lost_a_later_wait_learning_it_stays_behind) {
+Test(fair_reorder, after_the_queue_is_lost_a_later_wait_learning_it_stays_behind) {
     hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e);
     got gm = fair_now(m, "lo", NULL), g1, g2;
     fair_start(s, "lo", NULL, &g1, NULL);
@@ -283,7 +283,7 @@ Test(fair_attack, after_the_queue_is_lost_a_later_wait_learning_it_stays_behind)
  * speaks again (w1's next try), its waits join again "in their order, at
  * the end of the queue" (hilock.h): w1 before w2, not w2 at its old place
  * and w1 behind it. */
-Test(fair_attack, after_a_silence_a_clients_waits_join_again_in_their_order) {
+Test(fair_reorder, after_a_silence_a_clients_waits_join_again_in_their_order) {
     hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e), *q = lockenv_client(&e);
     got gm = fair_now(m, "ls", NULL), g1, g2, gr;
     char who[17];
@@ -352,7 +352,7 @@ static void both_for(side *s, int ms) {
  * grant and renewed it. Giving the token back "in case the try left a
  * lock" deletes the lock w1's hold was just given, and hands it to the
  * next waiter. */
-Test(fair_attack, a_try_that_fails_after_its_wait_was_granted_keeps_the_lock) {
+Test(fair_reorder, a_try_that_fails_after_its_wait_was_granted_keeps_the_lock) {
     hilock_client *m = lockenv_client(&e), *n = lockenv_client(&e);
     side s;
     side_start(&s, 300);
@@ -399,7 +399,7 @@ static hilock_client *replicas_client(struct lockenv *env, const char *url, uint
  * HILOCK_EREPLICAS" (hilock.h, wait_replicas). With no replica at all, a
  * client that asks for one never gets the lock; a grant by message is an
  * acquire too, and was delivered with nothing confirmed. */
-Test(fair_attack, a_grant_by_message_waits_for_the_replicas_too) {
+Test(fair_reorder, a_grant_by_message_waits_for_the_replicas_too) {
     hilock_client *m = lockenv_client(&e), *s = replicas_client(&e, e.r.url, 1, 100);
     got gm = fair_now(m, "wr", NULL), g, gx;
     fair_start(s, "wr", NULL, &g, NULL);
@@ -424,7 +424,7 @@ Test(fair_attack, a_grant_by_message_waits_for_the_replicas_too) {
 }
 
 /* With a replica that confirms, the handoff still works. */
-Test(fair_attack, a_grant_by_message_with_a_replica_that_confirms) {
+Test(fair_reorder, a_grant_by_message_with_a_replica_that_confirms) {
     test_redis replica;
     char port[16];
     snprintf(port, sizeof(port), "%d", e.r.port);
@@ -554,7 +554,7 @@ static void stall_tick(evutil_socket_t fd, short what, void *data) {
  * clients send meanwhile runs in one turn, and replies and grant messages
  * cross): never two holders, no grant delivered lost, and nothing left in
  * Redis at the end. */
-Test(fair_attack, churn_with_stalls_cancels_and_timeouts) {
+Test(fair_reorder, churn_with_stalls_cancels_and_timeouts) {
     hilock_client *c[3];
     static cslot s[CHURN_SLOTS];
     churn ch = {0};
@@ -594,7 +594,7 @@ Test(fair_attack, churn_with_stalls_cancels_and_timeouts) {
  * then runs after the release: it joins the queue for a wait that is
  * gone. Its answer must take that place back, or the next release grants
  * it to nobody and every waiter loses the claim window (1 s). */
-Test(fair_attack, a_cancel_overtaking_a_try_sent_again_after_noscript_leaves_no_place) {
+Test(fair_reorder, a_cancel_overtaking_a_try_sent_again_after_noscript_leaves_no_place) {
     hilock_client *m = lockenv_client(&e), *c = lockenv_client(&e), *o = lockenv_client(&e);
     hilock_acquire_opts once = wait_opts(0, 0);
     got gm = fair_now(m, "ns", NULL), g, go;
@@ -625,7 +625,7 @@ Test(fair_attack, a_cancel_overtaking_a_try_sent_again_after_noscript_leaves_no_
 /* A fresh client's first waits, called together: its first try says the
  * client had no time in the queue (it never spoke there), which must not
  * reorder the waits whose joins ran after it. */
-Test(fair_attack, a_fresh_clients_first_waits_keep_their_order) {
+Test(fair_reorder, a_fresh_clients_first_waits_keep_their_order) {
     hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e);
     got gm = fair_now(m, "fw", NULL), g[4];
     for (int i = 0; i < 4; i++) fair_start(s, "fw", NULL, &g[i], NULL);
@@ -646,7 +646,7 @@ Test(fair_attack, a_fresh_clients_first_waits_keep_their_order) {
 
 /* Waits cancelled, or timed out, while their joins are still on the way:
  * none keeps a place, and the lock passes on at once. */
-Test(fair_attack, waits_that_end_before_their_join_is_answered_leave_no_place) {
+Test(fair_reorder, waits_that_end_before_their_join_is_answered_leave_no_place) {
     hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e), *o = lockenv_client(&e);
     hilock_acquire_opts tiny = wait_opts(1, 0);
     got gm = fair_now(m, "ej", NULL), g[8], go;
@@ -693,7 +693,7 @@ static void free_in_cb(hilock_hold *h, int status, void *data) {
     if (status == 0) hilock_client_free(f->c);
 }
 
-Test(fair_attack, client_freed_in_a_grant_callback) {
+Test(fair_reorder, client_freed_in_a_grant_callback) {
     hilock_client *m = lockenv_client(&e), *s = lockenv_client(&e);
     got gm = fair_now(m, "fc", NULL), g[5];
     freer f = {s, {0, 0, NULL, 0}};

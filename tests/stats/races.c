@@ -1,4 +1,4 @@
-/* attack14: adversarial tests of observability: the stats'
+/* stats_races: adversarial tests of observability: the stats'
  * invariants after races, closes, shares and failures; the Prometheus text
  * under odd addresses and sizes; the log callback's rate. */
 #include <fcntl.h>
@@ -57,7 +57,7 @@ static void check_drained(hilock_client *c, const char *where) {
 
 /* ---- Outcomes and gauges -------------------------------------------------- */
 
-TestSuite(attack14, .init = setup, .fini = teardown, .timeout = 40);
+TestSuite(stats_races, .init = setup, .fini = teardown, .timeout = 40);
 
 /* A callback that releases what it got, and cancels the other waits it
  * knows about (a cancel racing grants that are queued already). */
@@ -91,7 +91,7 @@ static void racer_cb(hilock_hold *h, int status, void *data) {
 
 /* Waits of one owner share a grant; the first grantee's callback cancels
  * everything else (some already granted, some queued) and releases. */
-Test(attack14, cancels_racing_shared_grants_keep_the_books) {
+Test(stats_races, cancels_racing_shared_grants_keep_the_books) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
     got ga = acquire_now(&e, a, "race", NULL);
     cr_assert_eq(ga.status, 0);
@@ -140,7 +140,7 @@ static void staler_cb(hilock_hold *h, int status, void *data) {
  * renewal; the first callback stalls the loop past the lease: the second
  * grant is stale, and its wait tries again (wait_retry). The outcome books
  * still balance and the gauges come back to zero. */
-Test(attack14, stale_shared_grant_retried_keeps_the_books) {
+Test(stats_races, stale_shared_grant_retried_keeps_the_books) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
     got ga = acquire_now(&e, a, "stale", NULL);
     hilock_owner *o = hilock_owner_new(b);
@@ -194,7 +194,7 @@ static void release_all(keeper *k) {
     k->granted = 0;
 }
 
-Test(attack14, rwlock_semaphore_fair_keep_the_books) {
+Test(stats_races, rwlock_semaphore_fair_keep_the_books) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
     keeper ka = {0}, kb = {0};
     /* rwlock: a writer, then 5 readers (one canceled), then a try. */
@@ -276,7 +276,7 @@ static void closed_cb(void *data) {
     k->done = 1;
 }
 
-Test(attack14, close_with_waits_and_holds_balances) {
+Test(stats_races, close_with_waits_and_holds_balances) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
     got ga = acquire_now(&e, a, "cl", NULL);
     keeper kb = {0};
@@ -333,7 +333,7 @@ static void brk_cb(int status, uint64_t fence, void *data) {
 
 /* A server that is down: every waiter, try or timed, fails; each has one
  * outcome, counted as failed with its code. */
-Test(attack14, econn_for_every_waiter) {
+Test(stats_races, econn_for_every_waiter) {
     char url[64];
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", test_refused_port());
     hilock_client *c = lockenv_client_url(&e, url, 0);
@@ -377,7 +377,7 @@ Test(attack14, econn_for_every_waiter) {
  * hold (ELOST), its lost callback (ELOST). */
 static void ext_cb(int status, void *data) { rel_cb(status, data); }
 
-Test(attack14, errors_count_every_callback_kind) {
+Test(stats_races, errors_count_every_callback_kind) {
     hilock_client *c = lockenv_client(&e);
     lostrec lr = {0, 0, 0};
     hilock_acquire_opts op = opts_wait_lease(1000, 100);
@@ -426,7 +426,7 @@ static void inner_cb(hilock_hold *h, int status, void *data) {
     (void)h;
 }
 
-Test(attack14, stats_inside_callbacks_and_in_a_child) {
+Test(stats_races, stats_inside_callbacks_and_in_a_child) {
     hilock_client *c = lockenv_client(&e);
     inner in = {c, 0, {0}};
     cr_assert_eq(hilock_acquire(c, "in", NULL, inner_cb, &in, NULL), 0);
@@ -456,7 +456,7 @@ static void promtool_ok(const hilock_stats *const *s, const char *const *labels,
 /* Unix socket paths as long as they go, with UTF-8 characters across the
  * 80-byte cut of hilock_node_stats.addr, quotes, backslashes, newlines: the
  * text stays valid (UTF-8 label values). */
-Test(attack14, odd_unix_paths_stay_valid_prometheus) {
+Test(stats_races, odd_unix_paths_stay_valid_prometheus) {
     static const char *const paths[] = {
         /* 78 ASCII bytes then "é" (2 bytes): cut in the middle */
         "/tmp/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xc3\xa9xyz",
@@ -487,7 +487,7 @@ Test(attack14, odd_unix_paths_stay_valid_prometheus) {
 
 /* snprintf's contract at the edges: len 1, len exact (one short of the
  * NUL), len + 1. */
-Test(attack14, snprintf_edges) {
+Test(stats_races, snprintf_edges) {
     hilock_client *c = lockenv_client(&e);
     got g = acquire_now(&e, c, "sn", NULL);
     release_now(&e, g.hold);
@@ -525,7 +525,7 @@ Test(attack14, snprintf_edges) {
 }
 
 /* Redlock's 16 masters (all down): every node listed and counted. */
-Test(attack14, many_nodes_listed_and_counted) {
+Test(stats_races, many_nodes_listed_and_counted) {
     char url[1024];
     size_t off = (size_t)snprintf(url, sizeof(url), "redlock://");
     for (int i = 0; i < 16; i++)
@@ -566,7 +566,7 @@ static void count_log(int level, const char *msg, void *data) {
 
 /* A server that goes away and stays away while a waiter waits: a loss is
  * said once per connection, not at every reconnect attempt. */
-Test(attack14, a_server_that_stays_down_is_not_spam) {
+Test(stats_races, a_server_that_stays_down_is_not_spam) {
     counter k = {0, 0, ""};
     hilock_config cfg;
     lockenv_config(&cfg, e.r.url);
@@ -595,7 +595,7 @@ Test(attack14, a_server_that_stays_down_is_not_spam) {
 
 /* A server that stalls for 2.5 s with many requests queued: slow replies
  * are counted each, warned at most once a second. */
-Test(attack14, slow_replies_warned_once_a_second) {
+Test(stats_races, slow_replies_warned_once_a_second) {
     counter k = {0, 0, ""};
     hilock_config cfg;
     lockenv_config(&cfg, e.r.url);
@@ -628,9 +628,9 @@ Test(attack14, slow_replies_warned_once_a_second) {
 }
 
 /* A user that may not subscribe (ACL channels): the wait ends at once with
- * HILOCK_EAUTH naming the refusal (test_acl.c checks the text), counted as
+ * HILOCK_EAUTH naming the refusal (tests/acl/acl.c checks the text), counted as
  * failed, and the refusal is not a warning per attempt. */
-Test(attack14, subscribe_refused_is_not_spam) {
+Test(stats_races, subscribe_refused_is_not_spam) {
     redisReply *rep = test_redis_cmd(&e.r, "ACL SETUSER nosub on >pw ~* resetchannels +@all");
     cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "ACL SETUSER refused");
     freeReplyObject(rep);
@@ -676,7 +676,7 @@ static void ngx_teardown(void) {
     lockenv_stop(&e);
 }
 
-TestSuite(attack14_nginx, .init = ngx_setup, .fini = ngx_teardown, .timeout = 40);
+TestSuite(stats_races_nginx, .init = ngx_setup, .fini = ngx_teardown, .timeout = 40);
 
 /* GET /metrics, checked by promtool; the body. */
 static char *scrape_checked(void) {
@@ -715,7 +715,7 @@ static int duplicate_series(const char *body, const char *prefix, char *dup, siz
 /* A hilock_redis name= of 200 "é" (400 bytes): the label is cut to fit its
  * slot, and must not be cut inside a character (promtool rejects invalid
  * UTF-8); nor may a byte that is not UTF-8 pass. */
-Test(attack14_nginx, long_utf8_name_label_stays_valid) {
+Test(stats_races_nginx, long_utf8_name_label_stays_valid) {
     static const char *const tails[] = {"", "x"}; /* both parities of the cut */
     for (int t = 0; t < 2; t++) {
         char http[1024], *p = http;
@@ -737,7 +737,7 @@ Test(attack14_nginx, long_utf8_name_label_stays_valid) {
  * timeout) are two clients per worker: with one label they would be two
  * samples of one series (a scrape Prometheus rejects; promtool does not
  * see it), so nginx -t refuses that; with a name= each, two series. */
-Test(attack14_nginx, two_clients_of_one_url_are_two_series) {
+Test(stats_races_nginx, two_clients_of_one_url_are_two_series) {
     char http[256], server[512], dup[512], out[4096];
     snprintf(http, sizeof(http), "hilock_redis %s timeout=1s;", e.r.url);
     snprintf(server, sizeof(server),
@@ -772,7 +772,7 @@ Test(attack14_nginx, two_clients_of_one_url_are_two_series) {
  * the try, here: a message with the lock still held, and the wait that
  * heard it timing out) must not be "the release message" of a later
  * grant that no message led to: a free lock taken at once is no handoff. */
-Test(attack14, handoff_is_not_measured_from_a_stale_message) {
+Test(stats_races, handoff_is_not_measured_from_a_stale_message) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client_url(&e, e.r.url, 5000);
     got ga = acquire_now(&e, a, "ho", NULL);
     keeper kb = {0};
@@ -816,12 +816,12 @@ static void sen_teardown(void) {
     e.base = NULL;
 }
 
-TestSuite(attack14_sentinel, .init = sen_setup, .fini = sen_teardown, .timeout = 40);
+TestSuite(stats_races_sentinel, .init = sen_setup, .fini = sen_teardown, .timeout = 40);
 
 /* The nodes of a Sentinel client: the master the sentinels name and the
  * sentinels; the address-less "to be asked" seed never. Every listed
  * node's address is a real one, and the totals add up. */
-Test(attack14_sentinel, nodes_are_the_master_and_the_sentinels) {
+Test(stats_races_sentinel, nodes_are_the_master_and_the_sentinels) {
     hilock_config cfg;
     lockenv_config(&cfg, sen.url);
     cfg.request_timeout_ms = 4000;
@@ -865,13 +865,13 @@ static clusterenv ce;
 static void ce_setup(void) { clusterenv_start(&ce); }
 static void ce_teardown(void) { clusterenv_stop(&ce); }
 
-TestSuite(attack14_cluster, .init = ce_setup, .fini = ce_teardown, .timeout = 40);
+TestSuite(stats_races_cluster, .init = ce_setup, .fini = ce_teardown, .timeout = 40);
 
 /* A client seeded at a replica, by the name "localhost": 30 names over the
  * three masters, each taken and given back; the books balance, every node
  * is listed once (no address twice, whatever the seed was called), and
  * the totals are the nodes' sums. */
-Test(attack14_cluster, nodes_listed_once_books_balance) {
+Test(stats_races_cluster, nodes_listed_once_books_balance) {
     char url[64];
     snprintf(url, sizeof(url), "redis://localhost:%d", ce.cl.node[3].port);
     hilock_config cfg;
@@ -941,7 +941,7 @@ static void free_in_cb(hilock_hold *h, int status, void *data) {
 /* A grantee frees its client with other waits pending, a hold of a second
  * name live, and a release in flight: every other callback runs once
  * (ECANCELED) and nothing is touched after the free (ASan). */
-Test(attack14, free_from_a_grant_callback) {
+Test(stats_races, free_from_a_grant_callback) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
     got ga = acquire_now(&e, a, "fr", NULL);
     got gb = acquire_now(&e, b, "fr-held", NULL);
@@ -985,7 +985,7 @@ static void free_in_log(int level, const char *msg, void *data) {
 
 /* The log callback is a hilock callback: it may read the statistics and
  * free the client (here on the warning of a lost connection). */
-Test(attack14, free_from_the_log_callback) {
+Test(stats_races, free_from_the_log_callback) {
     hilock_config cfg;
     lockenv_config(&cfg, e.r.url);
     cfg.log_cb = free_in_log;
@@ -1007,7 +1007,7 @@ Test(attack14, free_from_the_log_callback) {
 /* A server that goes away and comes back on its port, under a waiter:
  * each connection's loss is one warning and its return one info; the
  * node's counters and the gauges say the same; the waiter is served. */
-Test(attack14, server_back_counts_match_the_log) {
+Test(stats_races, server_back_counts_match_the_log) {
     counter k = {0, 0, ""};
     hilock_config cfg;
     lockenv_config(&cfg, e.r.url);
