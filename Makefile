@@ -111,8 +111,9 @@ $(STATIC): $(LIB_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
-$(SHARED): $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libhilock.so.$(SOVER) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_SO)
+$(SHARED): $(LIB_OBJ) src/hilock.map
+	$(CC) -shared -Wl,-soname,libhilock.so.$(SOVER) -Wl,--version-script=src/hilock.map \
+	    $(ALL_LDFLAGS) -o $@ $(LIB_OBJ) $(LDLIBS_SO)
 
 $(BUILD)/libhilock.so: $(SHARED)
 	ln -sf libhilock.so.$(VERSION) $(BUILD)/libhilock.so.$(SOVER)

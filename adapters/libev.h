@@ -139,6 +139,7 @@ static void hilock_libev_io_free_(hilock_loop_io *lio) {
 
 /* Fill `hl` so that hilock runs on the libev loop `loop`. */
 static inline void hilock_libev_init(hilock_loop *hl, struct ev_loop *loop) {
+    hilock_loop_init(hl);
 #if !EV_MULTIPLICITY
     (void)loop;
     loop = NULL;

@@ -133,6 +133,7 @@ static void hilock_libevent_io_free_(hilock_loop_io *lio) {
 
 /* Fill `loop` so that hilock runs on `base`. */
 static inline void hilock_libevent_init(hilock_loop *loop, struct event_base *base) {
+    hilock_loop_init(loop);
     loop->data = base;
     loop->attach = hilock_libevent_attach_;
     loop->timer_new = hilock_libevent_timer_new_;

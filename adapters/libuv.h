@@ -210,6 +210,7 @@ static void hilock_libuv_timer_free_(hilock_loop_timer *lt) {
 
 /* Fill `hl` so that hilock runs on the libuv loop `loop`. */
 static inline void hilock_libuv_init(hilock_loop *hl, uv_loop_t *loop) {
+    hilock_loop_init(hl);
     hl->data = loop;
     hl->attach = hilock_libuv_attach_;
     hl->timer_new = hilock_libuv_timer_new_;

@@ -344,6 +344,7 @@ static ngx_inline void hilock_nginx_on_shutdown(void (*cb)(void *arg), void *arg
  * (a worker); `log` is where the sockets' and timers' events log, e.g.
  * cycle->log. */
 static ngx_inline void hilock_nginx_init(hilock_loop *loop, ngx_log_t *log) {
+    hilock_loop_init(loop);
     loop->data = log;
     loop->attach = hilock_nginx_attach_;
     loop->timer_new = hilock_nginx_timer_new_;

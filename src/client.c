@@ -251,11 +251,20 @@ static int topo_start(hl_topo *t, const hl_sub_events *sub) {
     }
 }
 
-int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hilock_loop *ev) {
+void hilock_loop_init_size(hilock_loop *loop, size_t size) {
+    if (loop == NULL || size < sizeof(size_t)) return;
+    memset(loop, 0, size);
+    loop->size = size;
+}
+
+int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hilock_loop *loop) {
     hilock_config given;
+    hilock_loop ev_ = {0}, *ev = &ev_;
     if (out == NULL) return HILOCK_EINVAL;
     *out = NULL;
-    if (!loop_valid(ev)) return HILOCK_EINVAL;
+    /* A loop not set up by hilock_loop_init(), or with a member missing. */
+    if (loop == NULL || hl_struct_import(ev, sizeof(*ev), loop, loop->size) != 0 || !loop_valid(ev))
+        return HILOCK_EINVAL;
     int rc = config_take(&given, cfg);
     if (rc != 0) return rc;
     hilock_client *c = calloc(1, sizeof(*c));

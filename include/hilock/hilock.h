@@ -13,7 +13,9 @@
  *   - may call any hilock function, including hilock_client_free().
  *
  * Handles and requests:
- *   hilock_client  one Redis server; owns two connections (commands, pub/sub).
+ *   hilock_client  one Redis deployment (a server, a cluster, a Sentinel master
+ *                  or Redlock's masters); two connections per server
+ *                  (commands, pub/sub).
  *   hilock_wait    a pending acquire; valid until its callback has run.
  *   hilock_hold    a lock that is held; valid from the acquire callback until
  *                  the callback of its final hilock_release() has run (or the
@@ -45,10 +47,10 @@ extern "C" {
 /* The version, here and nowhere else (the Makefile reads it). Semantic
  * versioning for the API. HILOCK_SOVERSION is the N of libhilock.so.N: it
  * counts ABI breaks and is bumped on every one (see CHANGELOG.md). */
-#define HILOCK_VERSION_MAJOR 0
-#define HILOCK_VERSION_MINOR 11
+#define HILOCK_VERSION_MAJOR 1
+#define HILOCK_VERSION_MINOR 0
 #define HILOCK_VERSION_PATCH 0
-#define HILOCK_SOVERSION     2
+#define HILOCK_SOVERSION     1
 #define HILOCK_VERSION_STR_(x) #x
 #define HILOCK_VERSION_STR(a, b, c) HILOCK_VERSION_STR_(a) "." HILOCK_VERSION_STR_(b) "." HILOCK_VERSION_STR_(c)
 /* "MAJOR.MINOR.PATCH" of the header; hilock_version() is the library's. */
@@ -62,6 +64,10 @@ extern "C" {
 #endif
 
 /* ---- Error codes ------------------------------------------------------- */
+
+/* Codes keep their values across 1.x; a minor version may add codes (treat
+ * a negative status you do not know as a failure; hilock_strerror() names
+ * every code). See docs/compatibility.md. */
 
 #define HILOCK_OK          0
 #define HILOCK_EINVAL     -1  /* bad argument (NULL/empty/oversized name, lease 0, ...) */
@@ -77,8 +83,8 @@ extern "C" {
 #define HILOCK_ECLOSED   -11  /* the client is closing; no new requests */
 #define HILOCK_EAUTH     -12  /* authentication failed (NOAUTH, WRONGPASS), or the ACL
                                  refused a command, key or channel (NOPERM; see
-                                 hilock_client_errstr and the README's
-                                 "Least-privilege ACL") */
+                                 hilock_client_errstr and the
+                                 least-privilege ACL in docs/tls-and-acl.md) */
 #define HILOCK_ELOOP     -13  /* the event-loop adapter failed (attach or timer) */
 #define HILOCK_EDEADLINE -14  /* Redis did not answer a request in time */
 #define HILOCK_EREADONLY -15  /* the server is a read-only replica (READONLY) */
@@ -99,7 +105,7 @@ extern "C" {
                                  not trusted or not for the server's name, client
                                  certificate missing or refused), or TLS not
                                  built in (rediss:// needs hilock built against
-                                 hiredis >= 1.0 with SSL; see the README's TLS) */
+                                 hiredis >= 1.0 with SSL; see docs/tls-and-acl.md) */
 
 /* A constant, human-readable message for an error code; never NULL. */
 HILOCK_API const char *hilock_strerror(int err);
@@ -124,9 +130,11 @@ typedef struct hilock_loop_timer hilock_loop_timer;
 typedef struct hilock_loop_io hilock_loop_io;
 
 /* What hilock needs from an event loop. Fill one with an adapter from
- * <hilock/adapters/> (e.g. hilock_libevent_init()) or write your own: each member is
- * a plain function over `data`. hilock copies the struct. */
+ * <hilock/adapters/> (e.g. hilock_libevent_init()) or write your own:
+ * hilock_loop_init() first, then every member, each a plain function over
+ * `data`. hilock copies the struct. */
 typedef struct hilock_loop {
+    size_t size;                 /* set by hilock_loop_init(); do not touch */
     void *data;
     /* Attach a hiredis async context to the loop (as hiredis's own adapters
      * do). Return 0, or -1 on failure. */
@@ -154,6 +162,13 @@ typedef struct hilock_loop {
 
 #define HILOCK_IO_READ  1
 #define HILOCK_IO_WRITE 2
+
+/* Clear `loop` and record its size (a macro: it records sizeof(*loop)), so
+ * that members added at the end in a later version keep their defaults for
+ * adapters compiled before them. The adapters call it; an adapter of your
+ * own calls it before setting the members. */
+#define hilock_loop_init(loop) hilock_loop_init_size((loop), sizeof(*(loop)))
+HILOCK_API void hilock_loop_init_size(hilock_loop *loop, size_t size);
 
 /* ---- Client ------------------------------------------------------------- */
 
@@ -194,7 +209,7 @@ typedef struct hilock_config {
      * followed through failovers; the credentials and db are the master's.
      * "redlock://[user:pass@]host[:port],host[:port],...[/db]": Redlock
      * over independent masters (up to 16; a quorum of N/2+1 answers every
-     * request). See the README's sections of those names.
+     * request). See docs/cluster.md, docs/sentinel.md and docs/redlock.md.
      * TLS: "rediss://" (one server or a cluster), "rediss-sentinel://"
      * (the sentinels and the master) and "redlocks://" (every master) are
      * the forms above over TLS, configured by the tls_* fields below. */
@@ -273,7 +288,7 @@ typedef struct hilock_config {
      * in turn. Below the threshold a lock goes to the first try that
      * reaches Redis after a release (the fastest handoff). 0: the default,
      * 100 ms; HILOCK_STARVE_NEVER: always race (no bound). Not over Redlock,
-     * where waits always race: see the README. */
+     * where waits always race: see docs/redlock.md. */
     uint32_t starve_ms;
     /* Dead connections: a connection on which nothing has been heard for
      * health_ms is dropped and made again, and a quiet one is sent a PING

@@ -41,7 +41,7 @@ static void script_call_at(const hl_req *r, long line, char *out, size_t n) {
  * subcommand script: SHA, on @user_script:LINE."). So the text gets what
  * hilock knows: the script, the command on that line, and the keys and
  * channel the request named; enough for an operator to see which
- * permission is missing (README: "Least-privilege ACL"). */
+ * permission is missing (docs/tls-and-acl.md: the least-privilege ACL). */
 static void req_explain_acl(hl_req *r, const char *text) {
     char what[160], cmd[32], names[320];
     size_t used = 0, tlen = strlen(text);

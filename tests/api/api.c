@@ -80,6 +80,42 @@ Test(api, structs_are_safe_to_grow) {
     hilock_client_free(c);
 }
 
+/* The event-loop struct grows as the others do: an adapter compiled
+ * against a later header (a larger struct, its new members zero) works,
+ * one that sets a member this library does not know, or that skipped
+ * hilock_loop_init(), is refused at once, and so is one with a member
+ * missing. */
+Test(api, the_loop_struct_is_safe_to_grow) {
+    hilock_config cfg;
+    hilock_client *c = NULL;
+    hilock_config_init(&cfg);
+    cfg.url = e.r.url;
+
+    struct { hilock_loop loop; void *newer[2]; } big;
+    hilock_loop_init_size(&big.loop, sizeof(big));
+    hilock_loop with = e.loop;
+    memcpy((char *)&big.loop + sizeof(size_t), (char *)&with + sizeof(size_t),
+           sizeof(with) - sizeof(size_t));
+    cr_assert_eq(hilock_client_new(&c, &cfg, &big.loop), 0, "zero unknown members are defaults");
+    got g = acquire_now(&e, c, "loopgrow", NULL);
+    cr_expect_eq(g.status, 0);
+    if (g.status == 0) cr_expect_eq(release_now(&e, g.hold), 0);
+    hilock_client_free(c);
+    c = NULL;
+    big.newer[1] = &big;
+    cr_expect_eq(hilock_client_new(&c, &cfg, &big.loop), HILOCK_EINVAL, "an unknown member set");
+    cr_expect_null(c);
+
+    hilock_loop raw = e.loop;
+    raw.size = 0; /* filled by hand, without hilock_loop_init() */
+    cr_expect_eq(hilock_client_new(&c, &cfg, &raw), HILOCK_EINVAL, "not initialised");
+    raw = e.loop;
+    raw.io_free = NULL;
+    cr_expect_eq(hilock_client_new(&c, &cfg, &raw), HILOCK_EINVAL, "a member missing");
+    cr_expect_eq(hilock_client_new(&c, &cfg, NULL), HILOCK_EINVAL, "no loop");
+    cr_expect_null(c);
+}
+
 typedef struct broke {
     int calls, status;
     uint64_t fence;
