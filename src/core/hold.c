@@ -117,13 +117,9 @@ void hl_release_quiet(hl_name *n, const char *token, const hl_terms *terms) {
     token_release_submit(n, r, 0);
 }
 
-static void on_fence_raised(hl_req *r, redisReply *reply, int err) {
-    (void)r; (void)reply; (void)err; /* a node that missed it has the clock */
-}
-
 void hl_fence_raise(hl_name *n, uint64_t fence) {
     if (!hl_topo_quorum(&n->c->topo) || n->prim->fence_req == NULL) return;
-    hl_req *r = n->prim->fence_req(n, fence, on_fence_raised, NULL);
+    hl_req *r = n->prim->fence_req(n, fence, hl_req_ignore, NULL); /* a node that missed it has the clock */
     if (r != NULL) hl_name_submit(n, r);
 }
 

@@ -248,6 +248,10 @@ int hl_tls_failed(hl_conn *k, char *why, size_t n);
  * or reply == NULL and err < 0. Runs exactly once. */
 typedef void (*hl_req_done)(hl_req *r, redisReply *reply, int err);
 
+/* The done of a request whose outcome nobody waits for: what it leaves
+ * undone in Redis runs out by itself (a place, a marker, a fence). */
+void hl_req_ignore(hl_req *r, redisReply *reply, int err);
+
 #define HL_REQ_MAXARGS 12
 
 struct hl_req {

@@ -145,6 +145,10 @@ void hl_req_arg_u64(hl_req *r, uint64_t v) {
     hl_req_arg(r, num, (size_t)n, "", 0);
 }
 
+void hl_req_ignore(hl_req *r, redisReply *reply, int err) {
+    (void)r; (void)reply; (void)err;
+}
+
 hl_req *hl_req_copy(const hl_req *r, hl_req_done done, void *owner) {
     hl_req *c = hl_req_new(r->net, r->script, r->nkeys, r->cap, done, owner);
     if (c == NULL) return NULL;

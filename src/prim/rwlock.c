@@ -170,10 +170,6 @@ static hl_req *rw_renew_req(hl_name *n, const hilock_hold *h, uint32_t lease_ms,
     return r;
 }
 
-static void on_unmarked(hl_req *r, redisReply *reply, int err) {
-    (void)r; (void)reply; (void)err; /* a marker left behind runs out by itself */
-}
-
 /* A wait that waited and gave up (cancelled, timed out, failed): a
  * starving one leaves its place (rw_leave.lua), and gives back a grant
  * that raced its end (the release of its token, on its mode's key); a
@@ -184,8 +180,8 @@ static void rw_abandon(hilock_wait *w) {
     hl_req *r = NULL;
     if (w->try_once || (!w->terms.write && !w->starving)) return;
     hl_release_token(w->name, w->token, &w->terms, 0);
-    if (w->starving) r = hl_prim_release_req(w->name, &leave_cmd, w->token, on_unmarked, NULL);
-    else r = rw_release_of(w->name, &unmark_cmd, "m", w->token, on_unmarked, NULL);
+    if (w->starving) r = hl_prim_release_req(w->name, &leave_cmd, w->token, hl_req_ignore, NULL);
+    else r = rw_release_of(w->name, &unmark_cmd, "m", w->token, hl_req_ignore, NULL);
     if (r != NULL) hl_name_submit(w->name, r);
 }
 

@@ -88,17 +88,14 @@ static hl_req *sem_release_req(hl_name *n, const char *token, const hl_terms *te
     return hl_prim_release_req(n, &release_cmd, token, done, owner);
 }
 
-static void on_left(hl_req *r, redisReply *reply, int err) {
-    (void)r; (void)reply; (void)err; /* a place left behind lapses with its client */
-}
-
 /* A starving wait that ends without its permits leaves its place:
  * leave(hash, queue, clients; token, channel, PUBLISH or SPUBLISH (added
  * by net)). (Permits that raced its end are given back by the engine, which
  * has the try's answer.) */
 static void sem_abandon(hilock_wait *w) {
     if (!w->starving) return;
-    hl_req *r = hl_prim_release_req(w->name, &leave_cmd, w->token, on_left, NULL);
+    /* Not waited for: a place left behind lapses with its client. */
+    hl_req *r = hl_prim_release_req(w->name, &leave_cmd, w->token, hl_req_ignore, NULL);
     if (r != NULL) hl_name_submit(w->name, r);
 }
 
