@@ -1,4 +1,4 @@
-/* The least-privilege ACL of the README ("Least-privilege ACL"), against
+/* The least-privilege ACL of docs/tls-and-acl.md ("Least-privilege ACL"), against
  * real servers: a user with exactly the documented rule passes the
  * exclusion check and a fault (its connections killed mid-contention), and
  * uses every primitive; a user missing any one permission of it gets
@@ -13,7 +13,7 @@
 #include "support/clusterenv.h"
 #include "support/sentinelenv.h"
 
-/* The standalone rule, as the README writes it (every permission a word;
+/* The standalone rule, as docs/tls-and-acl.md writes it (every permission a word;
  * "~hilock:*" and "&hilock:*" are the key and channel patterns). */
 static const char *const standalone_rule[] = {
     "~hilock:*", "&hilock:*",
@@ -650,7 +650,7 @@ Test(acl, sentinel_rule, .timeout = 60) {
 }
 
 /* The sentinels' side: hilock asks them as their `default` user, which the
- * README's line restricts to what hilock sends (PING, SENTINEL
+ * line of docs/tls-and-acl.md restricts to what hilock sends (PING, SENTINEL
  * get-master-addr-by-name, SUBSCRIBE +switch-master), the sentinels' own
  * links going as a user of theirs (sentinel-user). With it, hilock finds
  * the master, and hears +switch-master: after a SENTINEL FAILOVER (sent as

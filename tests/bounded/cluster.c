@@ -199,7 +199,7 @@ static void handoff_mid_migration(const bounded_kind *k, const char *name, enum 
          * while the queue has someone left, but is answered TRYAGAIN once
          * the grant emptied it (the queue and the clients' key are missing
          * beside the lock): the grant lapses, and the waiter is served when
-         * the slot has moved (README, "Resharding"). */
+         * the slot has moved (docs/cluster.md, "Resharding"). */
         if (!moved && p == ALL_MOVED && !test_loop_until(e.base, &gw[i].calls, 1500)) {
             cr_log_info("bounded_cluster (%s): waiter %d not served on the half-moved slot", what, i);
             t0 = test_now_ms();
@@ -296,7 +296,7 @@ Test(bounded_cluster, starving_writers_are_handed_the_lock_mid_migration) {
 /* The books of one name's holders: one at a time, fences growing in the
  * order of the grants, the order of service. A hold whose grant lapsed
  * (its claim held back past the 1 s window by a failover's write pause:
- * README, "A short claim window") is reported lost and its release says
+ * docs/primitives.md, "A short claim window") is reported lost and its release says
  * HILOCK_ELOST: counted apart, and a grant that comes while the last
  * holder's hold is lost by the library's own clock is no overlap. */
 typedef struct link link_t;

@@ -507,10 +507,10 @@ static void name_on(test_redis *m, const char *stem, char *out, size_t n) {
  * growing, every slot ends without an error (the requests wait for the new
  * master), and nothing but fences and places is left. A fair lock's grant
  * by message whose claim or release the write pause holds back past its
- * 1 s claim window lapses, and its release says HILOCK_ELOST (README, "A
- * short claim window"): counted apart, never an overlap. (Not TAKEOVER under
+ * 1 s claim window lapses, and its release says HILOCK_ELOST (docs/primitives.md,
+ * "A short claim window"): counted apart, never an overlap. (Not TAKEOVER under
  * this load: it does not wait for the replica to catch up, so a write the
- * old master had acknowledged may be lost, a limit the README states; under
+ * old master had acknowledged may be lost, a limit docs/cluster.md states; under
  * ASan a hold was lost so, and a released permit came back until its
  * lease ran out.) */
 Test(cluster_failover, semaphores_and_fair_locks_through_failovers, .timeout = 120) {

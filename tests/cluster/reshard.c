@@ -118,7 +118,7 @@ static void moving_name(const char *stem, char *out, size_t n) {
  * (split between the masters for a moment) and are then served through
  * ASK for the rest. Not much more: with 12000 (3-4 s a slot) the tries of
  * a name met TRYAGAIN for longer than the request timeout and every
- * waiter of that name ended HILOCK_EREPLY at once, as the README says. */
+ * waiter of that name ended HILOCK_EREPLY at once, as docs/cluster.md says. */
 static void fillers(test_redis *r, const char *name, int del) {
     char tag[64], key[96];
     hilock_key("filler:", name, tag, sizeof(tag));
@@ -476,7 +476,7 @@ static void migrate_keys(test_redis *src, test_redis *dst, const char *slot) {
  * ASK, may take the permit first (the semaphore promises no order across
  * clients). b is served when the slot is dst's (src ends its subscription,
  * and b subscribes on dst and tries), not at its fallback timer (a's
- * lease, 10 s away): README, "Resharding".
+ * lease, 10 s away): docs/cluster.md, "Resharding".
  * Why not wake b from the release: a release answered through ASK could
  * SPUBLISH a wakeup on src (Redis serves a shard channel from the source
  * until the slot has moved), but a woken try whose keys are missing on

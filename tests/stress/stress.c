@@ -247,8 +247,8 @@ static long report(const stress_cfg *cfg, const phase *ph) {
                "  that served the name (or, under Sentinel, of the end of a plain SENTINEL FAILOVER,\n"
                "  whose old master takes writes until it is made a replica): a grant that master had\n"
                "  not replicated is lost with it, and the new master grants the name again. That is\n"
-               "  the documented limit of asynchronous replication (README, Redis Cluster, Redis\n"
-               "  Sentinel), not counted as a violation; fencing tokens are what protects a resource\n"
+               "  the documented limit of asynchronous replication (docs/cluster.md, docs/sentinel.md),\n"
+               "  not counted as a violation; fencing tokens are what protects a resource\n"
                "  then.\n",
                ph->mode, sh->overlaps_limit + sh->regressions_limit + sh->permit_overruns_limit +
                              sh->rw_conflicts_limit);
@@ -375,7 +375,7 @@ int main(int argc, char **argv) {
             break;
         case SENTINEL:
             /* Above a failover (down-after 1000 ms + the election, 2-4 s
-             * after a kill -9), as the README says to set it; long holds
+             * after a kill -9), as docs/sentinel.md says to set it; long holds
              * renewed across failovers. */
             cfg.request_timeout_ms = 8000;
             cfg.lease_ms = 5000;

@@ -354,7 +354,7 @@ pid_t *stress_workers_start(const stress_cfg *cfg) {
             if (getppid() != parent) _exit(127);
             my_proc = p;
             catch_crashes();
-            signal(SIGPIPE, SIG_IGN); /* as the README asks of programs (hiredis writes) */
+            signal(SIGPIPE, SIG_IGN); /* as docs/getting-started.md asks of programs (hiredis writes) */
             _exit(run_worker(cfg, p));
         }
     }

@@ -34,7 +34,7 @@
 #define START_TRIES 5      /* new ports to try when the server dies at start */
 #define MAX_EXTRA_ARGS 64
 
-/* Every test process ignores SIGPIPE, as the README asks of programs that
+/* Every test process ignores SIGPIPE, as docs/getting-started.md asks of programs that
  * use hilock: hiredis (and OpenSSL) write with write(2), and a write to a
  * connection that a test killed (CLIENT KILL, kill -9) would otherwise
  * kill the test. Processes the harness starts get the default back

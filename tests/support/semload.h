@@ -51,7 +51,7 @@ typedef struct semslot {
 } semslot;
 
 /* A fair lock's release that says HILOCK_ELOST: its grant by message
- * lapsed unclaimed (README: "A short claim window"), which a failover's
+ * lapsed unclaimed (docs/primitives.md: "A short claim window"), which a failover's
  * write pause may cause; counted in res->lapsed when res->lapse_ok, else
  * an error. */
 static inline int semload_lapsed(semslot *s, int status) {

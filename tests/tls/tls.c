@@ -213,7 +213,7 @@ Test(tls, mutual_with_client_certificate, .init = setup_certs, .fini = teardown_
     cr_expect_eq(rc, 0, "%s: %s", hilock_strerror(rc), why);
 }
 
-/* The default user with nothing but the README's one-server rule (no
+/* The default user with nothing but the one-server rule of docs/tls-and-acl.md (no
  * +ping): the TLS subscriber's greeting (HELLO, as any ACL allows) passes,
  * and the waiter is woken by the message. */
 Test(tls, default_user_with_the_acl_rule, .init = setup_certs, .fini = teardown_all, .timeout = 30) {
