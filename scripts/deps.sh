@@ -12,6 +12,12 @@
 #                               tool that makes the tests' certificates
 #   sh scripts/deps.sh --nemesis  also iptables, for `make nemesis`'s
 #                               network faults (scripts/nemesis.sh)
+#   sh scripts/deps.sh --deb    also what the Debian packages need (`make deb`,
+#                               `make deb-test`, scripts/deb.sh): dpkg-dev,
+#                               debhelper, fakeroot, nginx and nginx-dev to
+#                               build them; redis-server, curl and man-db to
+#                               test them. With --lib: only those and what
+#                               plain `make` needs
 #
 # Needs: cc, make, pkg-config, redis-server, redis-cli, and the headers and
 # libraries of hiredis, libevent, libuuid and Criterion. The libev and libuv
@@ -25,6 +31,7 @@ set -u
 check_only=0
 tls=0
 nemesis=0
+deb=0
 lib_only=0
 for arg in "$@"; do
     case $arg in
@@ -32,6 +39,7 @@ for arg in "$@"; do
     --lib) lib_only=1 ;;
     --tls) tls=1 ;;
     --nemesis) nemesis=1 ;;
+    --deb) deb=1 ;;
     *) echo "deps: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -64,6 +72,21 @@ check() {
     has_lib hiredis/hiredis.h hiredis || add libhiredis-dev
     has_lib event2/event.h event || add libevent-dev
     has_lib uuid/uuid.h uuid || add uuid-dev
+    if [ "$deb" = 1 ]; then
+        # dpkg-buildpackage -us -uc -b, the Build-Depends of debian/control
+        # (the module is built against nginx-dev's tree), then the test of
+        # the installed packages (scripts/deb.sh).
+        have dpkg-buildpackage || add dpkg-dev
+        have dh || add debhelper
+        have fakeroot || add fakeroot
+        have nginx || [ -x /usr/sbin/nginx ] || add nginx
+        [ -f /usr/share/nginx/src/conf_flags ] || add nginx-dev
+        have redis-server || add redis-server
+        have redis-cli || add redis-tools
+        have curl || add curl
+        have man || add man-db
+        have readelf || add binutils
+    fi
     if [ "$lib_only" = 1 ]; then
         have "$CC_BIN" || { add libhiredis-dev; add libevent-dev; add uuid-dev; }
         return
