@@ -2,7 +2,11 @@
  * machines that share one Redis.
  *
  *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--starve MS] [--kill-after MS] [-p PREFIX] [-E CODE] [-n N | -s | -x | -f] [-v] NAME -- COMMAND [ARG...]
- *     hilock [-u URL] [-p PREFIX] [-v] unlock NAME
+ *     hilock unlock [-u URL] [-p PREFIX] [-v] NAME
+ *     hilock inspect [-u URL] [-p PREFIX] [--json] NAME... | --scan PATTERN
+ *
+ * A subcommand's options go before its name or after it, with the same
+ * meaning (see "The command line").
  *
  * Everything happens on one libevent loop: the lock request, the watchdog
  * that renews the lease while COMMAND runs (inside the library), signals, and
@@ -19,7 +23,7 @@
  * Exit statuses follow sysexits(3) where one fits, so that scripts can tell
  * "someone else has it" (75, or -E's) from "Redis is down" (69) from
  * COMMAND's own failures, which pass through unchanged. The one table of
- * them is in usage_text, README.md and man/hilock.1 alike (tests/cli/cli.c
+ * them is in usage_text, docs/cli.md and man/hilock.1 alike (tests/cli/cli.c
  * compares the three). */
 
 #include <dirent.h>
@@ -53,18 +57,28 @@
 #define DEFAULT_KILL_AFTER 5000 /* ms from SIGTERM to SIGKILL after a loss */
 #define GONE_CHECK_MS  100      /* the backstop of check_gone */
 
-/* Long options of our own, numbered after the TLS ones (tlsopt.h). */
-enum { OPT_STARVE = OPT_INSECURE + 1, OPT_KILL_AFTER };
+/* Long options of our own, numbered after the TLS ones (tlsopt.h);
+ * --json and --scan are inspect's. */
+enum { OPT_STARVE = OPT_INSECURE + 1, OPT_KILL_AFTER, OPT_JSON, OPT_SCAN };
 
 static const char usage_text[] =
 "Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--starve MS]\n"
 "              [--kill-after MS] [-p PREFIX] [-E CODE] [-n N | -s | -x | -f]\n"
 "              [TLS OPTIONS] [-v] NAME -- COMMAND [ARG...]\n"
-"       hilock [-u URL] [-p PREFIX] [TLS OPTIONS] [-v] unlock NAME\n"
+"       hilock unlock [-u URL] [-p PREFIX] [TLS OPTIONS] [-v] NAME\n"
 "       hilock inspect [-u URL] [-p PREFIX] [TLS OPTIONS] [--json]\n"
 "              NAME... | --scan PATTERN\n"
 "       hilock -h | --help | -V | --version\n"
 "Run COMMAND while holding the distributed lock NAME in Redis.\n"
+"\n"
+"The options of unlock and inspect go before or after the subcommand's name\n"
+"(and its NAMEs), with the same meaning: `hilock -u URL unlock NAME` is\n"
+"`hilock unlock -u URL NAME`. Those of NAME -- COMMAND go before NAME. An\n"
+"option that a form does not take is a usage error naming both: -w, -l,\n"
+"--starve, --kill-after, -E, -n, -s, -x and -f are for NAME -- COMMAND only,\n"
+"--json and --scan for inspect only, -v not for inspect. unlock and inspect\n"
+"are subcommands unless -- follows them: `hilock unlock -- COMMAND` runs\n"
+"COMMAND under a lock named \"unlock\".\n"
 "\n"
 "  -u URL         Redis URL (default: $HILOCK_URL, else " DEFAULT_URL ")\n"
 "  -w WAIT_MS     give up after waiting this long (default: wait forever;\n"
@@ -73,13 +87,14 @@ static const char usage_text[] =
 "  --starve MS    after waiting MS ms, stop racing for the lock and be handed\n"
 "                 it in turn with the other waits that have waited that long,\n"
 "                 on any machine (default: $HILOCK_STARVE, else 100; off:\n"
-"                 always race); the plain mutex only: ignored by -n, -s, -x,\n"
-"                 -f and over Redlock\n"
+"                 always race); for the mutex, -n, -s and -x: ignored by -f\n"
+"                 (first come, first served anyway) and over Redlock\n"
 "  --kill-after MS\n"
 "                 if the lock is lost, COMMAND's process group gets SIGTERM,\n"
 "                 then SIGKILL MS ms later if any of it still runs (default\n"
 "                 5000; 0: SIGKILL at once)\n"
-"  -p PREFIX      prefix of the Redis keys (default " DEFAULT_PREFIX ")\n"
+"  -p PREFIX      prefix of the Redis keys (default " DEFAULT_PREFIX "; no braces,\n"
+"                 at most 256 bytes)\n"
 "  -E CODE        exit status when NAME is busy or not acquired within WAIT_MS\n"
 "                 (1 to 255, default 75), to tell it from COMMAND's own\n"
 "  -n N           hold one of N permits of the semaphore NAME instead of the\n"
@@ -128,17 +143,16 @@ static const char usage_text[] =
 "each other.\n"
 "\n"
 "hilock unlock NAME removes the lock NAME whoever holds it and wakes its\n"
-"waiters: for a holder known dead whose lease is too long to wait out. A\n"
-"holder still alive keeps acting as the owner until its next renewal fails.\n"
-"It prints the fence of the lock it removed, or that NAME was not held; both\n"
-"exit 0. unlock is a subcommand only when one argument, not --, follows it:\n"
-"`hilock unlock -- COMMAND` runs COMMAND under a lock named \"unlock\".\n"
+"waiters: for a holder known dead whose lease is too long to wait out. It\n"
+"prints the fence of the lock it removed, with a warning on stderr that a\n"
+"holder still alive keeps acting as the owner until its next renewal fails,\n"
+"or that NAME was not held. It exits 0 either way (NAME is free), 64 (usage)\n"
+"or 69 (Redis could not be used).\n"
 "\n"
 "hilock inspect NAME... shows, per NAME, whether its locks are held, by whom,\n"
 "their fences, leases and waiting processes; --scan PATTERN lists the held\n"
 "locks whose NAME matches; see hilock inspect --help. It exits 0, 64 (usage)\n"
-"or 69 (Redis could not be used). `hilock inspect -- COMMAND` runs COMMAND\n"
-"under a lock named \"inspect\".\n"
+"or 69 (Redis could not be used).\n"
 "\n"
 "Signals: SIGINT, SIGTERM and SIGHUP while waiting cancel the wait, leave no\n"
 "lock behind, and exit 128+N. While COMMAND runs they are passed on to its\n"
@@ -239,6 +253,10 @@ static int must_catch(size_t i) {
     return caught[i] == SIGCHLD || caught[i] == SIGCONT || saved_act[i].sa_handler != SIG_IGN;
 }
 
+/* The help that usage errors point to: inspect's own, once the command
+ * line is known to be `hilock inspect ...` (parse_args). */
+static const char *help_cmd = "hilock --help";
+
 /* One line that says what is wrong, and where to read more: the whole
  * usage text would bury the line that matters, as coreutils knows. */
 static int usage_error(const char *fmt, ...) {
@@ -247,7 +265,7 @@ static int usage_error(const char *fmt, ...) {
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fputs("\nTry 'hilock --help' for more information.\n", stderr);
+    fprintf(stderr, "\nTry '%s' for more information.\n", help_cmd);
     return EX_USAGE;
 }
 
@@ -260,17 +278,22 @@ static void print_version(void) {
         printf("hilock %s (library %s)\n", HILOCK_VERSION, hilock_version());
 }
 
-/* A decimal number in [min, max], nothing else (no sign, no spaces). */
-static int parse_num(const char *s, long long min, long long max, long long *out) {
-    char *end;
+/* A decimal number in [min, max], nothing else (no sign, no spaces, no
+ * unit): NULL, with *out set, or why s is not one, for the usage error
+ * (which then says the range). */
+static const char *parse_num(const char *s, long long min, long long max, long long *out) {
+    static const char digits[] = "0123456789";
     long long v;
 
-    if (*s < '0' || *s > '9') return -1;
+    if (*s == '\0') return "empty";
+    if (s[0] == '-' && s[1] != '\0' && s[1 + strspn(s + 1, digits)] == '\0') return "negative";
+    if (s[strspn(s, digits)] != '\0') return "not a decimal number";
     errno = 0;
-    v = strtoll(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v < min || v > max) return -1;
+    v = strtoll(s, NULL, 10);
+    if (errno == ERANGE || v > max) return "too large";
+    if (v < min) return "too small";
     *out = v;
-    return 0;
+    return NULL;
 }
 
 /* ---- Handing over to COMMAND ------------------------------------------ */
@@ -388,7 +411,7 @@ static void report(const cli *c, const char *what, int err) {
  * unavailable" (69), whatever the library calls it: a script cannot do more
  * about a read-only replica than about a refused connection, and must not
  * mistake either for a bug in hilock (70). Keep this list, the usage text,
- * README.md and man/hilock.1 in step. */
+ * docs/cli.md and man/hilock.1 in step. */
 static int exit_for_error(int err) {
     switch (err) {
     case HILOCK_ECONN: case HILOCK_EDEADLINE: case HILOCK_EPROTO:
@@ -746,26 +769,31 @@ static void on_signal(evutil_socket_t fd, short what, void *arg) {
 
 /* The outcome goes to stdout: it is what was asked for, and an on-call
  * script may want it without the warning. Either outcome is a success:
- * NAME is free now. */
+ * NAME is free now, which is what the caller wants to be true.
+ *
+ * The warning says what breaking a lock cannot do: the holder is not told,
+ * and goes on until its next renewal finds the key gone. Only a lock that
+ * was removed had a holder to warn about; one that was not held had none,
+ * and a warning there would send an operator after a holder that does not
+ * exist. The break is one atomic script, so it is said after, not before. */
 static void on_broken(int status, uint64_t fence, void *arg) {
     cli *c = arg;
 
-    if (status == 0 && fence > 0)
+    if (status == 0 && fence > 0) {
+        fprintf(stderr, "hilock: warning: forced %s open; its holder, if alive, keeps acting as "
+                        "the owner until its next renewal fails\n", c->name);
         printf("hilock: removed the lock %s (fence %" PRIu64 ")\n", c->name, fence);
-    else if (status == 0)
+    } else if (status == 0) {
         printf("hilock: %s was not held\n", c->name);
-    else
+    } else {
         report(c, "cannot unlock", status);
+    }
     finish(c, status == 0 ? 0 : exit_for_error(status));
 }
 
-/* Say what breaking a lock cannot do before doing it: the holder is not
- * told, and goes on until its next renewal finds the key gone. */
 static int start_unlock(cli *c) {
     int rc;
 
-    fprintf(stderr, "hilock: warning: forcing %s open; its holder, if alive, keeps acting as "
-                    "the owner until its next renewal fails\n", c->name);
     rc = hilock_break(c->client, c->name, on_broken, c);
     if (rc != 0) {
         fprintf(stderr, "hilock: cannot unlock %s: %s\n", c->name, hilock_strerror(rc));
@@ -845,51 +873,165 @@ static int start_lock(cli *c, const char *url, long long wait_ms, long long leas
     return 0;
 }
 
-/* ---- main ---------------------------------------------------------------- */
+/* ---- The command line ------------------------------------------------------
+ *
+ * Three forms: NAME -- COMMAND, `unlock NAME` and `inspect NAME...`. The
+ * options of a subcommand go before its name or after it, with the same
+ * meaning, so that `hilock -u URL unlock NAME` and `hilock unlock -u URL
+ * NAME` are one command. Each option is read knowing the form (see
+ * find_form): one that the form does not take is refused by name, and -h
+ * shows the form's help. After a subcommand's name, options may follow its
+ * operands too (GNU getopt permutes them); those of NAME -- COMMAND end at
+ * NAME, since what follows -- is COMMAND's. */
+
+enum { FORM_LOCK = 1, FORM_UNLOCK = 2, FORM_INSPECT = 4 };
+
+#define SHORTOPTS ":hVu:w:l:p:E:n:svxf" /* ':' first: our own messages */
+
+static const struct option longopts[] = {
+    { "help", no_argument, NULL, 'h' },
+    { "version", no_argument, NULL, 'V' },
+    TLS_LONGOPTS,
+    { "starve", required_argument, NULL, OPT_STARVE },
+    { "kill-after", required_argument, NULL, OPT_KILL_AFTER },
+    { "json", no_argument, NULL, OPT_JSON },
+    { "scan", required_argument, NULL, OPT_SCAN },
+    { NULL, 0, NULL, 0 },
+};
+
+/* The options that some forms only take; the others (-u, -p, the TLS
+ * options, -h, -V) every form takes. */
+static const struct scope {
+    int opt;
+    const char *name;
+    int forms;
+} scopes[] = {
+    { 'w', "-w", FORM_LOCK }, { 'l', "-l", FORM_LOCK }, { 'E', "-E", FORM_LOCK },
+    { 'n', "-n", FORM_LOCK }, { 's', "-s", FORM_LOCK }, { 'x', "-x", FORM_LOCK }, { 'f', "-f", FORM_LOCK },
+    { OPT_STARVE, "--starve", FORM_LOCK }, { OPT_KILL_AFTER, "--kill-after", FORM_LOCK },
+    { 'v', "-v", FORM_LOCK | FORM_UNLOCK },
+    { OPT_JSON, "--json", FORM_INSPECT }, { OPT_SCAN, "--scan", FORM_INSPECT },
+};
 
 /* What the command line asks for, beyond what the callbacks need (cli). */
 typedef struct args {
+    int form;               /* FORM_* */
     const char *url;
+    int url_from_env;       /* url is $HILOCK_URL's, for the message of a bad one */
     const char *prefix;
     hilock_config tls;      /* its tls_* fields: --cacert... (tlsopt.h) */
     long long wait_ms;
     long long lease_ms;
     uint32_t starve_ms;     /* --starve or $HILOCK_STARVE; 0: the library's default */
     int starve_given;       /* --starve given: $HILOCK_STARVE is not read */
-    const char *lock_only;  /* a lock-only option given ("-w", "-l", "-E", "-n", "-s",
-                               "-x", "-f", "--starve", "--kill-after"), or NULL */
-    int unlock;             /* unlock NAME, not NAME -- COMMAND */
+    const char *mode_opt;   /* "-n", "-s", "-x" or "-f" as given first, or NULL */
+    int json;               /* inspect --json */
+    const char *scan;       /* inspect --scan PATTERN, or NULL */
+    char **names;           /* inspect's NAMEs */
+    int nnames;
 } args;
+
+static const char *form_name(int form) {
+    return form == FORM_UNLOCK ? "unlock" : form == FORM_INSPECT ? "inspect" : "NAME -- COMMAND";
+}
+
+/* Where the operands begin in argv: getopt_long's own walk over the
+ * options, silent (the real reading, with the messages, comes once the
+ * form is known). glibc starts afresh at optind 0. */
+static int first_operand(int argc, char **argv) {
+    optind = 0;
+    opterr = 0;
+    while (getopt_long(argc, argv, "+" SHORTOPTS, longopts, NULL) != -1) {}
+    return optind;
+}
+
+/* The form, from the first operand (k): a subcommand's name, unless --
+ * follows it, as in `hilock unlock -- COMMAND`, which has always meant a
+ * lock named "unlock". */
+static int find_form(int argc, char **argv, int k) {
+    if (k >= argc || (k + 1 < argc && strcmp(argv[k + 1], "--") == 0)) return FORM_LOCK;
+    if (strcmp(argv[k], "unlock") == 0) return FORM_UNLOCK;
+    if (strcmp(argv[k], "inspect") == 0) return FORM_INSPECT;
+    return FORM_LOCK;
+}
+
+/* -1 if the form takes opt, else the usage status, after naming both. */
+static int check_scope(const args *a, int opt) {
+    size_t i;
+
+    for (i = 0; i < sizeof(scopes) / sizeof(scopes[0]); i++) {
+        if (scopes[i].opt != opt || (scopes[i].forms & a->form)) continue;
+        return usage_error("%s does not apply to %s%s", scopes[i].name, form_name(a->form),
+                           scopes[i].forms == FORM_INSPECT ? " (only to inspect)" : "");
+    }
+    return -1;
+}
+
+/* "--NAME" of a long option's val, into buf. */
+static const char *long_name(int val, char *buf, size_t n) {
+    const struct option *o;
+
+    for (o = longopts; o->name != NULL && o->val != val; o++) {}
+    snprintf(buf, n, "--%s", o->name != NULL ? o->name : "?");
+    return buf;
+}
+
+/* A long option getopt_long refused (`given` without its "--"): unknown,
+ * the start of several, or given a value it does not take. */
+static int long_option_error(const char *given) {
+    size_t len = strcspn(given, "="), i, n = 0;
+    const struct option *o, *hit = NULL;
+    char some[256] = "";
+
+    for (o = longopts; o->name != NULL && len > 0; o++) {
+        if (strncmp(o->name, given, len) != 0) continue;
+        if (strlen(o->name) == len) { hit = o; n = 1; break; }
+        hit = o;
+        n++;
+    }
+    if (n == 0) return usage_error("unknown option --%.*s", (int)len, given);
+    if (n == 1) return usage_error("option --%s takes no value", hit->name);
+    for (o = longopts, i = 0; o->name != NULL; o++) {
+        if (strncmp(o->name, given, len) != 0) continue;
+        i++;
+        snprintf(some + strlen(some), sizeof(some) - strlen(some), "%s--%s",
+                 i == 1 ? "" : i == n ? " or " : ", ", o->name);
+    }
+    return usage_error("ambiguous option --%.*s: %s?", (int)len, given, some);
+}
+
+/* getopt_long's ':' or '?' for the option that ends at argv[optind - 1].
+ * A long one has optopt 0 (unknown, ambiguous) or its val (a value it does
+ * not take, or lacks); the vals of ours are above the characters, but for
+ * --help and --version, whose only fault can be a value. */
+static int option_error(int opt, char **argv) {
+    const char *given = argv[optind - 1];
+    char buf[64];
+
+    if (opt == ':' && optopt >= 256)
+        return usage_error("option %s needs a value", long_name(optopt, buf, sizeof(buf)));
+    if (opt == ':') return usage_error("option -%c needs a value", optopt);
+    if (optopt == 0 || optopt >= 256 || (strncmp(given, "--", 2) == 0 && strchr(given, '=') != NULL))
+        return long_option_error(given + 2);
+    return usage_error("unknown option -%c", optopt);
+}
 
 static int check_name(const char *name) {
     if (*name == '\0') return usage_error("empty lock NAME");
     if (strlen(name) > HILOCK_NAME_MAX)
-        return usage_error("lock NAME longer than %d bytes", HILOCK_NAME_MAX);
+        return usage_error("lock NAME of %zu bytes is too long: at most %d", strlen(name), HILOCK_NAME_MAX);
     return -1;
 }
 
-/* After the options: `unlock NAME`, or `NAME -- COMMAND...`. unlock is the
- * subcommand only when exactly one argument that is not -- follows it, so
- * that `hilock unlock -- COMMAND`, which has always meant a lock named
- * "unlock", still does. */
-static int parse_operands(cli *c, args *a, int n, char **v) {
-    int rc;
-
-    if (n == 2 && strcmp(v[0], "unlock") == 0 && strcmp(v[1], "--") != 0) {
-        if (a->lock_only) return usage_error("%s does not apply to unlock", a->lock_only);
-        a->unlock = 1;
-        c->name = v[1];
-        return check_name(c->name);
-    }
-    if (n < 1) return usage_error("missing NAME");
-    if (n >= 2 && strcmp(v[0], "inspect") == 0 && strcmp(v[1], "--") != 0)
-        return usage_error("inspect takes its options after it: hilock inspect [-u URL] [-p PREFIX] NAME...");
-    if (n == 1 && strcmp(v[0], "unlock") == 0) return usage_error("missing NAME after unlock");
-    c->name = v[0];
-    if ((rc = check_name(c->name)) >= 0) return rc;
-    if (n < 2 || strcmp(v[1], "--") != 0) return usage_error("missing -- between NAME and COMMAND");
-    if (n < 3) return usage_error("missing COMMAND");
-    c->cmd = v + 2;
+/* The library's rule (no braces, at most HILOCK_PREFIX_MAX bytes), checked
+ * here to say which part of it PREFIX breaks. */
+static int check_prefix(const char *prefix) {
+    if (strpbrk(prefix, "{}") != NULL)
+        return usage_error("bad -p PREFIX '%s': braces are not allowed (the keys put NAME "
+                           "between braces, as their Redis Cluster hash tag)", prefix);
+    if (strlen(prefix) > HILOCK_PREFIX_MAX)
+        return usage_error("bad -p PREFIX of %zu bytes: too long, at most %d", strlen(prefix),
+                           HILOCK_PREFIX_MAX);
     return -1;
 }
 
@@ -898,109 +1040,214 @@ static int parse_operands(cli *c, args *a, int n, char **v) {
  * wait of 24 days is as good as never, and "off" says that plainly. Returns
  * -1 to go on, or the usage status. */
 static int parse_starve(const char *from, const char *s, uint32_t *out) {
+    const char *why;
     long long ms;
 
     if (strcmp(s, "off") == 0) {
         *out = HILOCK_STARVE_NEVER;
         return -1;
     }
-    if (parse_num(s, 1, INT32_MAX, &ms) != 0)
-        return usage_error("bad %s '%s': want milliseconds, 1 to %d, or off", from, s, INT32_MAX);
+    if ((why = parse_num(s, 1, INT32_MAX, &ms)) != NULL)
+        return usage_error("bad %s '%s': %s; want milliseconds, 1 to %d, or off", from, s, why, INT32_MAX);
     *out = (uint32_t)ms;
     return -1;
+}
+
+/* -n N, -s, -x, -f: which primitive of NAME. One of them, as often as
+ * wanted (the last -n's N counts). */
+static int take_mode(cli *c, args *a, int opt, const char *v) {
+    const char *given = opt == 'n' ? "-n" : opt == 's' ? "-s" : opt == 'x' ? "-x" : "-f";
+    const char *why;
+    long long n;
+
+    if (a->mode_opt != NULL && strcmp(a->mode_opt, given) != 0)
+        return usage_error("%s and %s exclude each other: give one of -n, -s, -x and -f", a->mode_opt, given);
+    a->mode_opt = given;
+    if (opt != 'n') {
+        c->mode = (char)opt;
+        return -1;
+    }
+    if ((why = parse_num(v, 1, HILOCK_PERMITS_MAX, &n)) != NULL)
+        return usage_error("bad -n N '%s': %s; want a number of permits, 1 to %u", v, why, HILOCK_PERMITS_MAX);
+    c->permits_total = (unsigned)n;
+    return -1;
+}
+
+/* The options with a number: -w, -l, -E, --kill-after, --starve. */
+static int take_number(cli *c, args *a, int opt, const char *v) {
+    const char *why = NULL;
+    long long code;
+    int rc;
+
+    switch (opt) {
+    case 'w':
+        if ((why = parse_num(v, 0, LLONG_MAX, &a->wait_ms)) != NULL)
+            return usage_error("bad -w WAIT_MS '%s': %s; want milliseconds, 0 to %lld (0: try once)",
+                               v, why, LLONG_MAX);
+        return -1;
+    case 'l':
+        if ((why = parse_num(v, HILOCK_LEASE_MIN, INT32_MAX, &a->lease_ms)) != NULL)
+            return usage_error("bad -l LEASE_MS '%s': %s; want milliseconds, %u to %d", v, why,
+                               HILOCK_LEASE_MIN, INT32_MAX);
+        return -1;
+    case 'E':
+        /* 0 would make "busy" look like success. */
+        if ((why = parse_num(v, 1, 255, &code)) != NULL)
+            return usage_error("bad -E CODE '%s': %s; want an exit status, 1 to 255 (0 would read as "
+                               "success)", v, why);
+        c->busy_status = (int)code;
+        return -1;
+    case OPT_KILL_AFTER:
+        if ((why = parse_num(v, 0, INT32_MAX, &c->kill_after)) != NULL)
+            return usage_error("bad --kill-after MS '%s': %s; want milliseconds, 0 to %d "
+                               "(0: SIGKILL at once)", v, why, INT32_MAX);
+        return -1;
+    default: /* OPT_STARVE */
+        if ((rc = parse_starve("--starve MS", v, &a->starve_ms)) >= 0) return rc;
+        a->starve_given = 1;
+        return -1;
+    }
+}
+
+/* One option, of those the form takes. Returns -1 to go on, or the status
+ * to exit with at once (-h, -V, a usage error). */
+static int take_option(cli *c, args *a, int opt, char **argv) {
+    int rc;
+
+    if (opt == ':' || opt == '?') return option_error(opt, argv);
+    if ((rc = check_scope(a, opt)) >= 0) return rc;
+    if (tls_option(&a->tls, opt, optarg)) return -1;
+    switch (opt) {
+    case 'h': fputs(a->form == FORM_INSPECT ? inspect_usage : usage_text, stdout); return 0;
+    case 'V': print_version(); return 0;
+    case 'u': a->url = optarg; a->url_from_env = 0; return -1;
+    case 'p': a->prefix = optarg; return check_prefix(optarg);
+    case 'v': c->verbose = 1; return -1;
+    case OPT_JSON: a->json = 1; return -1;
+    case OPT_SCAN: a->scan = optarg; return -1;
+    case 'n': case 's': case 'x': case 'f': return take_mode(c, a, opt, optarg);
+    default: return take_number(c, a, opt, optarg);
+    }
+}
+
+/* Read the options of argv[1..argc-1]: up to the first operand, or past
+ * the operands too (permute). *ended: the options ended at a -- of their
+ * own, which argv[optind - 1] then is (not the value of an option, as in
+ * `-p --`). Returns -1 to go on, or the status to exit with. */
+static int read_options(cli *c, args *a, int argc, char **argv, int permute, int *ended) {
+    const char *last = NULL;
+    int opt, rc;
+
+    optind = 0; /* glibc: start afresh, with this argv and mode */
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, permute ? SHORTOPTS : "+" SHORTOPTS, longopts, NULL)) != -1) {
+        if ((rc = take_option(c, a, opt, argv)) >= 0) return rc;
+        last = optarg;
+    }
+    *ended = optind > 1 && strcmp(argv[optind - 1], "--") == 0 && argv[optind - 1] != last;
+    return -1;
+}
+
+/* A word between NAME and --: an option in the wrong place, or a NAME
+ * that was meant to be one word. */
+static int extra_before_dashdash(const char *word) {
+    if (word[0] == '-' && word[1] != '\0')
+        return usage_error("option %s after NAME: options go before NAME", word);
+    return usage_error("extra operand '%s' between NAME and --: NAME is one argument (quote it)", word);
+}
+
+/* NAME -- COMMAND [ARG...] in v[0..n-1]. ended: the options ended at a --
+ * of their own: with no other -- after it, that was the one before
+ * COMMAND, and NAME is what is missing (`hilock -u URL -- true`). */
+static int lock_operands(cli *c, int n, char **v, int ended) {
+    int sep, rc;
+
+    for (sep = 0; sep < n && strcmp(v[sep], "--") != 0; sep++) {}
+    if (sep == n) sep = -1;
+    if (sep == 0 || (ended && sep < 0))
+        return usage_error(n == 0 ? "missing NAME before -- and COMMAND after it" : "missing NAME before --");
+    if (n == 0) return usage_error("missing NAME, -- and COMMAND");
+    c->name = v[0];
+    if ((rc = check_name(c->name)) >= 0) return rc;
+    if (n == 1) return usage_error("missing -- and COMMAND after NAME");
+    if (sep < 0) return usage_error("missing -- between NAME and COMMAND");
+    if (sep > 1) return extra_before_dashdash(v[1]);
+    if (n == 2) return usage_error("missing COMMAND after --");
+    c->cmd = v + 2;
+    return -1;
+}
+
+/* unlock's NAME, alone, in v[0..n-1]. */
+static int unlock_operands(cli *c, int n, char **v) {
+    if (n == 0) return usage_error("missing NAME after unlock");
+    if (n > 1) return usage_error("extra operand '%s' after unlock NAME: unlock takes one NAME", v[1]);
+    c->name = v[0];
+    return check_name(c->name);
+}
+
+/* inspect's NAMEs, or none with --scan PATTERN, in v[0..n-1]. */
+static int inspect_operands(args *a, int n, char **v) {
+    int i, rc;
+
+    if (a->scan != NULL && n > 0)
+        return usage_error("--scan PATTERN takes no NAME, but '%s' follows", v[0]);
+    if (a->scan == NULL && n == 0) return usage_error("missing NAME (or --scan PATTERN) after inspect");
+    for (i = 0; i < n; i++)
+        if ((rc = check_name(v[i])) >= 0) return rc;
+    a->names = v;
+    a->nnames = n;
+    return -1;
+}
+
+/* A client certificate without its key, or a key without its certificate:
+ * say which is missing (each may come from the option or the variable). */
+static int check_cert_pair(const args *a) {
+    if (a->tls.tls_cert_file != NULL && a->tls.tls_key_file == NULL)
+        return usage_error("--cert and --key go together: --key FILE (or $HILOCK_KEY) is missing");
+    if (a->tls.tls_cert_file == NULL && a->tls.tls_key_file != NULL)
+        return usage_error("--cert and --key go together: --cert FILE (or $HILOCK_CERT) is missing");
+    return -1;
+}
+
+/* The options and operands of a subcommand whose name is argv[k]: those
+ * before it, then those after it (and after its operands). */
+static int parse_subcommand(cli *c, args *a, int argc, char **argv, int k) {
+    int rc, ended, n;
+    char **v;
+
+    if ((rc = read_options(c, a, k, argv, 0, &ended)) >= 0) return rc;
+    if ((rc = read_options(c, a, argc - k, argv + k, 1, &ended)) >= 0) return rc;
+    if ((rc = check_cert_pair(a)) >= 0) return rc;
+    n = argc - k - optind;
+    v = argv + k + optind;
+    return a->form == FORM_UNLOCK ? unlock_operands(c, n, v) : inspect_operands(a, n, v);
 }
 
 /* Fill c and a from the command line. Returns -1 to go on, or the status
  * to exit with at once (-h, -V, a usage error). */
 static int parse_args(cli *c, args *a, int argc, char **argv) {
-    static const struct option longopts[] = {
-        { "help", no_argument, NULL, 'h' },
-        { "version", no_argument, NULL, 'V' },
-        TLS_LONGOPTS,
-        { "starve", required_argument, NULL, OPT_STARVE },
-        { "kill-after", required_argument, NULL, OPT_KILL_AFTER },
-        { NULL, 0, NULL, 0 },
-    };
     const char *env_starve;
-    long long code;
-    int opt, rc;
+    int k = first_operand(argc, argv), rc, ended;
 
-    opterr = 0; /* our own messages */
-    while ((opt = getopt_long(argc, argv, "+:hVu:w:l:p:E:n:svxf", longopts, NULL)) != -1) {
-        if (tls_option(&a->tls, opt, optarg)) continue;
-        switch (opt) {
-        case 'h': fputs(usage_text, stdout); return 0;
-        case 'V': print_version(); return 0;
-        case 'u': a->url = optarg; break;
-        case 'p': a->prefix = optarg; break;
-        case 'v': c->verbose = 1; break;
-        case 'w':
-            if (parse_num(optarg, 0, LLONG_MAX, &a->wait_ms) != 0)
-                return usage_error("bad -w WAIT_MS '%s': want milliseconds, 0 to try once", optarg);
-            a->lock_only = "-w";
-            break;
-        case 'l':
-            if (parse_num(optarg, HILOCK_LEASE_MIN, INT32_MAX, &a->lease_ms) != 0)
-                return usage_error("bad -l LEASE_MS '%s': want milliseconds, %u to %d",
-                                   optarg, HILOCK_LEASE_MIN, INT32_MAX);
-            a->lock_only = "-l";
-            break;
-        case 'E':
-            /* 0 would make "busy" look like success. */
-            if (parse_num(optarg, 1, 255, &code) != 0)
-                return usage_error("bad -E CODE '%s': want an exit status, 1 to 255", optarg);
-            c->busy_status = (int)code;
-            a->lock_only = "-E";
-            break;
-        case 'n':
-            if (parse_num(optarg, 1, HILOCK_PERMITS_MAX, &code) != 0)
-                return usage_error("bad -n N '%s': want a number of permits, 1 to %u", optarg,
-                                   HILOCK_PERMITS_MAX);
-            if (c->mode != 0) return usage_error("-n, -s, -x and -f exclude each other");
-            c->permits_total = (unsigned)code;
-            a->lock_only = "-n";
-            break;
-        case OPT_STARVE:
-            if ((rc = parse_starve("--starve MS", optarg, &a->starve_ms)) >= 0) return rc;
-            a->starve_given = 1;
-            a->lock_only = "--starve";
-            break;
-        case OPT_KILL_AFTER:
-            if (parse_num(optarg, 0, INT32_MAX, &c->kill_after) != 0)
-                return usage_error("bad --kill-after MS '%s': want milliseconds, 0 to %d "
-                                   "(0: SIGKILL at once)", optarg, INT32_MAX);
-            a->lock_only = "--kill-after";
-            break;
-        case 's':
-        case 'x':
-        case 'f':
-            if ((c->mode != 0 && c->mode != opt) || c->permits_total > 0)
-                return usage_error("-n, -s, -x and -f exclude each other");
-            c->mode = (char)opt;
-            a->lock_only = opt == 's' ? "-s" : opt == 'x' ? "-x" : "-f";
-            break;
-        case ':':
-            if (optopt >= OPT_CACERT) return usage_error("option %s needs a value", argv[optind - 1]);
-            return usage_error("option -%c needs a value", optopt);
-        default:
-            if (optopt) return usage_error("unknown option -%c", optopt);
-            return usage_error("unknown option %s", argv[optind - 1]);
-        }
-    }
-    if ((a->tls.tls_cert_file == NULL) != (a->tls.tls_key_file == NULL))
-        return usage_error("--cert and --key go together (or $HILOCK_CERT and $HILOCK_KEY)");
-    if ((rc = parse_operands(c, a, argc - optind, argv + optind)) >= 0) return rc;
+    a->form = find_form(argc, argv, k);
+    if (a->form == FORM_INSPECT) help_cmd = "hilock inspect --help";
+    if (a->form != FORM_LOCK) return parse_subcommand(c, a, argc, argv, k);
+    if ((rc = read_options(c, a, argc, argv, 0, &ended)) >= 0) return rc;
+    if ((rc = check_cert_pair(a)) >= 0) return rc;
+    if ((rc = lock_operands(c, argc - optind, argv + optind, ended)) >= 0) return rc;
     /* The environment's default, read only where it would be used: a bad
-     * one must not stop an unlock, which never waits, nor a --starve that
-     * overrides it. An empty variable is unset, as $HILOCK_URL. */
+     * one must not stop an unlock or an inspect, which never wait, nor a
+     * --starve that overrides it. An empty variable is unset, as
+     * $HILOCK_URL. */
     env_starve = getenv("HILOCK_STARVE");
-    if (!a->unlock && !a->starve_given && env_starve != NULL && *env_starve != '\0')
+    if (!a->starve_given && env_starve != NULL && *env_starve != '\0')
         return parse_starve("$HILOCK_STARVE", env_starve, &a->starve_ms);
     return -1;
 }
 
-/* The URL, prefix and TLS settings of a: the client's, and inspect's
- * defaults. */
+/* ---- main ---------------------------------------------------------------- */
+
+/* The URL, prefix and TLS settings of a: the client's, and inspect's. */
 static void config_of(const args *a, hilock_config *cfg) {
     hilock_config_init(cfg);
     cfg->url = a->url;
@@ -1011,6 +1258,19 @@ static void config_of(const args *a, hilock_config *cfg) {
     cfg->tls_key_file = a->tls.tls_key_file;
     cfg->tls_server_name = a->tls.tls_server_name;
     cfg->tls_insecure = a->tls.tls_insecure;
+}
+
+static int run_inspect(const args *a) {
+    inspect_args in;
+
+    memset(&in, 0, sizeof(in));
+    config_of(a, &in.cfg);
+    in.url_from_env = a->url_from_env;
+    in.json = a->json;
+    in.scan = a->scan;
+    in.names = a->names;
+    in.nnames = a->nnames;
+    return inspect_run(&in);
 }
 
 /* The event loop and the client. Returns 0, or the status to exit with. */
@@ -1035,8 +1295,11 @@ static int open_client(cli *c, const args *a) {
     if (rc != 0) {
         c->client = NULL;
         if (rc == HILOCK_EURL)
-            return usage_error("bad Redis URL '%s'", url_shown(a->url, shown, sizeof(shown)));
-        if (rc == HILOCK_EINVAL) return usage_error("bad -p PREFIX '%s'", a->prefix);
+            return usage_error("bad Redis URL '%s'%s: %s", url_shown(a->url, shown, sizeof(shown)),
+                               a->url_from_env ? " (from $HILOCK_URL)" : "", url_why(a->url));
+        /* The prefix and the lease were checked when read: nothing of the
+         * command line is left for the library to refuse. */
+        if (rc == HILOCK_EINVAL) return usage_error("the library refused the settings: %s", hilock_strerror(rc));
         if (rc == HILOCK_ETLS) {
             /* Not built in, or a file that cannot be loaded: say which. */
             if (!hilock_tls_available()) fprintf(stderr, "hilock: %s\n", hilock_strerror(rc));
@@ -1064,21 +1327,16 @@ int main(int argc, char **argv) {
     c.busy_status = EX_TEMPFAIL;
     c.kill_after = DEFAULT_KILL_AFTER;
     c.tty = -1;
-    a.url = env_url != NULL && *env_url ? env_url : DEFAULT_URL;
+    a.url_from_env = env_url != NULL && *env_url;
+    a.url = a.url_from_env ? env_url : DEFAULT_URL;
     a.prefix = DEFAULT_PREFIX;
     a.wait_ms = HILOCK_WAIT_FOREVER;
     a.lease_ms = DEFAULT_LEASE;
     hilock_config_init(&a.tls);
     tls_from_env(&a.tls);
-    /* inspect is the subcommand unless -- follows it (a lock named
-     * "inspect", as `hilock unlock -- COMMAND`). */
-    if (argc >= 2 && strcmp(argv[1], "inspect") == 0 && !(argc >= 3 && strcmp(argv[2], "--") == 0)) {
-        hilock_config defaults;
-        config_of(&a, &defaults);
-        return inspect_main(argc - 1, argv + 1, &defaults);
-    }
     rc = parse_args(&c, &a, argc, argv);
     if (rc >= 0) return rc;
+    if (a.form == FORM_INSPECT) return run_inspect(&a);
 
     /* Remember what COMMAND must inherit before we open or catch anything. */
     note_inherited_fds();
@@ -1092,7 +1350,7 @@ int main(int argc, char **argv) {
     }
 
     rc = open_client(&c, &a);
-    if (rc == 0) rc = a.unlock ? start_unlock(&c) : start_lock(&c, a.url, a.wait_ms, a.lease_ms);
+    if (rc == 0) rc = a.form == FORM_UNLOCK ? start_unlock(&c) : start_lock(&c, a.url, a.wait_ms, a.lease_ms);
     if (rc == 0) {
         c.status = EX_SOFTWARE; /* finish() sets the real one; a loop that ran dry is a bug */
         event_base_dispatch(c.base);

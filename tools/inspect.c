@@ -13,7 +13,6 @@
  * (net/tls.h), with the CLI's TLS options. */
 
 #include <fnmatch.h>
-#include <getopt.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,13 +24,12 @@
 #include "net/net.h"
 #include "net/tls.h"
 #include "tools/inspect.h"
-#include "tools/tlsopt.h"
 #include "tools/urlshow.h"
 
 #define NONE LLONG_MIN      /* a number that is not there ("-", null) */
 #define MAX_NODES 64
 
-static const char inspect_usage[] =
+const char inspect_usage[] =
 "Usage: hilock inspect [-u URL] [-p PREFIX] [TLS OPTIONS] [--json] NAME...\n"
 "       hilock inspect [-u URL] [-p PREFIX] [TLS OPTIONS] [--json] --scan PATTERN\n"
 "Show what Redis holds for the locks NAME: per primitive found (the mutex\n"
@@ -56,6 +54,11 @@ static const char inspect_usage[] =
 "  --key FILE      its private key (PEM)\n"
 "  --sni NAME      the name the server's certificate must carry\n"
 "  --insecure      do not verify the server's certificate\n"
+"\n"
+"The options may come before `inspect` too, with the same meaning:\n"
+"`hilock -u URL inspect NAME` is `hilock inspect -u URL NAME`; and after the\n"
+"NAMEs. Those of the other forms (-w, -l, -n, -s, -x, -f, -E, -v, --starve,\n"
+"--kill-after) are a usage error here.\n"
 "\n"
 "Exit status: 0 (also when a NAME is free), 64 usage error, 69 Redis could\n"
 "not be used (unreachable, authentication failed, TLS refused, an error reply).\n";
@@ -1081,54 +1084,6 @@ static void print_json(ctx *x) {
 
 /* ---- main -------------------------------------------------------------------- */
 
-/* The long-only options (TLS's, as the rest of the CLI names them). */
-/* Options and operands; -1 to go on, else the status to exit with. */
-static int parse(ctx *x, int argc, char **argv, const char **scan) {
-    static const struct option longopts[] = {
-        { "help", no_argument, NULL, 'h' },
-        { "json", no_argument, NULL, 'j' },
-        { "scan", required_argument, NULL, 's' },
-        TLS_LONGOPTS,
-        { NULL, 0, NULL, 0 },
-    };
-    char *probe;
-    int opt, bad;
-
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":hu:p:", longopts, NULL)) != -1) {
-        if (tls_option(&x->cfg, opt, optarg)) continue;
-        switch (opt) {
-        case 'h': fputs(inspect_usage, stdout); return 0;
-        case 'u': x->cfg.url = optarg; break;
-        case 'p': x->cfg.prefix = optarg; break;
-        case 'j': x->json = 1; break;
-        case 's': *scan = optarg; break;
-        case ':': /* for a long option, optopt is its val: name it as given */
-            if (strncmp(argv[optind - 1], "--", 2) == 0)
-                return usage_error("option %s needs a value", argv[optind - 1]);
-            return usage_error("option -%c needs a value", optopt);
-        default:
-            if (strncmp(argv[optind - 1], "--", 2) == 0)
-                return usage_error("bad option %s", argv[optind - 1]);
-            return usage_error("unknown option -%c", optopt);
-        }
-    }
-    probe = xcalloc(strlen(x->cfg.prefix) + 8, 1);
-    bad = hilock_key(x->cfg.prefix, "x", probe, strlen(x->cfg.prefix) + 8) < 0;
-    free(probe);
-    if (bad) return usage_error("bad -p PREFIX '%s'", x->cfg.prefix);
-    if ((x->cfg.tls_cert_file == NULL) != (x->cfg.tls_key_file == NULL))
-        return usage_error("--cert and --key go together (or $HILOCK_CERT and $HILOCK_KEY)");
-    if (*scan != NULL && optind < argc) return usage_error("--scan PATTERN takes no NAME");
-    if (*scan == NULL && optind == argc) return usage_error("missing NAME");
-    for (int i = optind; i < argc; i++) {
-        if (argv[i][0] == '\0') return usage_error("empty lock NAME");
-        if (strlen(argv[i]) > HILOCK_NAME_MAX) return usage_error("lock NAME longer than %d bytes", HILOCK_NAME_MAX);
-    }
-    return -1;
-}
-
 static int open_target(ctx *x) {
     if (x->url.kind == HL_URL_SENTINEL) return open_sentinel(x);
     if (x->url.kind == HL_URL_REDLOCK) return open_redlock(x);
@@ -1153,22 +1108,24 @@ static void print_rows(ctx *x) {
     else print_text(x);
 }
 
-int inspect_main(int argc, char **argv, const hilock_config *defaults) {
+int inspect_run(const inspect_args *a) {
     ctx *x = xcalloc(1, sizeof(*x));
-    const char *scan = NULL;
     char shown[4096];
     int rc;
 
-    x->cfg = *defaults;
-    rc = parse(x, argc, argv, &scan);
-    if (rc < 0 && hl_url_parse(x->cfg.url, &x->url) != 0)
-        rc = usage_error("bad Redis URL '%s'", url_shown(x->cfg.url, shown, sizeof(shown)));
-    if (rc >= 0) { free(x); return rc; }
+    x->cfg = a->cfg;
+    x->json = a->json;
+    if (hl_url_parse(x->cfg.url, &x->url) != 0) {
+        rc = usage_error("bad Redis URL '%s'%s: %s", url_shown(x->cfg.url, shown, sizeof(shown)),
+                         a->url_from_env ? " (from $HILOCK_URL)" : "", url_why(x->cfg.url));
+        free(x);
+        return rc;
+    }
     if (open_tls(x) != 0 || open_target(x) != 0) {
         x->status = EX_UNAVAILABLE;
     } else {
-        if (scan != NULL) scan_all(x, scan);
-        for (int i = optind; scan == NULL && i < argc; i++) inspect_name(x, argv[i]);
+        if (a->scan != NULL) scan_all(x, a->scan);
+        for (int i = 0; a->scan == NULL && i < a->nnames; i++) inspect_name(x, a->names[i]);
     }
     print_rows(x);
     rc = x->status;

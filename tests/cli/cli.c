@@ -153,7 +153,7 @@ static pid_t cli_start_io(const sigset_t *ignored, const char *out, const char *
         sigset_t none;
         int fd;
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-        /* As a shell starts a job: a group whose parent is in the session
+        /* As a shell starts a job: a group whose parent shares its setsid() group of groups
          * but not in the group, so that its stop signals are not dropped. */
         if (own_group) setpgid(0, 0);
         sigemptyset(&none);
@@ -724,18 +724,19 @@ Test(cli, lost_lock_kills_what_ignores_sigterm, .timeout = 30) {
     cr_assert(!file_exists(tmp("sig")), "COMMAND got SIGTERM with --kill-after 0");
 }
 
-/* Each of bad[] (n) as the value of option `opt` is refused with the
- * usage status and `want` (a format for the value), and COMMAND does not
- * run; so is `opt` without a value, and `opt` with unlock, which it does
- * not apply to (the lock `name` stays). */
+/* Each of bad[] (n strings: pairs of a value and why it is refused) as the
+ * value of option `opt` is refused with the usage status and `want` (a
+ * format for the value and the why), and COMMAND does not run; so is `opt`
+ * without a value, and `opt` with unlock, which it does not apply to (the
+ * lock `name` stays). */
 static void bad_values_refused(const char *opt, const char *const *bad, size_t n, const char *want,
                                const char *name) {
     static const char hint[] = "Try 'hilock --help' for more information.\n";
     char out[2048], line[256], full[400];
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i + 1 < n; i += 2) {
         cr_assert_eq(RUN("-u", srv.url, opt, bad[i], name, "--", "touch", tmp("ran")), 64, "%s '%s'", opt,
                      bad[i]);
-        snprintf(line, sizeof(line), want, bad[i]);
+        snprintf(line, sizeof(line), want, bad[i], bad[i + 1]);
         snprintf(full, sizeof(full), "%s\n%s", line, hint);
         cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), full);
         cr_assert(!file_exists(tmp("ran")), "%s '%s' ran COMMAND", opt, bad[i]);
@@ -755,10 +756,13 @@ static void bad_values_refused(const char *opt, const char *const *bad, size_t n
  * --kill-after and what it wants, and COMMAND does not run; 0 and the
  * largest are good; unlock has no COMMAND to kill. */
 Test(cli, kill_after_bad_values_are_refused, .timeout = 30) {
-    static const char *const bad[] = { "x", "-1", "", "5s", " 5", "+5", "2147483648", "1e3", "0x10" };
+    static const char *const bad[] = { "x", "not a decimal number", "-1", "negative", "", "empty",
+                                       "5s", "not a decimal number", " 5", "not a decimal number",
+                                       "+5", "not a decimal number", "2147483648", "too large",
+                                       "1e3", "not a decimal number", "0x10", "not a decimal number" };
     bad_values_refused("--kill-after", bad, sizeof(bad) / sizeof(bad[0]),
-                       "hilock: bad --kill-after MS '%s': want milliseconds, 0 to 2147483647 (0: SIGKILL at once)",
-                       "ka");
+                       "hilock: bad --kill-after MS '%s': %s; want milliseconds, 0 to 2147483647 "
+                       "(0: SIGKILL at once)", "ka");
     cr_assert_eq(RUN("-u", srv.url, "--kill-after", "0", "ka", "--", "true"), 0);
     cr_assert_eq(RUN("-u", srv.url, "--kill-after", "2147483647", "ka", "--", "true"), 0);
 }
@@ -851,7 +855,7 @@ static void log_line(const char *file, const char *fmt, ...) {
 }
 
 /* In a child of the test: a job-control shell of the least kind on the
- * terminal `slave`. It leads a new session with that terminal, starts the
+ * terminal `slave`. It calls setsid() and takes that terminal as its controlling one, starts the
  * CLI with args as a foreground job (a group of its own that has the
  * terminal), and logs to "jobs": "job PID", then "stopped SIG" whenever the
  * job stops (it then takes the terminal back, waits for the file "fg" and
@@ -975,7 +979,7 @@ Test(cli, terminal_keys_reach_command, .timeout = 30) {
 /* ---- unlock NAME ---------------------------------------------------------- */
 
 static const char unlock_warning[] =
-    "hilock: warning: forcing %s open; its holder, if alive, keeps acting as the owner "
+    "hilock: warning: forced %s open; its holder, if alive, keeps acting as the owner "
     "until its next renewal fails\n";
 
 /* Run `hilock -u URL unlock NAME`: its status; stdout in "out", stderr in "err". */
@@ -1023,14 +1027,16 @@ Test(cli, unlock_of_a_free_lock_says_not_held, .timeout = 30) {
 
     cr_assert_eq(unlock_run(srv.url, "free"), 0);
     cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), "hilock: free was not held\n");
-    snprintf(want, sizeof(want), unlock_warning, "free");
-    cr_assert_str_eq(test_slurp(tmp("err"), out, sizeof(out)), want);
+    /* No holder, so nobody to warn about. */
+    cr_assert_str_eq(test_slurp(tmp("err"), out, sizeof(out)), "");
 
     /* A holder that is not a hilock at all, under another prefix. */
     hold_key("other:", "foreign", 20000);
     cr_assert_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL,
                                        ARGS("-u", srv.url, "-p", "other:", "unlock", "foreign")), 20000), 0);
     cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), "hilock: removed the lock foreign (fence 1)\n");
+    snprintf(want, sizeof(want), unlock_warning, "foreign");
+    cr_assert_str_eq(test_slurp(tmp("err"), out, sizeof(out)), want);
     cr_assert_eq(test_redis_int(&srv, "EXISTS other:{foreign}"), 0);
 }
 
@@ -1206,7 +1212,8 @@ Test(cli, url_password_is_never_printed, .timeout = 30) {
 
     cr_assert_eq(RUN("-u", "redis://u:s3cr3t@127.0.0.1:99999", "pw", "--", "true"), 64);
     test_slurp(tmp("out"), out, sizeof(out));
-    cr_assert_not_null(strstr(out, "hilock: bad Redis URL 'redis://***@127.0.0.1:99999'\n"), "%s", out);
+    cr_assert_not_null(strstr(out, "hilock: bad Redis URL 'redis://***@127.0.0.1:99999': the port is not a "
+                                   "number from 1 to 65535\n"), "%s", out);
     cr_assert_null(strstr(out, "s3cr3t"), "the password was printed: %s", out);
 
     cr_assert_eq(cli_run_env("HILOCK_URL=redis://u:s3cr3t@127.0.0.1:99999", ARGS("pw", "--", "true")), 64);
@@ -1255,7 +1262,7 @@ Test(cli, usage_errors_exit_64, .timeout = 60) {
         { "-u", srv.url, "-E", "9", "unlock", "name", NULL },
         { "-u", srv.url, "unlock", "", NULL },
         { "-u", srv.url, "unlock", "--", NULL },                 /* the lock "unlock", no COMMAND */
-        { "-u", srv.url, "unlock", "name", "touch", ran, NULL }, /* the lock "unlock", no -- */
+        { "-u", srv.url, "unlock", "name", "touch", ran, NULL }, /* unlock takes one NAME */
         { "-u", srv.url, "-n", "0", "name", "--", "touch", ran, NULL },   /* no permits */
         { "-u", srv.url, "-n", "1000001", "name", "--", "touch", ran, NULL },
         { "-u", srv.url, "-n", "x", "name", "--", "touch", ran, NULL },
@@ -1411,11 +1418,11 @@ static void xt_from_man(xtable *t, const char *page) {
     }
 }
 
-/* README.md: the "| exit | meaning |" table of the CLI section. */
+/* docs/cli.md: the "| exit | meaning |" table of its "Exit status" section. */
 static void xt_from_readme(xtable *t, const char *readme) {
-    const char *p = strstr(readme, "\n## The `hilock` command\n"), *end, *nl;
+    const char *p = strstr(readme, "\n## Exit status\n"), *end, *nl;
 
-    cr_assert_not_null(p, "README.md has no CLI section");
+    cr_assert_not_null(p, "docs/cli.md has no Exit status section");
     end = strstr(p + 1, "\n## ");
     if (end == NULL) end = p + strlen(p);
     for (p = strchr(p + 1, '\n') + 1; p < end; p = nl + 1) {
@@ -1450,7 +1457,7 @@ static void error_names(const char *text, char *out, size_t n) {
             snprintf(out + strlen(out), n - strlen(out), "%s ", names[i]);
 }
 
-/* --help, hilock(1) and README.md list the same exit statuses, in the same
+/* --help, hilock(1) and docs/cli.md list the same exit statuses, in the same
  * order, with the same HILOCK_E* codes under each; and the codes are those
  * the CLI maps (unreachable_server_exits_69 and the tests after it check
  * the mapping itself). */
@@ -1459,8 +1466,8 @@ Test(cli, exit_statuses_agree_in_help_man_and_readme, .timeout = 60) {
     static const char want69[] = "HILOCK_EAUTH HILOCK_ECONN HILOCK_EDEADLINE HILOCK_EEVICTION "
                                  "HILOCK_ELOADING HILOCK_EOOM HILOCK_EPROTO HILOCK_EREADONLY "
                                  "HILOCK_EREPLY HILOCK_ESCRIPT HILOCK_ETLS ";
-    static xtable t[3] = { { .what = "--help" }, { .what = "hilock.1" }, { .what = "README.md" } };
-    const char *man = src_path("man/hilock.1"), *readme = src_path("README.md");
+    static xtable t[3] = { { .what = "--help" }, { .what = "hilock.1" }, { .what = "docs/cli.md" } };
+    const char *man = src_path("man/hilock.1"), *readme = src_path("docs/cli.md");
     char *help, *page, *md, names[512], help_names[512];
     size_t i, r;
     int k;
@@ -1468,7 +1475,7 @@ Test(cli, exit_statuses_agree_in_help_man_and_readme, .timeout = 60) {
     cr_assert_eq(RUN("--help"), 0);
     help = slurp_all(tmp("out"));
     cr_assert(man != NULL && (page = slurp_all(man)) != NULL, "no man/hilock.1 above the test binary");
-    cr_assert(readme != NULL && (md = slurp_all(readme)) != NULL, "no README.md above the test binary");
+    cr_assert(readme != NULL && (md = slurp_all(readme)) != NULL, "no docs/cli.md above the test binary");
     xt_from_help(&t[0], help);
     xt_from_man(&t[1], page);
     xt_from_readme(&t[2], md);
@@ -1926,9 +1933,11 @@ Test(cli, starve_is_ignored_where_it_does_not_apply, .timeout = 30) {
  * --starve and what it wants, and COMMAND does not run; unlock never
  * waits: --starve is refused there as -w is. */
 Test(cli, starve_bad_values_are_refused, .timeout = 30) {
-    static const char *const bad[] = { "0", "x", "-5", "", "20x", " 20", "2147483648", "OFF", "-1" };
+    static const char *const bad[] = { "0", "too small", "x", "not a decimal number", "-5", "negative",
+                                       "", "empty", "20x", "not a decimal number", " 20", "not a decimal number",
+                                       "2147483648", "too large", "OFF", "not a decimal number", "-1", "negative" };
     bad_values_refused("--starve", bad, sizeof(bad) / sizeof(bad[0]),
-                       "hilock: bad --starve MS '%s': want milliseconds, 1 to 2147483647, or off", "stb");
+                       "hilock: bad --starve MS '%s': %s; want milliseconds, 1 to 2147483647, or off", "stb");
 }
 
 /* $HILOCK_STARVE is --starve's default: a good one runs, an empty one is
@@ -1944,7 +1953,8 @@ Test(cli, starve_default_from_environment, .timeout = 30) {
 
     cr_assert_eq(cli_run_env("HILOCK_STARVE=x", ARGS("-u", srv.url, "ste", "--", "touch", tmp("ran"))), 64);
     cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)),
-                     "hilock: bad $HILOCK_STARVE 'x': want milliseconds, 1 to 2147483647, or off\n"
+                     "hilock: bad $HILOCK_STARVE 'x': not a decimal number; want milliseconds, 1 to 2147483647, "
+                     "or off\n"
                      "Try 'hilock --help' for more information.\n");
     cr_assert(!file_exists(tmp("ran")), "COMMAND ran with a bad $HILOCK_STARVE");
     cr_assert_eq(cli_run_env("HILOCK_STARVE=0", ARGS("-u", srv.url, "ste", "--", "touch", tmp("ran"))), 64);
@@ -1985,7 +1995,7 @@ Test(cli, starve_is_documented, .timeout = 30) {
     free(page);
 }
 
-/* --help, the man page and the README say what --kill-after is, its
+/* --help, the man page and docs/cli.md say what --kill-after is, its
  * default, what 0 does, and that COMMAND has a process group of its own. */
 Test(cli, kill_after_is_documented, .timeout = 30) {
     static const char *const in_help[] = { "[--kill-after MS]", "  --kill-after MS\n", "(default\n"
@@ -1996,7 +2006,7 @@ Test(cli, kill_after_is_documented, .timeout = 30) {
     static const char *const in_readme[] = { "[--kill-after MS]", "`--kill-after MS`",
                                              "5000; `0` sends SIGKILL at once",
                                              "COMMAND runs in a process group of its own" };
-    const char *man = src_path("man/hilock.1"), *readme = src_path("README.md");
+    const char *man = src_path("man/hilock.1"), *readme = src_path("docs/cli.md");
     char out[8192], *page, *whole, *md, *opt;
     size_t i;
 
@@ -2010,11 +2020,11 @@ Test(cli, kill_after_is_documented, .timeout = 30) {
               "man/hilock.1 has no --kill-after entry in OPTIONS");
     for (i = 0; i < sizeof(in_man) / sizeof(in_man[0]); i++)
         cr_expect_not_null(strstr(page, in_man[i]), "man/hilock.1 lacks \"%s\"", in_man[i]);
-    cr_assert(readme != NULL && (whole = slurp_all(readme)) != NULL, "no README.md above the test binary");
-    md = strstr(whole, "\n## The `hilock` command\n");
-    cr_assert_not_null(md, "README.md has no CLI section");
+    cr_assert(readme != NULL && (whole = slurp_all(readme)) != NULL, "no docs/cli.md above the test binary");
+    md = strstr(whole, "# The `hilock` command\n");
+    cr_assert_not_null(md, "docs/cli.md has no \"# The `hilock` command\" heading");
     for (i = 0; i < sizeof(in_readme) / sizeof(in_readme[0]); i++)
-        cr_expect_not_null(strstr(md, in_readme[i]), "README.md's CLI section lacks \"%s\"", in_readme[i]);
+        cr_expect_not_null(strstr(md, in_readme[i]), "docs/cli.md lacks \"%s\"", in_readme[i]);
     free(page);
     free(whole);
 }
