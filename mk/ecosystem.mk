@@ -3,10 +3,12 @@
 #   make install   [PREFIX=/usr/local] [DESTDIR=] [BINDIR= LIBDIR= INCLUDEDIR= MANDIR=]
 #   make uninstall (the same variables)
 #
-# installs the static and shared library (soname libhilock.so.0, with the
-# libhilock.so.0 and libhilock.so links), the headers under include/hilock/
+# installs the static and shared library (soname libhilock.so.MAJOR, with the
+# libhilock.so.MAJOR and libhilock.so links), the headers under include/hilock/
 # (adapters/*.h as include/hilock/adapters/), hilock.pc, the CLI and the
-# man pages hilock(1) and hilock(3). DESTDIR is prepended to every path and
+# man pages: hilock(1), hilock(3) and every page of man/man3/ (a page per
+# function or group, and the ".so man3/PAGE.3" links of the other names,
+# installed as the files they are). DESTDIR is prepended to every path and
 # never written into a file. Without DESTDIR, as root, ldconfig runs so that
 # the new shared library is found at once.
 
@@ -20,6 +22,7 @@ INSTALL    ?= install
 ADAPTERS := $(wildcard adapters/*.h)
 PUBLIC_HEADERS := $(wildcard include/hilock/*.h)
 MANPAGES := man/hilock.1 man/hilock.3
+MAN3PAGES := $(sort $(wildcard man/man3/*.3))
 
 # Examples and tests of the other event loops.
 EXAMPLE_LIBS_libev_basic := -lev
@@ -67,7 +70,7 @@ ifneq ($(INCLUDEDIR),$(PREFIX)/include)
 ECO_PC_SED += -e 's|^includedir=.*|includedir=$(INCLUDEDIR)|'
 endif
 
-install: $(STATIC) $(SHARED) $(BUILD)/libhilock.so $(CLI) hilock.pc.in $(MANPAGES)
+install: $(STATIC) $(SHARED) $(BUILD)/libhilock.so $(CLI) hilock.pc.in $(MANPAGES) $(MAN3PAGES)
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) \
 		$(DESTDIR)$(INCLUDEDIR)/hilock/adapters \
 		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3
@@ -83,6 +86,7 @@ install: $(STATIC) $(SHARED) $(BUILD)/libhilock.so $(CLI) hilock.pc.in $(MANPAGE
 	$(INSTALL) -m 644 $(ADAPTERS) $(DESTDIR)$(INCLUDEDIR)/hilock/adapters/
 	$(INSTALL) -m 644 man/hilock.1 $(DESTDIR)$(MANDIR)/man1/hilock.1
 	$(INSTALL) -m 644 man/hilock.3 $(DESTDIR)$(MANDIR)/man3/hilock.3
+	$(if $(MAN3PAGES),$(INSTALL) -m 644 $(MAN3PAGES) $(DESTDIR)$(MANDIR)/man3/)
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null 2>&1; then \
 		echo ldconfig; ldconfig; fi
 
@@ -95,5 +99,6 @@ uninstall:
 	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/hilock/adapters/,$(notdir $(ADAPTERS)))
 	rmdir $(DESTDIR)$(INCLUDEDIR)/hilock/adapters $(DESTDIR)$(INCLUDEDIR)/hilock 2>/dev/null || true
 	rm -f $(DESTDIR)$(MANDIR)/man1/hilock.1 $(DESTDIR)$(MANDIR)/man3/hilock.3
+	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(notdir $(MAN3PAGES)))
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null 2>&1; then \
 		echo ldconfig; ldconfig; fi

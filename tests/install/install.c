@@ -5,7 +5,9 @@
  * hilock.pc, the CLI, man pages); build programs against the installed copy
  * with pkg-config (shared and static, on each event loop) and run them
  * against a real redis-server; then uninstall and check that nothing is
- * left. And the man pages render with `man -l` without a warning.
+ * left. The installed man pages are found and render (`man -M` of the
+ * install's share/man, a function's page and a ".so" link to one), and the
+ * tree's render with `man -l`, without a warning.
  *
  * The make variables that chose this build (BUILD, SANITIZE, HIREDIS, CC,
  * CFLAGS) come from BUILD/make-args, which mk/ecosystem.mk writes, so that
@@ -373,6 +375,25 @@ static void run_example(const char *prog) {
     cr_expect_not_null(strstr(log, "released \"example\""), "%s:\n%s", prog, log);
 }
 
+/* `man -M MANDIR --warnings 3 NAME` shows the installed page of NAME (a
+ * ".so" link is followed), with every string of `want` and without a
+ * warning. Returns 0, or 127 when man is not installed (nothing checked). */
+static int check_installed_man(const char *mandir, const char *name, const char *const *want) {
+    static char out[262144];
+    char err[8192];
+    char *argv[] = {"man", "--warnings", "-M", (char *)mandir, "3", (char *)name, NULL};
+    char *env[] = {"MANWIDTH=80", "MANPAGER=cat", "PAGER=cat", "LC_ALL=C.UTF-8", NULL};
+    int rc = run(argv, env, at("%s/man.out", tmp), at("%s/man.err", tmp), 60000);
+    if (rc == 127) return 127;
+    test_slurp(at("%s/man.out", tmp), out, sizeof(out));
+    test_slurp(at("%s/man.err", tmp), err, sizeof(err));
+    cr_expect_eq(rc, 0, "man -M %s 3 %s exited with %d:\n%s", mandir, name, rc, err);
+    cr_expect_str_eq(err, "", "man -M %s 3 %s warns:\n%s", mandir, name, err);
+    for (; *want; want++)
+        cr_expect_not_null(strstr(out, *want), "man -M %s 3 %s: no \"%s\" in:\n%s", mandir, name, *want, out);
+    return 0;
+}
+
 /* ---- Tests ---------------------------------------------------------------- */
 
 Test(install, prefix_and_destdir, .init = setup, .fini = teardown, .timeout = 400) {
@@ -390,9 +411,28 @@ Test(install, prefix_and_destdir, .init = setup, .fini = teardown, .timeout = 40
         "lib/pkgconfig/hilock.pc", "include/hilock/hilock.h",
         "include/hilock/adapters/libevent.h", "include/hilock/adapters/libev.h",
         "include/hilock/adapters/libuv.h", "share/man/man1/hilock.1",
-        "share/man/man3/hilock.3", NULL};
+        "share/man/man3/hilock.3", "share/man/man3/hilock_acquire.3",
+        "share/man/man3/hilock_wait_cancel.3", NULL};
     for (const char *const *f = files; *f; f++)
         cr_expect(is_file(at("%s/%s", usrdir, *f)), "not installed: %s", *f);
+
+    /* Every page of man/man3/ (the ".so" links too, as files), unchanged;
+     * then the installed pages as `man 3 NAME` shows them. */
+    cr_expect_eq(sh(NULL, at("cd %s/man/man3 && for f in *.3; do cmp -s \"$f\" %s/share/man/man3/\"$f\" "
+                             "|| echo \"not installed as it is: man/man3/$f\"; done", root, usrdir),
+                    log, sizeof(log)), 0, "%s", log);
+    cr_expect_str_eq(log, "", "%s", log);
+    {
+        static const char *const acquire[] = {"HILOCK_ACQUIRE(3)", "SYNOPSIS",
+                                               "int hilock_acquire(hilock_client *c", "SEE ALSO", NULL};
+        static const char *const cancel[] = {"HILOCK_ACQUIRE(3)", "hilock_wait_cancel",
+                                              "int hilock_wait_cancel(hilock_wait *w);", NULL};
+        const char *mandir = at("%s/share/man", usrdir);
+        char mdir[PATH_MAX];
+        snprintf(mdir, sizeof(mdir), "%s", mandir);
+        if (check_installed_man(mdir, "hilock_acquire", acquire) == 0)
+            check_installed_man(mdir, "hilock_wait_cancel", cancel);
+    }
     cr_expect_eq(access(at("%s/bin/hilock", usrdir), X_OK), 0);
 
     char link[PATH_MAX];
