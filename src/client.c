@@ -327,18 +327,24 @@ void hl_close_progress(void *client) {
         hl_defer_push(&c->loop, &c->close_defer);
 }
 
-void hilock_client_close(hilock_client *c, hilock_close_cb cb, void *data) {
-    if (c == NULL || c->loop.freeing || c->loop.forked) return;
-    hl_closer *k = cb ? malloc(sizeof(*k)) : NULL;
-    if (k != NULL) {
+int hilock_client_close(hilock_client *c, hilock_close_cb cb, void *data) {
+    if (c == NULL) return HILOCK_EINVAL;
+    if (c->loop.forked) return HILOCK_EFORK;
+    if (c->loop.freeing) return HILOCK_ECLOSED;
+    if (cb != NULL) {
+        /* A callback that could not be kept would never run: say so
+         * before anything starts, so the caller can free instead. */
+        hl_closer *k = malloc(sizeof(*k));
+        if (k == NULL) return HILOCK_ENOMEM;
         k->cb = cb;
         k->data = data;
         hl_list_push(&c->closers, &k->link);
     }
-    if (c->closing) return; /* under way: this cb runs with the first's */
+    if (c->closing) return 0; /* under way: this cb runs with the first's */
     c->closing = 1;
     hl_waits_cancel_all(c);
     hl_holds_release_all(c);
     hl_topo_close_begin(&c->topo);
     hl_close_progress(c);
+    return 0;
 }

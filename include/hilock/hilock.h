@@ -85,7 +85,8 @@ extern "C" {
                                  refused a command, key or channel (NOPERM; see
                                  hilock_client_errstr and the
                                  least-privilege ACL in docs/tls-and-acl.md) */
-#define HILOCK_ELOOP     -13  /* the event-loop adapter failed (attach or timer) */
+#define HILOCK_ELOOP     -13  /* the event-loop adapter failed (attach, timer_new or
+                                 io_new) */
 #define HILOCK_EDEADLINE -14  /* Redis did not answer a request in time */
 #define HILOCK_EREADONLY -15  /* the server is a read-only replica (READONLY) */
 #define HILOCK_EOOM      -16  /* the server is out of memory (OOM, maxmemory) */
@@ -197,6 +198,11 @@ typedef void (*hilock_log_cb)(int level, const char *msg, void *data);
  * a struct that sets fields it does not know. New fields are only ever
  * added at the end, so growing them is not an ABI break. Always fill them
  * with the init macro first. */
+/* Every numeric field left 0 takes its default. Values out of range make
+ * hilock_client_new() and hilock_config_check() return HILOCK_EINVAL: a
+ * lease below HILOCK_LEASE_MIN or above INT32_MAX, health_ms below 100,
+ * clock_rate_ppm above 100000 (10 %), wait_replicas above 64, an unknown
+ * pubsub. */
 typedef struct hilock_config {
     size_t size;                 /* set by hilock_config_init(); do not touch */
     /* "redis://[user:pass@]host[:port][,host[:port]...][/db]" (host may be
@@ -369,8 +375,13 @@ typedef void (*hilock_close_cb)(void *data);
  * freed. New requests fail with HILOCK_ECLOSED meanwhile. A second close
  * while the first is under way just adds its `cb`, which runs then too. On
  * a client that hilock_client_free() is already freeing (from a callback
- * it runs) or in a forked child it does nothing, and `cb` does not run. */
-HILOCK_API void hilock_client_close(hilock_client *c, hilock_close_cb cb, void *data);
+ * it runs) or in a forked child it does nothing, and `cb` does not run.
+ * Returns 0 (`cb` will run exactly once), or at once, with nothing done
+ * and `cb` never run: HILOCK_EINVAL (NULL client), HILOCK_ECLOSED (being
+ * freed), HILOCK_EFORK (a forked child: free the copy instead) or
+ * HILOCK_ENOMEM (no room to keep `cb`; a close not already under way has
+ * not begun). */
+HILOCK_API int hilock_client_close(hilock_client *c, hilock_close_cb cb, void *data);
 
 /* The text of the last error reply or connection error seen, or "". */
 HILOCK_API const char *hilock_client_errstr(const hilock_client *c);
@@ -382,6 +393,9 @@ HILOCK_API const char *hilock_client_errstr(const hilock_client *c);
  * succeeds at once with the same hold, counted in the client; nothing is sent
  * to Redis. Each acquire needs one matching hilock_release(). */
 HILOCK_API hilock_owner *hilock_owner_new(hilock_client *c);
+/* (NULL for a NULL client, one being freed, a forked child's copy, or no
+ * memory.) An owner belongs to its client and is freed with it: never use
+ * or free it after hilock_client_free(). */
 
 /* Free an owner. Its holds stay valid (they simply stop being reentrant). */
 HILOCK_API void hilock_owner_free(hilock_owner *o);
@@ -427,11 +441,14 @@ HILOCK_API void hilock_acquire_opts_init_size(hilock_acquire_opts *opts, size_t 
  *                     server that is down gives its error, not EBUSY);
  *   HILOCK_ETIMEDOUT  the wait ran out while the lock was seen held;
  *   HILOCK_ECONN, HILOCK_EDEADLINE, HILOCK_EPROTO, HILOCK_EAUTH,
- *   HILOCK_EEVICTION  no try could be sent or answered (the wait's time
+ *   HILOCK_ETLS, HILOCK_EEVICTION
+ *                     no try could be sent or answered (the wait's time
  *                     ran out first, or the connection failed): a wrong
  *                     address never looks like a busy lock;
  *   HILOCK_EREADONLY, HILOCK_EOOM, HILOCK_ELOADING, HILOCK_ESCRIPT,
  *   HILOCK_EREPLY     Redis refused the try;
+ *   HILOCK_EREPLICAS  fewer replicas than wait_replicas confirmed the
+ *                     grant (it was given back);
  *   HILOCK_EINVAL     an owner's queued wait that its owner's hold, granted
  *                     meanwhile, cannot serve (a semaphore's or read-write
  *                     lock's: see there);
@@ -442,8 +459,11 @@ typedef void (*hilock_acquire_cb)(hilock_hold *hold, int status, void *data);
 /* Ask for the lock `name` (1..HILOCK_NAME_MAX bytes, any bytes but NUL).
  * `opts` may be NULL for the defaults; a struct must be filled by
  * hilock_acquire_opts_init() first. Returns 0 and, if wait_out is not NULL, the wait handle; or
- * a negative code at once (HILOCK_EINVAL, HILOCK_ENOMEM, HILOCK_ECLOSED), in
- * which case nothing was sent and `cb` will not run.
+ * a negative code at once, in which case nothing was sent and `cb` will
+ * not run: HILOCK_EINVAL (a bad name, no `cb`, opts not set up, wait_ms
+ * below HILOCK_WAIT_FOREVER, a lease out of range, an owner of another
+ * client), HILOCK_ENOMEM, HILOCK_ECLOSED (the client is closing) or
+ * HILOCK_EFORK (a forked child's copy of the client).
  *
  * Who gets the lock after a release: this client's waits of the name in
  * the order they were made (one tries at a time). Across clients, a wait
@@ -833,7 +853,9 @@ HILOCK_API int hilock_stats_prometheus(char *buf, size_t len, const hilock_stats
  * was freed first. */
 typedef void (*hilock_break_cb)(int status, uint64_t fence, void *data);
 
-/* Remove the lock `name` whoever holds it, and wake its waiters: an
+/* Remove the mutex `name` (hilock_acquire's) whoever holds it, and wake
+ * its waiters (the semaphore, read-write and fair locks of that name are
+ * not touched: their holders' leases run out by themselves): an
  * operator's last resort for a lock whose holder is known dead, when its
  * lease is too long to wait out. The holder, if alive, finds out at its
  * next renewal (its lost callback runs) but may act as the owner until
@@ -897,7 +919,8 @@ HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb 
  * That keeps T brace-free and non-empty, so the hash tag is exactly T, and
  * distinct names never share keys. */
 
-/* Write the lock key for `name` into buf (size n), NUL-terminated. Returns
+/* Write the lock key for `name` under `prefix` (NULL: "hilock:") into buf
+ * (size n), NUL-terminated. Returns
  * its length, or a negative code (HILOCK_EINVAL bad args or buffer too small). */
 HILOCK_API int hilock_key(const char *prefix, const char *name, char *buf, size_t n);
 

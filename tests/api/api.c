@@ -238,3 +238,45 @@ Test(api, cancel_inside_own_callback) {
     cr_expect_eq(release_now(&e, g.hold), 0);
     hilock_client_free(c);
 }
+
+/* hilock_client_close() says when its callback will not run: a NULL
+ * client, and a client that hilock_client_free() is freeing (a close from
+ * one of the callbacks it runs); a close that returns 0 runs its callback
+ * exactly once, a second close's too. */
+typedef struct closing {
+    hilock_client *c;
+    int rc, calls;
+} closing;
+
+static void closed_count(void *data) { ((closing *)data)->calls++; }
+
+static void close_from_a_free(hilock_hold *h, int status, void *data) {
+    closing *k = data;
+    (void)h;
+    (void)status;
+    k->rc = hilock_client_close(k->c, closed_count, k);
+}
+
+Test(api, close_says_when_its_callback_will_not_run) {
+    closing k = {NULL, 1, 0};
+    cr_expect_eq(hilock_client_close(NULL, closed_count, &k), HILOCK_EINVAL);
+
+    hilock_client *holder = lockenv_client(&e);
+    got g = acquire_now(&e, holder, "closecb", NULL);
+    cr_assert_eq(g.status, 0);
+    k.c = lockenv_client(&e);
+    cr_assert_eq(hilock_acquire(k.c, "closecb", NULL, close_from_a_free, &k, NULL), 0);
+    test_loop_for(e.base, 100);
+    hilock_client_free(k.c);
+    cr_expect_eq(k.rc, HILOCK_ECLOSED, "a close from inside a free: %d", k.rc);
+    cr_expect_eq(k.calls, 0, "its callback ran");
+
+    closing twice = {lockenv_client(&e), 0, 0};
+    cr_expect_eq(hilock_client_close(twice.c, closed_count, &twice), 0);
+    cr_expect_eq(hilock_client_close(twice.c, closed_count, &twice), 0);
+    test_loop_until(e.base, &twice.calls, 5000);
+    test_loop_for(e.base, 50);
+    cr_expect_eq(twice.calls, 2, "two closes, %d callbacks", twice.calls);
+    cr_expect_eq(release_now(&e, g.hold), 0);
+    hilock_client_free(holder);
+}

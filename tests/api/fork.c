@@ -44,6 +44,7 @@ Test(fork, inherited_client_is_inert_and_the_parent_is_unharmed) {
             if (hilock_release(held.hold, NULL, NULL) != HILOCK_EFORK) code = 13;
             if (hilock_owner_new(c) != NULL) code = 14;
             if (strstr(hilock_strerror(HILOCK_EFORK), "fork") == NULL) code = 15;
+            if (hilock_client_close(c, NULL, NULL) != HILOCK_EFORK) code = 17;
             /* The loop runs over the inherited descriptors: no read of the
              * parent's traffic, no parent callback, no abort. */
             test_loop_for(e.base, 300);
