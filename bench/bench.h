@@ -160,6 +160,11 @@ typedef struct cmdstats {
     long long usec[CMDSTAT_MAX]; /* Redis's time in them (a script's: its calls included) */
 } cmdstats;
 int cmdstats_get(redisContext *rc, cmdstats *out);
+/* The server's CPU time so far (INFO cpu: used_cpu_sys + used_cpu_user), or -1. */
+double redis_cpu_seconds(redisContext *rc);
+/* Run redis-benchmark (-c 50, -P pipeline, -n n, -r 100000000) on the
+ * command `cmd` (NULL-terminated); its requests per second, or -1. */
+double redis_benchmark_run(const char *const *cmd, long n, int pipeline);
 long long cmdstats_calls(const cmdstats *s, const char *name);
 /* Calls of the commands in the NULL-terminated list `names`, after - before. */
 long long cmdstats_delta(const cmdstats *before, const cmdstats *after, const char *const *names);
@@ -227,6 +232,8 @@ typedef struct bench_results {
     int wv_errors, wv_subs, wv_waiters;
     int throughput_run;
     double tp_scripts, tp_rb, tp_ratio, tp_locks;
+    int cost_run;             /* redis_cost: the mutex's Redis time per cycle */
+    double cost_over_floor;   /* over the classic protocol's (SET NX PX + CAD) */
     int rl_masters;
     int rl_acq_run;           /* redlock_acquire */
     double rl_acq_p50, rl_acq_one_p50, rl_acq_ratio;
@@ -267,8 +274,19 @@ int tp_measure(const bench_target *t, tp_sample *out);
 /* The same window with `inflight` loops (tp_measure: -k) of another
  * primitive, every loop on ONE name (but TP_MUTEX_NAMES, tp_measure's own:
  * a name per loop); a semaphore has as many permits as loops. */
-enum { TP_MUTEX_NAMES, TP_MUTEX, TP_SEMAPHORE, TP_READ, TP_WRITE, TP_KINDS };
+enum { TP_MUTEX_NAMES, TP_MUTEX, TP_SEMAPHORE, TP_READ, TP_WRITE, TP_FAIR, TP_KINDS };
 int tp_measure_kind(const bench_target *t, int kind, int inflight, tp_sample *out);
+/* A kind | TP_OWN_NAMES: every loop on a name of its own (uncontended). */
+#define TP_OWN_NAMES 0x100
+/* What the window cost t->node[0]: its INFO commandstats before and after
+ * and its CPU time (INFO cpu, user + system) over the window. */
+typedef struct tp_redis {
+    cmdstats before, after;
+    double cpu_seconds;
+    long long cycles;
+} tp_redis;
+/* tp_measure_kind, and (redis not NULL) what it cost node 0. */
+int tp_measure_cost(const bench_target *t, int kind, int inflight, tp_sample *out, tp_redis *redis);
 
 /* ---- Repetitions of one side of a comparison (alternated with another) ---- */
 
@@ -313,6 +331,9 @@ int floor_measure(int handoffs, int fair, floor_result *out);
 int scenario_throughput(void);
 /* The mutex, the semaphore and the read-write lock on one name (prims.c). */
 int scenario_primitives(void);
+/* Redis's own time and CPU per uncontended cycle of each primitive, beside
+ * the classic protocol's floor (cost.c). */
+int scenario_redis_cost(void);
 /* cluster.c: on the -c cluster, beside the -u server (see there). */
 int scenario_cluster_handoff(void);
 int scenario_cluster_throughput(void);

@@ -496,3 +496,61 @@ const lock_impl hilock_impl = {
 const lock_impl hilock_fair_impl = {
     "hilock-fair", hl_commands, hl_client_new, hl_client_free, hl_fair_acquire, hl_release, hl_messages,
 };
+
+double redis_cpu_seconds(redisContext *rc) {
+    redisReply *r = redisCommand(rc, "INFO cpu");
+    double cpu = -1;
+    if (r != NULL && r->type == REDIS_REPLY_STRING) {
+        const char *sys = strstr(r->str, "used_cpu_sys:"), *user = strstr(r->str, "used_cpu_user:");
+        if (sys != NULL && user != NULL) cpu = strtod(sys + 13, NULL) + strtod(user + 14, NULL);
+    }
+    if (r) freeReplyObject(r);
+    return cpu;
+}
+
+double redis_benchmark_run(const char *const *cmd, long n, int pipeline) {
+    char port[16], nreq[32], pipe_n[16];
+    const char *argv[48];
+    int a = 0;
+    snprintf(port, sizeof port, "%d", g_opts.port);
+    snprintf(nreq, sizeof nreq, "%ld", n);
+    snprintf(pipe_n, sizeof pipe_n, "%d", pipeline > 0 ? pipeline : 1);
+    const char *head[] = {g_opts.redis_benchmark, "-h", g_opts.host, "-p", port, "-P", pipe_n,
+                          "-c", "50", "-n", nreq, "-r", "100000000", "--csv"};
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) argv[a++] = head[i];
+    while (*cmd && a < 47) argv[a++] = *cmd++;
+    argv[a] = NULL;
+    int out[2];
+    if (pipe(out)) return -1;
+    pid_t pid = fork_child();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        dup2(out[1], 1);
+        close(out[0]);
+        close(out[1]);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, 2);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(out[1]);
+    char buf[8192];
+    size_t len = 0;
+    ssize_t m;
+    while ((m = read(out[0], buf + len, sizeof buf - 1 - len)) > 0 || (m < 0 && errno == EINTR))
+        if (m > 0) len += (size_t)m;
+    buf[len] = '\0';
+    close(out[0]);
+    if (wait_child(pid, 60000) != 0) {
+        fprintf(stderr, "%s failed\n", g_opts.redis_benchmark);
+        return -1;
+    }
+    /* --csv: a header line ("test","rps",...) then "COMMAND ...","12345.67",... */
+    for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (line[0] != '"' || strncmp(line, "\"test\"", 6) == 0) continue;
+        char *q = strstr(line, "\",\"");
+        if (q) return strtod(q + 3, NULL);
+    }
+    fprintf(stderr, "no rate in redis-benchmark's output: %.200s\n", buf);
+    return -1;
+}

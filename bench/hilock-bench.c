@@ -21,6 +21,11 @@
  *               waiter, errors, subscriber connections
  *   throughput  uncontended acquire+release cycles, many in flight, beside
  *               redis-benchmark -P 16 running hilock's acquire script
+ *   redis_cost  Redis's own time (INFO commandstats) and CPU (INFO cpu) per
+ *               uncontended cycle of each primitive, and the calls its
+ *               scripts make, beside the classic protocol's floor: SET NX
+ *               PX and a compare-and-delete EVALSHA under redis-benchmark
+ *               (see cost.c)
  *   fairness    P processes x W loops on one name, each loop acquiring,
  *               holding H ms and releasing for D s, once per primitive:
  *               the mutex, the mutex always racing (starve_ms
@@ -77,7 +82,7 @@ static void usage(FILE *f) {
             "                    [-n HANDOFFS] [-w WAITERS] [-N NAMES] [-k IN_FLIGHT]\n"
             "                    [-t SECONDS] [-r REPS] [-b REDIS_BENCHMARK]\n"
             "  SCENARIOS: comma-separated of handoff,fair_handoff,herd,fair_herd,waiters,\n"
-            "             throughput,primitives,fairness,polling,\n"
+            "             throughput,redis_cost,primitives,fairness,polling,\n"
             "             cluster (= cluster_handoff,cluster_throughput,cluster_bus),\n"
             "             redlock (= redlock_acquire,redlock_handoff), tls\n"
             "             (default all; the cluster ones need -c, the Redlock ones -r URL,\n"
@@ -182,6 +187,12 @@ static void targets(void) {
         json_bool("handoff_p50_le_4x_ping", a);
         json_bool("handoff_p99_le_1ms", b);
     }
+    if (g_res.cost_run) {
+        int a = g_res.cost_over_floor <= 2;
+        fprintf(stderr, "  Redis time per uncontended mutex cycle = %.2fx the classic protocol's "
+                "(SET NX PX + compare-and-delete), goal <= 2x: %s\n", g_res.cost_over_floor, verdict(a));
+        json_bool("redis_cost_mutex_le_2x_floor", a);
+    }
     if (g_res.herd_runs) {
         int a = g_res.herd_worst_excess <= 0;
         fprintf(stderr, "  herd: worst %.2f commands/handoff at P=%d W=%d, target <= P+2 = %d: %s\n",
@@ -273,7 +284,7 @@ static void targets(void) {
 
 int main(int argc, char **argv) {
     const char *url = "redis://127.0.0.1:6379";
-    const char *scen = "handoff,fair_handoff,herd,fair_herd,waiters,throughput,primitives,fairness,polling,"
+    const char *scen = "handoff,fair_handoff,herd,fair_herd,waiters,throughput,redis_cost,primitives,fairness,polling,"
                        "cluster,redlock,tls";
     int scen_given = 0;
     g_opts.redis_benchmark = getenv("REDIS_BENCHMARK") ? getenv("REDIS_BENCHMARK") : "redis-benchmark";
@@ -435,8 +446,13 @@ int main(int argc, char **argv) {
                 g_opts.inflight, g_opts.reps, g_opts.tp_seconds);
         failed |= scenario_throughput();
     }
+    if (has(scen, "redis_cost")) {
+        fprintf(stderr, "== redis_cost: Redis's time and CPU per uncontended cycle of each primitive, "
+                "beside SET NX PX + compare-and-delete (redis-benchmark)\n");
+        failed |= scenario_redis_cost();
+    }
     if (has(scen, "primitives")) {
-        fprintf(stderr, "== primitives: mutex, semaphore, read and write lock on one name, %d x %.0f s\n",
+        fprintf(stderr, "== primitives: mutex, semaphore, read and write lock, fair lock on one name, %d x %.0f s\n",
                 g_opts.reps, g_opts.tp_seconds);
         failed |= scenario_primitives();
     }

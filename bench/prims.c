@@ -6,6 +6,7 @@
  *   semaphore     a semaphore of K permits (K holders at once)
  *   read          the read lock (any number of readers)
  *   write         the write lock of a read-write lock (one at a time)
+ *   fair          the fair lock (one at a time, handed over in Redis)
  * Reported: grants per second (median over the repetitions) and scripts per
  * grant (EVALSHA + EVAL from INFO commandstats, over the window), against
  * the same server in the same run. */
@@ -13,7 +14,8 @@
 
 #include "bench.h"
 
-static const char *const pr_label[TP_KINDS] = {"mutex_names", "mutex", "semaphore", "read", "write"};
+static const char *const pr_label[TP_KINDS] = {"mutex_names", "mutex", "semaphore", "read", "write",
+                                               "fair"};
 
 int scenario_primitives(void) {
     int k = g_opts.inflight < 64 ? g_opts.inflight : 64;

@@ -296,6 +296,7 @@ struct tp_shm {
     volatile double seconds;
     volatile int errors;
     volatile double cpu_seconds; /* this process's user + system time in the window */
+    tp_redis redis;              /* node 0's commandstats and CPU (tp_measure_cost) */
 };
 
 struct tp_worker {
@@ -320,13 +321,14 @@ static void tp_go(struct tp_worker *w) {
     struct tp_run *r = w->run;
     if (r->stop) { r->outstanding--; return; }
     int e;
-    switch (r->kind) {
+    switch (r->kind & ~TP_OWN_NAMES) {
     case TP_SEMAPHORE:
         e = hilock_semaphore_acquire(r->client, w->name, (unsigned)r->nworkers, 1, NULL, tp_acquired,
                                      w, NULL);
         break;
     case TP_READ: e = hilock_read_acquire(r->client, w->name, NULL, tp_acquired, w, NULL); break;
     case TP_WRITE: e = hilock_write_acquire(r->client, w->name, NULL, tp_acquired, w, NULL); break;
+    case TP_FAIR: e = hilock_fair_acquire(r->client, w->name, NULL, tp_acquired, w, NULL); break;
     default: e = hilock_acquire(r->client, w->name, NULL, tp_acquired, w, NULL); break;
     }
     if (e != 0) { r->errors++; r->outstanding--; }
@@ -384,13 +386,15 @@ static int tp_child(const bench_target *t, int kind, int k, struct tp_shm *s) {
     for (int i = 0; i < k; i++) {
         r.workers[i].run = &r;
         snprintf(r.workers[i].name, sizeof r.workers[i].name, "hb-tp:%ld:%d", (long)getpid(),
-                 kind == TP_MUTEX_NAMES ? i : 0);
+                 kind == TP_MUTEX_NAMES || (kind & TP_OWN_NAMES) ? i : 0);
         tp_go(&r.workers[i]);
     }
     int never = 0;
     loop_until(base, &never, 500); /* warm up */
     long long a[TARGET_NODES_MAX], b[TARGET_NODES_MAX];
     int stats_ok = tp_node_scripts(rc, t->nnodes, a) == 0;
+    stats_ok &= cmdstats_get(rc[0], &s->redis.before) == 0;
+    s->redis.cpu_seconds = redis_cpu_seconds(rc[0]);
     struct rusage ru0;
     getrusage(RUSAGE_SELF, &ru0);
     long long c0 = r.cycles;
@@ -401,6 +405,8 @@ static int tp_child(const bench_target *t, int kind, int k, struct tp_shm *s) {
     uint64_t t1 = now_ns();
     s->cpu_seconds = cpu_seconds_since(&ru0);
     stats_ok &= tp_node_scripts(rc, t->nnodes, b) == 0;
+    stats_ok &= cmdstats_get(rc[0], &s->redis.after) == 0;
+    s->redis.cpu_seconds = redis_cpu_seconds(rc[0]) - s->redis.cpu_seconds;
     s->cycles = r.cycles - c0;
     s->seconds = (double)(t1 - t0) / 1e9;
     s->scripts = 0;
@@ -429,6 +435,10 @@ int tp_measure(const bench_target *t, tp_sample *out) {
 }
 
 int tp_measure_kind(const bench_target *t, int kind, int inflight, tp_sample *out) {
+    return tp_measure_cost(t, kind, inflight, out, NULL);
+}
+
+int tp_measure_cost(const bench_target *t, int kind, int inflight, tp_sample *out, tp_redis *redis) {
     memset(out, 0, sizeof *out);
     out->errors = 1;
     struct tp_shm *s = shm_alloc(sizeof *s);
@@ -439,6 +449,10 @@ int tp_measure_kind(const bench_target *t, int kind, int inflight, tp_sample *ou
     int st = wait_child(pid, 60000 + (int)(g_opts.tp_seconds * 1000));
     out->errors = s->errors + (st != 0);
     if (st == 0 && s->seconds > 0) {
+        if (redis != NULL) {
+            *redis = s->redis;
+            redis->cycles = s->cycles;
+        }
         out->locks_per_s = (double)s->cycles / s->seconds;
         out->scripts_per_s = (double)s->scripts / s->seconds;
         out->cpu_us_per_lock = s->cycles > 0 ? s->cpu_seconds * 1e6 / (double)s->cycles : 0;
@@ -457,49 +471,9 @@ int tp_measure_kind(const bench_target *t, int kind, int inflight, tp_sample *ou
 /* Run redis-benchmark -P 16 on the acquire script; its requests per second,
  * or -1. */
 static double run_redis_benchmark(const char *sha, long n) {
-    char port[16], nreq[32];
-    snprintf(port, sizeof port, "%d", g_opts.port);
-    snprintf(nreq, sizeof nreq, "%ld", n);
-    const char *argv[] = {
-        g_opts.redis_benchmark, "-h", g_opts.host, "-p", port, "-P", "16", "-c", "50",
-        "-n", nreq, "-r", "100000000", "--csv",
-        "EVALSHA", sha, "2", "hilock:{hb-rb:__rand_int__}", "hilock:{hb-rb:__rand_int__}:fence",
-        "0123456789abcdef0123456789abcdef", "30000", "604800", NULL,
-    };
-    int out[2];
-    if (pipe(out)) return -1;
-    pid_t pid = fork_child();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        dup2(out[1], 1);
-        close(out[0]);
-        close(out[1]);
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0) dup2(devnull, 2);
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(out[1]);
-    char buf[8192];
-    size_t len = 0;
-    ssize_t m;
-    while ((m = read(out[0], buf + len, sizeof buf - 1 - len)) > 0 ||
-           (m < 0 && errno == EINTR))
-        if (m > 0) len += (size_t)m;
-    buf[len] = '\0';
-    close(out[0]);
-    if (wait_child(pid, 60000) != 0) {
-        fprintf(stderr, "throughput: %s failed\n", g_opts.redis_benchmark);
-        return -1;
-    }
-    /* --csv: a header line ("test","rps",...) then "EVALSHA ...","12345.67",... */
-    for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-        if (strncmp(line, "\"EVALSHA", 8) != 0) continue;
-        char *q = strstr(line, "\",\"");
-        if (q) return strtod(q + 3, NULL);
-    }
-    fprintf(stderr, "throughput: no rate in redis-benchmark's output: %.200s\n", buf);
-    return -1;
+    const char *cmd[] = {"EVALSHA", sha, "2", "hilock:{hb-rb:__rand_int__}", "hilock:{hb-rb:__rand_int__}:fence",
+                         "0123456789abcdef0123456789abcdef", "30000", "604800", NULL};
+    return redis_benchmark_run(cmd, n, 16);
 }
 
 int scenario_throughput(void) {
