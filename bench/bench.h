@@ -7,6 +7,10 @@
  *   contend.c       the handoff and herd scenarios (hilock's mutex, its
  *                   fair lock, and polling: the lock_impl is the parameter)
  *   scale.c         the waiters and throughput scenarios (hilock)
+ *   cost.c          the redis_cost scenario: Redis's time and CPU per
+ *                   uncontended cycle of each primitive, beside the
+ *                   classic protocol's (SET NX PX + compare-and-delete)
+ *   prims.c         the primitives beside each other on one name
  *   cluster.c       the cluster scenarios: handoff, throughput and
  *                   cluster-bus messages on a Redis Cluster, each beside
  *                   the standalone server of the same run
@@ -329,7 +333,8 @@ typedef struct floor_result {
 } floor_result;
 int floor_measure(int handoffs, int fair, floor_result *out);
 int scenario_throughput(void);
-/* The mutex, the semaphore and the read-write lock on one name (prims.c). */
+/* The mutex, the semaphore, the read-write lock and the fair lock on one
+ * name (prims.c). */
 int scenario_primitives(void);
 /* Redis's own time and CPU per uncontended cycle of each primitive, beside
  * the classic protocol's floor (cost.c). */
