@@ -259,11 +259,11 @@ void hilock_loop_init_size(hilock_loop *loop, size_t size) {
 
 int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hilock_loop *loop) {
     hilock_config given;
-    hilock_loop ev_ = {0}, *ev = &ev_;
+    hilock_loop ev = {0};
     if (out == NULL) return HILOCK_EINVAL;
     *out = NULL;
     /* A loop not set up by hilock_loop_init(), or with a member missing. */
-    if (loop == NULL || hl_struct_import(ev, sizeof(*ev), loop, loop->size) != 0 || !loop_valid(ev))
+    if (loop == NULL || hl_struct_import(&ev, sizeof(ev), loop, loop->size) != 0 || !loop_valid(&ev))
         return HILOCK_EINVAL;
     int rc = config_take(&given, cfg);
     if (rc != 0) return rc;
@@ -271,7 +271,7 @@ int hilock_client_new(hilock_client **out, const hilock_config *cfg, const hiloc
     if (c == NULL) return HILOCK_ENOMEM;
     hl_sub_events sub = hl_engine_sub_events;
     sub.arg = c;
-    rc = client_init(c, &given, ev);
+    rc = client_init(c, &given, &ev);
     if (rc == 0) rc = topo_start(&c->topo, &sub);
     if (rc != 0) {
         hl_loop_close(&c->loop);

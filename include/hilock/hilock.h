@@ -45,8 +45,8 @@ extern "C" {
 #endif
 
 /* The version, here and nowhere else (the Makefile reads it). Semantic
- * versioning for the API. HILOCK_SOVERSION is the N of libhilock.so.N: it
- * counts ABI breaks and is bumped on every one (see CHANGELOG.md). */
+ * versioning (docs/compatibility.md). HILOCK_SOVERSION is the N of
+ * libhilock.so.N: the major version, which alone may break the ABI. */
 #define HILOCK_VERSION_MAJOR 1
 #define HILOCK_VERSION_MINOR 0
 #define HILOCK_VERSION_PATCH 0
@@ -197,8 +197,9 @@ typedef void (*hilock_log_cb)(int level, const char *msg, void *data);
  * keep their defaults), and an older library refuses, with HILOCK_EINVAL,
  * a struct that sets fields it does not know. New fields are only ever
  * added at the end, so growing them is not an ABI break. Always fill them
- * with the init macro first. */
-/* Every numeric field left 0 takes its default. Values out of range make
+ * with the init macro first.
+ *
+ * Every numeric field left 0 takes its default. Values out of range make
  * hilock_client_new() and hilock_config_check() return HILOCK_EINVAL: a
  * lease below HILOCK_LEASE_MIN or above INT32_MAX, health_ms below 100,
  * clock_rate_ppm above 100000 (10 %), wait_replicas above 64, an unknown
@@ -391,11 +392,11 @@ HILOCK_API const char *hilock_client_errstr(const hilock_client *c);
 /* An owner makes acquisition reentrant: an acquire of a name that the owner
  * already holds (or is granted while the owner's earlier acquire is waiting)
  * succeeds at once with the same hold, counted in the client; nothing is sent
- * to Redis. Each acquire needs one matching hilock_release(). */
+ * to Redis. Each acquire needs one matching hilock_release(). NULL for a
+ * NULL client, one being freed, a forked child's copy, or no memory. An
+ * owner belongs to its client and is freed with it: never use or free it
+ * after hilock_client_free(). */
 HILOCK_API hilock_owner *hilock_owner_new(hilock_client *c);
-/* (NULL for a NULL client, one being freed, a forked child's copy, or no
- * memory.) An owner belongs to its client and is freed with it: never use
- * or free it after hilock_client_free(). */
 
 /* Free an owner. Its holds stay valid (they simply stop being reentrant). */
 HILOCK_API void hilock_owner_free(hilock_owner *o);

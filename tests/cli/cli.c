@@ -289,45 +289,12 @@ static int run_prog(char *const *argv, const char *out) {
     return cli_wait(pid, 60000);
 }
 
-/* A file of the source tree (rel to its top), found above the test binary
- * as the build dir lies inside the tree; NULL if there is none. */
+/* A file of the source tree (rel to its top), or NULL: test_src_path in a
+ * few buffers alive at once, as with tmp(). */
 static const char *src_path(const char *rel) {
-    static char ring[4][PATH_MAX];      /* a few alive at once, as with tmp() */
+    static char ring[4][PATH_MAX];
     static int next;
-    char *path = ring[next++ % 4];
-    char top[PATH_MAX - 64];
-    char *slash;
-    ssize_t n = readlink("/proc/self/exe", top, sizeof(top) - 1);
-
-    if (n <= 0) return NULL;
-    top[n] = '\0';
-    while ((slash = strrchr(top, '/')) != NULL && slash != top) {
-        *slash = '\0';
-        snprintf(path, PATH_MAX, "%s/%s", top, rel);
-        if (file_exists(path)) return path;
-    }
-    return NULL;
-}
-
-/* The whole of a (small) file, NUL-terminated, to free(); NULL if unreadable. */
-static char *slurp_all(const char *path) {
-    FILE *f = fopen(path, "r");
-    char *buf = NULL;
-    size_t n = 0, cap = 0, got;
-
-    if (f == NULL) return NULL;
-    do {
-        if (n + 4096 + 1 > cap) {
-            cap = (n + 4096 + 1) * 2;
-            buf = realloc(buf, cap);
-            cr_assert_not_null(buf);
-        }
-        got = fread(buf + n, 1, 4096, f);
-        n += got;
-    } while (got > 0);
-    fclose(f);
-    buf[n] = '\0';
-    return buf;
+    return test_src_path(rel, ring[next++ % 4], PATH_MAX);
 }
 
 /* ---- Fixture ------------------------------------------------------------- */
@@ -1332,7 +1299,7 @@ Test(cli, version_is_the_headers, .timeout = 30) {
               strcmp(out, both) == 0, "%s", out);
     /* The man page's footer names the same version. */
     cr_assert_not_null(man, "no man/hilock.1 above the test binary");
-    page = slurp_all(man);
+    page = test_slurp_all(man);
     cr_assert_not_null(page);
     cr_expect_not_null(strstr(page, "\"hilock " HILOCK_VERSION "\""),
                        "man/hilock.1's .TH does not say hilock %s", HILOCK_VERSION);
@@ -1473,9 +1440,9 @@ Test(cli, exit_statuses_agree_in_help_man_and_readme, .timeout = 60) {
     int k;
 
     cr_assert_eq(RUN("--help"), 0);
-    help = slurp_all(tmp("out"));
-    cr_assert(man != NULL && (page = slurp_all(man)) != NULL, "no man/hilock.1 above the test binary");
-    cr_assert(readme != NULL && (md = slurp_all(readme)) != NULL, "no docs/cli.md above the test binary");
+    help = test_slurp_all(tmp("out"));
+    cr_assert(man != NULL && (page = test_slurp_all(man)) != NULL, "no man/hilock.1 above the test binary");
+    cr_assert(readme != NULL && (md = test_slurp_all(readme)) != NULL, "no docs/cli.md above the test binary");
     xt_from_help(&t[0], help);
     xt_from_man(&t[1], page);
     xt_from_readme(&t[2], md);
@@ -1514,7 +1481,7 @@ Test(cli, exit_statuses_agree_in_help_man_and_readme, .timeout = 60) {
         setenv("MANPAGER", "cat", 1);
         setenv("MANWIDTH", "80", 1);
         if (run_prog(argv, "man.out") != 127) {
-            shown = slurp_all(tmp("man.out"));
+            shown = test_slurp_all(tmp("man.out"));
             sect = shown != NULL ? strstr(shown, "EXIT STATUS") : NULL;
             cr_assert_not_null(sect, "man -l %s shows no EXIT STATUS: %s", man, shown);
             for (i = 0; i < sizeof(nums) / sizeof(nums[0]); i++)
@@ -1985,7 +1952,7 @@ Test(cli, starve_is_documented, .timeout = 30) {
     for (i = 0; i < sizeof(in_help) / sizeof(in_help[0]); i++)
         cr_expect_not_null(strstr(out, in_help[i]), "--help lacks \"%s\":\n%s", in_help[i], out);
     cr_assert_not_null(man, "no man/hilock.1 above the test binary");
-    page = slurp_all(man);
+    page = test_slurp_all(man);
     cr_assert_not_null(page);
     opt = strstr(page, ".BI \\-\\-starve \" MS\"");
     cr_expect(opt != NULL && strstr(page, ".SH OPTIONS") < opt && opt < strstr(page, ".SH UNLOCK"),
@@ -2014,13 +1981,13 @@ Test(cli, kill_after_is_documented, .timeout = 30) {
     test_slurp(tmp("out"), out, sizeof(out));
     for (i = 0; i < sizeof(in_help) / sizeof(in_help[0]); i++)
         cr_expect_not_null(strstr(out, in_help[i]), "--help lacks \"%s\":\n%s", in_help[i], out);
-    cr_assert(man != NULL && (page = slurp_all(man)) != NULL, "no man/hilock.1 above the test binary");
+    cr_assert(man != NULL && (page = test_slurp_all(man)) != NULL, "no man/hilock.1 above the test binary");
     opt = strstr(page, ".BI \\-\\-kill\\-after \" MS\"");
     cr_expect(opt != NULL && strstr(page, ".SH OPTIONS") < opt && opt < strstr(page, ".SH UNLOCK"),
               "man/hilock.1 has no --kill-after entry in OPTIONS");
     for (i = 0; i < sizeof(in_man) / sizeof(in_man[0]); i++)
         cr_expect_not_null(strstr(page, in_man[i]), "man/hilock.1 lacks \"%s\"", in_man[i]);
-    cr_assert(readme != NULL && (whole = slurp_all(readme)) != NULL, "no docs/cli.md above the test binary");
+    cr_assert(readme != NULL && (whole = test_slurp_all(readme)) != NULL, "no docs/cli.md above the test binary");
     md = strstr(whole, "# The `hilock` command\n");
     cr_assert_not_null(md, "docs/cli.md has no \"# The `hilock` command\" heading");
     for (i = 0; i < sizeof(in_readme) / sizeof(in_readme[0]); i++)

@@ -104,31 +104,11 @@ static long long held(const char *prefix, const char *name) {
     return test_redis_int(&srv, "EXISTS %s", k);
 }
 
-/* A file of the source tree (rel to its top), found above the test binary
- * as the build dir lies inside the tree, read whole (to free); NULL if
- * there is none. */
+/* A file of the source tree (rel to its top), read whole (to free); NULL
+ * if there is none. */
 static char *src_file(const char *rel) {
-    char top[PATH_MAX], path[PATH_MAX + 64], *slash, *buf;
-    ssize_t n = readlink("/proc/self/exe", top, sizeof(top) - 1);
-    FILE *f = NULL;
-    long size;
-
-    if (n <= 0) return NULL;
-    top[n] = '\0';
-    while (f == NULL && (slash = strrchr(top, '/')) != NULL && slash != top) {
-        *slash = '\0';
-        snprintf(path, sizeof(path), "%s/%s", top, rel);
-        f = fopen(path, "r");
-    }
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    size = ftell(f);
-    rewind(f);
-    buf = calloc(1, (size_t)size + 1);
-    cr_assert_not_null(buf);
-    cr_assert_eq(fread(buf, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
-    return buf;
+    char path[PATH_MAX];
+    return test_src_path(rel, path, sizeof(path)) ? test_slurp_all(path) : NULL;
 }
 
 /* ---- Fixture ------------------------------------------------------------- */

@@ -19,8 +19,7 @@
  *     lexgrog reads their NAME lines (skipped when man is not installed).
  *
  * The source tree is found above the test binary (the build dir lies
- * inside it), as tests/cli/cli.c finds man/hilock.1 (the harness has a
- * helper for the build's programs, test_build_path, none for the tree). */
+ * inside it): test_src_path. */
 #include <criterion/criterion.h>
 #include <ctype.h>
 #include <glob.h>
@@ -47,24 +46,13 @@ static void put(char *buf, size_t n, const char *fmt, ...) {
     cr_assert(len >= 0 && (size_t)len < n, "%zu bytes are too few for \"%s\"", n, fmt);
 }
 
-/* The nearest directory above this binary with the public header and the
- * man pages. */
+/* The source tree: the nearest directory above this binary with the man
+ * pages. */
 static void find_root(void) {
-    char top[PATH_MAX], probe[PATH_MAX + 64];
-    ssize_t n = readlink("/proc/self/exe", top, sizeof(top) - 1);
-    cr_assert_gt(n, 0, "readlink /proc/self/exe");
-    top[n] = '\0';
-    char *slash;
-    while ((slash = strrchr(top, '/')) != NULL && slash != top) {
-        *slash = '\0';
-        put(probe, sizeof(probe), "%s/include/hilock/hilock.h", top);
-        if (access(probe, F_OK) != 0) continue;
-        put(probe, sizeof(probe), "%s/man/hilock.3", top);
-        if (access(probe, F_OK) != 0) continue;
-        put(root, sizeof(root), "%s", top);
-        return;
-    }
-    cr_assert_fail("no source tree (include/hilock/hilock.h, man/hilock.3) above the test binary");
+    static const char page[] = "/man/hilock.3";
+    cr_assert_not_null(test_src_path(page + 1, root, sizeof(root)),
+                       "no source tree (man/hilock.3) above the test binary");
+    root[strlen(root) - strlen(page)] = '\0';
 }
 
 static const char *at(const char *fmt, const char *a) {
@@ -75,26 +63,6 @@ static const char *at(const char *fmt, const char *a) {
     put(rel, sizeof(rel), fmt, a);
     put(p, sizeof(ring[0]), "%s/%s", root, rel);
     return p;
-}
-
-/* The whole file, NUL-terminated, to free(); NULL if it cannot be read. */
-static char *slurp_all(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (f == NULL) return NULL;
-    size_t n = 0, cap = 65536, got;
-    char *buf = malloc(cap);
-    cr_assert_not_null(buf);
-    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (cap - n < 4096) {
-            cap *= 2;
-            buf = realloc(buf, cap);
-            cr_assert_not_null(buf);
-        }
-    }
-    fclose(f);
-    buf[n] = '\0';
-    return buf;
 }
 
 /* ---- The public names, from the headers --------------------------------- */
@@ -144,7 +112,7 @@ static api_name *api_add(const char *name, enum kind k, const char *where) {
 /* HILOCK_API declarations (at the start of a line) and `#define hilock_x(`
  * macros of include/hilock/hilock.h. */
 static void collect_header(void) {
-    char *text = slurp_all(at("%s", "include/hilock/hilock.h"));
+    char *text = test_slurp_all(at("%s", "include/hilock/hilock.h"));
     cr_assert_not_null(text, "cannot read include/hilock/hilock.h");
     for (char *p = text; (p = strstr(p, "\nHILOCK_API ")) != NULL; p++) {
         char *decl = p + 1 + strlen("HILOCK_API ");
@@ -178,7 +146,7 @@ static void collect_adapters(void) {
     int nheaders = 0;
     cr_assert_eq(glob(at("%s", "adapters/*.h"), 0, NULL, &g), 0, "no adapters/*.h");
     for (size_t i = 0; i < g.gl_pathc; i++) {
-        char *text = slurp_all(g.gl_pathv[i]);
+        char *text = test_slurp_all(g.gl_pathv[i]);
         const char *base = strrchr(g.gl_pathv[i], '/') + 1;
         char where[64];
         put(where, sizeof(where), "adapters/%s", base);
@@ -393,7 +361,7 @@ static int name_list(const char *page, char names[][64], int max, char *why, siz
  * ".so man3/X.3" link, *target is X (else ""), and the result is X's text. */
 static char *read_page(const char *name, char *target, size_t tn) {
     target[0] = '\0';
-    char *text = slurp_all(at("man/man3/%s.3", name));
+    char *text = test_slurp_all(at("man/man3/%s.3", name));
     if (text == NULL || strncmp(text, ".so ", 4) != 0) return text;
     char t[256];
     cr_assert(sscanf(text, ".so man3/%255[^. \n].3", t) == 1 &&
@@ -401,7 +369,7 @@ static char *read_page(const char *name, char *target, size_t tn) {
               "man/man3/%s.3 is a link but not one line \".so man3/PAGE.3\": %s", name, text);
     free(text);
     put(target, tn, "%s", t);
-    text = slurp_all(at("man/man3/%s.3", t));
+    text = test_slurp_all(at("man/man3/%s.3", t));
     cr_assert_not_null(text, "man/man3/%s.3 links to man3/%s.3, which does not exist", name, t);
     cr_assert(strncmp(text, ".so ", 4) != 0, "man/man3/%s.3 links to man3/%s.3, itself a link", name, t);
     return text;
@@ -603,11 +571,11 @@ Test(man, references_name_pages_that_exist) {
     collect_api();
     static char files[256][64];
     int nf = man3_files(files, 256);
-    char *overview = slurp_all(at("%s", "man/hilock.3"));
+    char *overview = test_slurp_all(at("%s", "man/hilock.3"));
     cr_assert_not_null(overview, "cannot read man/hilock.3");
     check_refs("man/hilock.3", overview);
     for (int f = 0; f < nf; f++) {
-        char *page = slurp_all(at("man/man3/%s.3", files[f]));
+        char *page = test_slurp_all(at("man/man3/%s.3", files[f]));
         cr_assert_not_null(page);
         if (strncmp(page, ".so ", 4) != 0) {
             char file[128], ref[128];

@@ -681,3 +681,38 @@ const char *test_build_path(const char *env, const char *rel, char *out, size_t 
     snprintf(out, n, "%s/%s", self, rel);
     return out;
 }
+
+const char *test_src_path(const char *rel, char *out, size_t n) {
+    char top[4096], *slash;
+    ssize_t len = readlink("/proc/self/exe", top, sizeof(top) - 1);
+    if (len <= 0) return NULL;
+    top[len] = '\0';
+    while ((slash = strrchr(top, '/')) != NULL && slash != top) {
+        *slash = '\0';
+        int w = snprintf(out, n, "%s/%s", top, rel);
+        if (w > 0 && (size_t)w < n && access(out, F_OK) == 0) return out;
+    }
+    return NULL;
+}
+
+char *test_slurp_all(const char *path) {
+    FILE *f = fopen(path, "r");
+    size_t n = 0, cap = 65536, got;
+    char *buf = f != NULL ? malloc(cap) : NULL;
+    if (buf == NULL) {
+        if (f != NULL) fclose(f);
+        return NULL;
+    }
+    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (cap - n < 4096) {
+            char *more = realloc(buf, cap * 2);
+            if (more == NULL) { free(buf); fclose(f); return NULL; }
+            buf = more;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}

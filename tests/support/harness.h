@@ -87,6 +87,11 @@ void test_redis_stop(test_redis *r);
  * out (n bytes). Returns out, or NULL if this binary's path is unknown. */
 const char *test_build_path(const char *env, const char *rel, char *out, size_t n);
 
+/* A file of the source tree: `rel` (e.g. "man/hilock.1") in the nearest
+ * directory above this test binary that has it (the build dir lies inside
+ * the tree), in out (n bytes). Returns out, or NULL if there is none. */
+const char *test_src_path(const char *rel, char *out, size_t n);
+
 /* A new sync connection to the server (caller frees), or NULL. */
 redisContext *test_redis_connect(const test_redis *r);
 
@@ -118,6 +123,10 @@ void test_msleep(int ms);
 
 /* The file's content (at most n-1 bytes) into buf, "" if it cannot be read. */
 char *test_slurp(const char *path, char *buf, size_t n);
+
+/* The whole file, NUL-terminated, to free(); NULL if it cannot be read
+ * (or no memory). */
+char *test_slurp_all(const char *path);
 
 /* Start argv (argv[0] searched in PATH) with stdin from /dev/null, stdout
  * into the file `out` and stderr into `err` (NULL: into `out`), with the
