@@ -231,9 +231,11 @@ typedef struct hilock_config {
     uint32_t linger_ms;          /* keep a name's subscription this long after its
                                     last local waiter leaves; default 1000 */
     uint32_t reconnect_max_ms;   /* cap of the reconnect backoff; default 1000 */
-    /* The fence key of a name lives this long after its last acquisition
-     * (each acquisition renews it), so names used once do not stay in Redis
-     * for ever; default 604800 (7 days). See hilock_hold_fence(). */
+    /* How long the fence key of a name lives from when it was made (a
+     * counter: acquisitions add one to it, and do not renew it), so names
+     * used once do not stay in Redis for ever; a name's fences then go on
+     * from the server's clock. Default 604800 (7 days). See
+     * hilock_hold_fence(). */
     uint32_t fence_ttl_s;
     /* Told, with a level, of what the library has to say; it never prints
      * anything itself. Warnings: a server whose maxmemory-policy may evict
@@ -599,7 +601,8 @@ HILOCK_API int hilock_semaphore_acquire(hilock_client *c, const char *name,
  * Fences (hilock_hold_fence): each write grant gets a fence strictly larger
  * than every fence given for the name before it (as the mutex's: see
  * hilock_hold_fence). A read grant gets the fence of the last write grant
- * (0 if none was made within fence_ttl_s): readers that hold together share
+ * (0 if the fence key is gone: it lives fence_ttl_s from when it was
+ * made): readers that hold together share
  * it, and a resource can tell which write a reader comes after.
  *
  * Reentrancy (an owner): an owner that holds the write lock gets the read
@@ -694,13 +697,13 @@ HILOCK_API int hilock_fair_acquire(hilock_client *c, const char *name,
  * hilock_read_acquire). Pass it to the resource you protect so it can
  * reject a stale holder.
  *
- * A fence is max(previous fence + 1, the server's clock in microseconds
- * from TIME), and the key that keeps the previous one expires fence_ttl_s
- * after the last acquisition. So fences keep growing even when that key is
- * gone (expired, deleted, evicted, or a restart without persistence),
- * provided the Redis server's wall clock has not stepped back past the last
- * fence in the meantime. Values stay below 2^53 (exact in Lua and in a
- * double) until the year 2255. */
+ * A fence is the previous fence + 1, kept in a key that expires
+ * fence_ttl_s after it was made (see hilock_config); with no key, the
+ * server's clock in microseconds from TIME. Fences grow by one per acquisition, slower than the clock, so they keep
+ * growing when that key is gone (expired, deleted, evicted, or a restart
+ * without persistence), provided the Redis server's wall clock has not
+ * stepped back past the last fence in the meantime. Values stay below 2^53
+ * (exact in Lua and in a double) until the year 2255. */
 HILOCK_API uint64_t hilock_hold_fence(const hilock_hold *h);
 
 /* How long the acquisition that created this hold waited: from
@@ -868,11 +871,13 @@ HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb 
 
 /* hilock stores lock NAME under prefix P in these keys, all hash-tagged so
  * that they share one Redis Cluster slot:
- *     P{T}        the lock (a hash: token, fence, and q, 1 while a
- *                 wait may starve in the queue), with a TTL of the lease
+ *     P{T}        the lock (a hash: token, fence; q, 1 while a wait
+ *                 may starve in the queue; w, 1 once a try found it taken:
+ *                 its release then publishes), with a TTL of the lease
  *                 (of the claim window, for a grant by message not yet
  *                 claimed)
- *     P{T}:fence  the last fence, with a TTL of fence_ttl_s
+ *     P{T}:fence  the last fence (an integer), with a TTL of fence_ttl_s
+ *                 from when it was made
  *     P{T}:ch     the pub/sub channel on which releases ("r") and grants
  *                 to starving waits ("g TOKEN FENCE NOW_MS CLAIM_MS") are
  *                 announced
@@ -889,14 +894,14 @@ HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb 
  *                     fence"; expires with P{T}:sem, or at q
  *     P{T}:sem:q, P{T}:sem:p  the starving waits' queue and their clients
  *                     (as the fair lock's :fair:q and :fair:p)
- *     P{T}:sem:fence  the last fence, with a TTL of fence_ttl_s
+ *     P{T}:sem:fence  the last fence, with a TTL of fence_ttl_s from when it was made
  *     P{T}:sem:ch     the channel of its releases
  * and the read-write lock NAME in these (none shared with the mutex NAME):
  *     P{T}:rw     the writer (a hash: token, fence, q: 1 while a writer may
  *                 starve in the queue), with a TTL of its lease
  *     P{T}:rwr    the readers: a sorted set of token -> end of its lease
  *                 (the server's Unix time in ms); it expires with the last
- *     P{T}:rwf    the last write fence, with a TTL of fence_ttl_s
+ *     P{T}:rwf    the last write fence, with a TTL of fence_ttl_s from when it was made
  *     P{T}:rww    the "writer waiting" marker (a writer's token), up to 3 s;
  *                 "q" while writers starve, up to 5 s after the last one
  *     P{T}:rwq, P{T}:rwp  the starving waits' queue (a reader's place has
@@ -912,7 +917,7 @@ HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb 
  *     P{T}:fair:p      the waiting clients: a sorted set of the first 16
  *                      hex digits of their tokens -> until when their
  *                      places count (the server's Unix time in ms)
- *     P{T}:fair:fence  the last fence, with a TTL of fence_ttl_s
+ *     P{T}:fair:fence  the last fence, with a TTL of fence_ttl_s from when it was made
  *     P{T}:fair:ch:ID  the channel of the grants ("g TOKEN FENCE NOW_MS
  *                      CLAIM_MS") to the client whose tokens begin with
  *                      the 16 hex digits ID: a grant wakes one process

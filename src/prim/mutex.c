@@ -2,7 +2,8 @@
  * waiting across processes.
  *
  * Keys of lock NAME under prefix P (see hilock.h): P{T} the lock, a hash
- * {token, fence, q} with the lease as its TTL; P{T}:fence the last fence;
+ * {token, fence, q, w} with the lease as its TTL (w: a try found it taken,
+ * so its release publishes); P{T}:fence the last fence, a counter;
  * P{T}:ch the channel of release messages (and grants); P{T}:q the queue
  * of starving waits and P{T}:p their clients (lua/_queue.lua).
  *
@@ -35,6 +36,9 @@ static const hl_cmd handover_cmd = {&hl_script_mutex_handover, 4, {"", ":q", ":p
 static const hl_cmd renew_cmd = {&hl_script_mutex_renew, 1, {""}};
 static const hl_cmd fence_cmd = {&hl_script_mutex_fence, 1, {":fence"}};
 
+/* After a Redlock try whose quorum came too late (no node refused it). */
+#define REDLOCK_RETRY_MS 10
+
 /* acquire(lock, fence; token, lease_ms, fence_ttl_s), or a starving
  * wait's join (hl_queue_try_req). Its mode is always a first try's: a
  * process has one place, so a place found gone (mode 3 would say so) has
@@ -51,8 +55,11 @@ static hl_req *mutex_try_req(hl_name *n, const char *token, uint32_t lease_ms,
     return r;
 }
 
-/* {1, fence}: ours; {0, pttl, holder}: taken, and may expire in pttl ms (-2: gone
- * already; -1: a key without TTL, not ours: look again after a lease). Or
+/* A fence: ours; {0, pttl, holder}: taken, and may expire in pttl ms (-2: gone
+ * already; -1: a key without TTL, not ours: look again after a lease).
+ * Redlock combines the answers (topo/redlock.c): 0 when every node that
+ * answered granted but the quorum came too late, or errors left it short;
+ * nobody is known to hold it, so look again soon. Or
  * a join's reply (hl_queue_try_parse), six elements, whose "places lost"
  * asks nothing of a process with one place. */
 static int mutex_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) {
@@ -61,6 +68,12 @@ static int mutex_try_parse(hilock_client *c, const redisReply *reply, hl_try *ou
         int rc = hl_queue_try_parse(c, reply, out);
         out->rejoin = 0;
         return rc;
+    }
+    if (reply->type == REDIS_REPLY_INTEGER) { /* the fence of a grant; Redlock: 0, no quorum */
+        out->granted = reply->integer > 0;
+        out->fence = out->granted ? (uint64_t)reply->integer : 0;
+        out->retry_ms = out->granted ? 0 : REDLOCK_RETRY_MS;
+        return 0;
     }
     int rc = hl_prim_try_reply(c, reply, "the acquire script", 0, v);
     if (rc != 0) return rc;

@@ -18,7 +18,7 @@
 static const char *const standalone_rule[] = {
     "~hilock:*", "&hilock:*",
     "+eval", "+evalsha", "+info", "+subscribe", "+unsubscribe", "+publish",
-    "+time", "+get", "+set", "+del", "+exists", "+pexpire", "+pexpireat", "+pttl",
+    "+time", "+get", "+set", "+incr", "+del", "+exists", "+pexpire", "+pexpireat", "+pttl",
     "+hget", "+hset", "+hmget", "+hdel", "+hexists", "+hincrby",
     "+zadd", "+zcard", "+zpopmin", "+zrange", "+zrangebyscore", "+zrem", "+zremrangebyscore",
     "+zscore",
@@ -486,7 +486,7 @@ static const char *const cluster_rule[] = {
     "~hilock:*", "&hilock:*",
     "+eval", "+evalsha", "+info", "+cluster|slots", "+asking",
     "+ssubscribe", "+sunsubscribe", "+spublish",
-    "+time", "+get", "+set", "+del", "+exists", "+pexpire", "+pexpireat", "+pttl",
+    "+time", "+get", "+set", "+incr", "+del", "+exists", "+pexpire", "+pexpireat", "+pttl",
     "+hget", "+hset", "+hmget", "+hdel", "+hexists", "+hincrby",
     "+zadd", "+zcard", "+zpopmin", "+zrange", "+zrangebyscore", "+zrem", "+zremrangebyscore",
     "+zscore",

@@ -454,7 +454,7 @@ Test(bounded, an_older_clients_release_serves_a_starving_wait) {
     snprintf(ch, sizeof(ch), "%s:ch", lock);
     redisReply *rep = redisCommand(k, "EVAL %s 2 %s %s oldtoken000000000000000000000000 30000 604800",
                                    hl_script_mutex_acquire.body, lock, fence);
-    cr_assert(rep && rep->type == REDIS_REPLY_ARRAY && rep->element[0]->integer == 1);
+    cr_assert(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer > 1, "the acquire's answer is its fence");
     freeReplyObject(rep);
     hilock_client *b = client_starving_after(20);
     got gb;

@@ -1,17 +1,27 @@
--- The next fencing token of a primitive whose last one is kept in `key`
--- (for ttl_s seconds): max(last + 1, the server's time in microseconds).
--- The key then need not live for ever: when it is gone (expired after
--- fence_ttl_s unused, deleted, evicted, or lost in a restart without
--- persistence), the clock still yields a larger fence, as long as it has
--- not stepped back. Numbers stay exact: microseconds since 1970 are below
--- 2^53 until 2255. Returns the fence and its decimal text. `last`, if
--- given, is the last fence (read from the lock the caller releases), and
--- saves reading the key.
+-- The next fencing token of a primitive whose last one is kept in `key`:
+-- last + 1, by one INCR. A key that is gone (INCR made it 1: it expired
+-- ttl_s after it was made, or was deleted, evicted, or lost in a restart
+-- without persistence), or a counter far below the clock (0.2 counted
+-- from 1, with no TTL), starts again from the server's time in
+-- microseconds (`nowus`, if the caller has read it), and from `last`
+-- + 1 if that is larger (`last`, if given: the fence of the lock the
+-- caller hands over). That is larger than any fence the key gave while
+-- the clock has not stepped back: fences grow by one per acquisition,
+-- and a server runs far fewer than a million acquisitions a second, so
+-- they never overtake the clock. Numbers stay exact: microseconds since
+-- 1970 are below 2^53 until 2255. Returns the fence and its decimal text
+-- (tostring would print 1.7e+15; a number passed to a command is sent
+-- whole).
 local function next_fence(key, ttl_s, nowus, last)
-  last = last or tonumber(redis.call('GET', key) or '0') or 0
-  local fence = nowus
-  if last >= nowus then fence = last + 1 end
-  local f = string.format('%.0f', fence) -- tostring would print 1.7e+15
-  redis.call('SET', key, f, 'EX', ttl_s)
-  return fence, f
+  local fence = redis.call('INCR', key)
+  if fence < 1e15 then -- 2001 in microseconds: not from the clock
+    if not nowus then
+      local t = redis.call('TIME')
+      nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    fence = nowus
+    if last and last >= fence then fence = last + 1 end
+    redis.call('SET', key, fence, 'EX', ttl_s)
+  end
+  return fence, string.format('%.0f', fence)
 end
