@@ -2,8 +2,8 @@
  * waiting across processes.
  *
  * Keys of lock NAME under prefix P (see hilock.h): P{T} the lock, a hash
- * {token, fence, q, w} with the lease as its TTL (w: a try found it taken,
- * so its release publishes); P{T}:fence the last fence, a counter;
+ * {token, fence, q} with the lease as its TTL; P{T}:fence the last fence,
+ * a counter;
  * P{T}:ch the channel of release messages (and grants); P{T}:q the queue
  * of starving waits and P{T}:p their clients (lua/_queue.lua).
  *
