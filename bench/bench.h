@@ -51,6 +51,9 @@ typedef struct bench_opts {
     int inflight;              /* throughput scenario */
     double tp_seconds;         /* throughput: measured seconds per repetition */
     int herd_hold_us;          /* herd: hold time */
+    int herd_repeat_ms;        /* herd: 0, each waiter holds once; else each
+                                  acquires again after its release, for this
+                                  long from the start (a steady state) */
     const char *cluster_url;   /* -c: a Redis Cluster's seeds (NULL: no cluster) */
     int cluster_handoffs;      /* per cluster handoff run */
     int cluster_reps;          /* cluster scenarios: alternations */
@@ -236,6 +239,7 @@ typedef struct bench_results {
     int wv_errors, wv_subs, wv_waiters;
     int throughput_run;
     double tp_scripts, tp_rb, tp_ratio, tp_locks;
+    double herd_cpu_us;       /* the last herd's Redis CPU per handoff (INFO cpu), or -1 */
     int cost_run;             /* redis_cost: the mutex's Redis time per cycle */
     double cost_over_floor;   /* over the classic protocol's (SET NX PX + CAD) */
     int rl_masters;

@@ -15,12 +15,21 @@
  *              release), the server's CPU per cycle, and the calls the
  *              scripts made per cycle, by command.
  *
+ *   memory     Redis's memory (MEMORY USAGE) for one name of each
+ *              primitive: held, with a wait besides, and idle after the
+ *              releases; beside the classic protocol's one key.
+ *   fleet      lock cycles a second of one Redis core, 3 and 30 masters,
+ *              for hilock and a polling client at 1, 10 and 100 waiters
+ *              per name, from Redis's CPU per cycle measured here.
+ *
  * The target: the mutex's time per cycle at most 2x the floor's. The
  * ratios are what to compare; the absolute times move with the machine. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench.h"
+#include "hilock/hilock.h"
 
 /* The compare-and-delete of the classic protocol's release. */
 static const char cad_script[] =
@@ -102,6 +111,202 @@ static const struct {
     {"write", TP_WRITE | TP_OWN_NAMES},
 };
 
+/* ---- Redis's memory per name ----------------------------------------------- */
+
+/* One acquire of a primitive, without its wait handle. */
+typedef int (*mem_acquire_fn)(hilock_client *c, const char *name, const hilock_acquire_opts *o,
+                              hilock_acquire_cb cb, void *data);
+
+static int mem_mutex(hilock_client *c, const char *name, const hilock_acquire_opts *o,
+                     hilock_acquire_cb cb, void *data) {
+    return hilock_acquire(c, name, o, cb, data, NULL);
+}
+static int mem_fair(hilock_client *c, const char *name, const hilock_acquire_opts *o,
+                    hilock_acquire_cb cb, void *data) {
+    return hilock_fair_acquire(c, name, o, cb, data, NULL);
+}
+static int mem_semaphore(hilock_client *c, const char *name, const hilock_acquire_opts *o,
+                         hilock_acquire_cb cb, void *data) {
+    return hilock_semaphore_acquire(c, name, 1, 1, o, cb, data, NULL); /* one permit: the second waits */
+}
+static int mem_read(hilock_client *c, const char *name, const hilock_acquire_opts *o,
+                    hilock_acquire_cb cb, void *data) {
+    return hilock_read_acquire(c, name, o, cb, data, NULL);
+}
+static int mem_write(hilock_client *c, const char *name, const hilock_acquire_opts *o,
+                     hilock_acquire_cb cb, void *data) {
+    return hilock_write_acquire(c, name, o, cb, data, NULL);
+}
+
+typedef struct mem_got {
+    int done, status;
+    hilock_hold *hold;
+} mem_got;
+
+static void mem_got_cb(hilock_hold *h, int status, void *data) {
+    mem_got *g = data;
+    g->done = 1;
+    g->status = status;
+    g->hold = h;
+}
+
+static void mem_released(int status, void *data) {
+    (void)status;
+    *(int *)data = 1;
+}
+
+/* The keys of NAME (every primitive's, under the default prefix) and their
+ * MEMORY USAGE summed. */
+static long long name_bytes(redisContext *rc, const char *name, int *keys) {
+    char pattern[160], cursor[32] = "0";
+    long long bytes = 0;
+    snprintf(pattern, sizeof pattern, "hilock:{%s}*", name);
+    *keys = 0;
+    do {
+        redisReply *r = redisCommand(rc, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            if (r) freeReplyObject(r);
+            return -1;
+        }
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            bytes += redis_int(rc, "MEMORY USAGE %s SAMPLES 0", r->element[1]->element[i]->str);
+            (*keys)++;
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    return bytes;
+}
+
+static int release_wait(struct event_base *base, hilock_hold *h) {
+    int done = 0;
+    if (hilock_release(h, mem_released, &done) != 0) return -1;
+    return loop_until(base, &done, 5000) ? 0 : -1;
+}
+
+static const struct {
+    const char *label;
+    mem_acquire_fn acquire;
+} mem_prims[] = {
+    {"mutex", mem_mutex}, {"fair", mem_fair}, {"semaphore", mem_semaphore},
+    {"read", mem_read},   {"write", mem_write},
+};
+
+/* Redis's memory for one name of each primitive: held (one holder), with
+ * a wait besides that has waited past starve_ms (so a starving wait's
+ * queue keys count), and idle after both released (what stays: the fence
+ * key). Beside it, the classic protocol's one key (SET NX PX). Pub/sub
+ * subscriptions are not keys, and are not counted. */
+static int redis_memory(redisContext *rc) {
+    int errors = 0;
+    freeReplyObject(redisCommand(rc, "SET hb-mem-floor 0123456789abcdef0123456789abcdef NX PX 30000"));
+    long long floor_bytes = redis_int(rc, "MEMORY USAGE hb-mem-floor SAMPLES 0");
+    freeReplyObject(redisCommand(rc, "DEL hb-mem-floor"));
+    json_begin("redis_memory");
+    json_str("client", "floor");
+    json_int("held_bytes", floor_bytes);
+    json_end();
+    fprintf(stderr, "  memory: floor (SET NX PX, a 32-byte token): %lld B held, 0 B idle\n", floor_bytes);
+    struct event_base *base = base_new();
+    hilock_client *a = bench_hilock_client(base, &g_standalone);
+    hilock_client *b = bench_hilock_client(base, &g_standalone);
+    for (size_t p = 0; a && b && p < sizeof mem_prims / sizeof mem_prims[0]; p++) {
+        char name[64];
+        int hk, wk, ik;
+        snprintf(name, sizeof name, "hb-mem-%s-%d", mem_prims[p].label, (int)getpid());
+        hilock_acquire_opts o;
+        hilock_acquire_opts_init(&o);
+        o.lease_ms = 30000;
+        o.wait_ms = 10000;
+        mem_got ga = {0, 0, NULL}, gb = {0, 0, NULL};
+        if (mem_prims[p].acquire(a, name, &o, mem_got_cb, &ga) != 0 || !loop_until(base, &ga.done, 5000) ||
+            ga.status != 0) {
+            errors++;
+            continue;
+        }
+        long long held = name_bytes(rc, name, &hk);
+        /* A read lock: the waiter is a writer (readers share). */
+        mem_acquire_fn second = mem_prims[p].acquire == mem_read ? mem_write : mem_prims[p].acquire;
+        if (second(b, name, &o, mem_got_cb, &gb) != 0) errors++;
+        loop_until(base, &gb.done, 400); /* past starve_ms: the wait takes its place */
+        long long waiting = name_bytes(rc, name, &wk);
+        if (release_wait(base, ga.hold) != 0 || !loop_until(base, &gb.done, 5000) || gb.status != 0 ||
+            release_wait(base, gb.hold) != 0) {
+            errors++;
+            continue;
+        }
+        loop_until(base, &gb.status, 50); /* (status is 0: let the loop settle) */
+        long long idle = name_bytes(rc, name, &ik);
+        json_begin("redis_memory");
+        json_str("client", "hilock");
+        json_str("primitive", mem_prims[p].label);
+        json_int("held_bytes", held);
+        json_int("held_keys", hk);
+        json_int("waiting_bytes", waiting);
+        json_int("waiting_keys", wk);
+        json_int("idle_bytes", idle);
+        json_int("idle_keys", ik);
+        json_end();
+        fprintf(stderr, "  memory: %-10s held %lld B in %d keys, with a wait %lld B in %d, idle %lld B in %d\n",
+                mem_prims[p].label, held, hk, waiting, wk, idle, ik);
+        delete_keys(rc, "hilock:{hb-mem-*");
+    }
+    if (a == NULL || b == NULL) errors++;
+    if (a) hilock_client_free(a);
+    if (b) hilock_client_free(b);
+    event_base_free(base);
+    return errors;
+}
+
+/* ---- A fleet on paper ---------------------------------------------------------- */
+
+/* Lock cycles a second that Redis sustains, from its CPU per cycle
+ * measured here, the same arithmetic for hilock's mutex and a polling
+ * client: with 1 waiter per name (nobody waits: the uncontended cycle
+ * above; the floor's for polling), 10 and 100 (the herd, steady: 2
+ * processes x 5 and x 50 waiters on one name, each holding 1 ms and
+ * acquiring again at once, for 3 s; the polling baseline retries every
+ * 10 ms). One core sustains 1e6 / (CPU us per
+ * cycle); a cluster of M masters, M times that, its names spread over the
+ * slots (a cluster node's throughput is a standalone server's: see the
+ * cluster scenarios). */
+static int fleet(double hilock_cpu, double floor_cpu) {
+    static const int per_name[] = {1, 10, 100}, masters[] = {1, 3, 30};
+    const lock_impl *impl[2] = {&hilock_impl, &polling_impl};
+    const char *label[2] = {"hilock", "polling"};
+    double cpu[2][3] = {{hilock_cpu, 0, 0}, {floor_cpu, 0, 0}};
+    int errors = 0;
+    g_opts.herd_repeat_ms = g_opts.quick ? 500 : 3000;
+    for (int i = 1; i < 3; i++)
+        for (int k = 0; k < 2; k++) {
+            if (scenario_herd(impl[k], 2, per_name[i] / 2, "fleet_herd") != 0 || g_res.herd_cpu_us <= 0)
+                errors++;
+            cpu[k][i] = g_res.herd_cpu_us;
+        }
+    g_opts.herd_repeat_ms = 0;
+    if (errors) return -1;
+    fprintf(stderr, "  fleet: lock cycles/s (Redis CPU us per cycle), by waiters per name 1 / 10 / 100\n");
+    for (int k = 0; k < 2; k++)
+        for (int m = 0; m < 3; m++) {
+            json_begin("fleet");
+            json_str("client", label[k]);
+            json_int("masters", masters[m]);
+            fprintf(stderr, "    %-8s %2d master%s", label[k], masters[m], masters[m] > 1 ? "s" : " ");
+            for (int i = 0; i < 3; i++) {
+                char key[48];
+                double per_s = 1e6 * masters[m] / cpu[k][i];
+                snprintf(key, sizeof key, "cycles_per_s_%d_per_name", per_name[i]);
+                json_num(key, per_s, 0);
+                snprintf(key, sizeof key, "cpu_us_per_cycle_%d_per_name", per_name[i]);
+                json_num(key, cpu[k][i], 2);
+                fprintf(stderr, "  %10.0f (%.1f us)", per_s, cpu[k][i]);
+            }
+            fprintf(stderr, "\n");
+            json_end();
+        }
+    return 0;
+}
+
 int scenario_redis_cost(void) {
     redisContext *rc = sync_connect();
     if (rc == NULL) return 1;
@@ -126,6 +331,7 @@ int scenario_redis_cost(void) {
     fprintf(stderr, "  floor       %6.2f us per cycle (SET NX PX %.2f + compare-and-delete %.2f), "
             "CPU %.2f us\n", floor_us, f.set_us, f.cad_us, floor_cpu);
     int k = g_opts.inflight < 64 ? g_opts.inflight : 64;
+    double mutex_cpu = -1;
     for (size_t p = 0; p < sizeof cost_prims / sizeof cost_prims[0]; p++) {
         tp_sample tp;
         static tp_redis r; /* two commandstats: not on the stack */
@@ -155,9 +361,20 @@ int scenario_redis_cost(void) {
                 cost_prims[p].label, us, floor_us > 0 ? us / floor_us : 0, cpu,
                 floor_cpu > 0 ? cpu / floor_cpu : 0, inner);
         if (p == 0) {
+            mutex_cpu = cpu;
             g_res.cost_run = 1;
             g_res.cost_over_floor = floor_us > 0 ? us / floor_us : 0;
         }
+    }
+    rc = sync_connect();
+    if (rc == NULL || redis_memory(rc) != 0) {
+        fprintf(stderr, "redis_cost: Redis's memory per name could not be measured\n");
+        errors++;
+    }
+    if (rc) redisFree(rc);
+    if (mutex_cpu > 0 && fleet(mutex_cpu, floor_cpu) != 0) {
+        fprintf(stderr, "redis_cost: the fleet's herds failed\n");
+        errors++;
     }
     return errors == 0 ? 0 : 1;
 }
