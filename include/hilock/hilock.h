@@ -871,8 +871,9 @@ HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb 
 
 /* hilock stores lock NAME under prefix P in these keys, all hash-tagged so
  * that they share one Redis Cluster slot:
- *     P{T}        the lock (a hash: token, fence, and q, 1 while a
- *                 wait may starve in the queue), with a TTL of the lease
+ *     P{T}        the lock (a hash: token, fence; q, 1 while a wait
+ *                 may starve in the queue; w, 1 once a try found it taken:
+ *                 its release then publishes), with a TTL of the lease
  *                 (of the claim window, for a grant by message not yet
  *                 claimed)
  *     P{T}:fence  the last fence (an integer), with a TTL of fence_ttl_s

@@ -2,8 +2,8 @@
  * waiting across processes.
  *
  * Keys of lock NAME under prefix P (see hilock.h): P{T} the lock, a hash
- * {token, fence, q} with the lease as its TTL; P{T}:fence the last fence,
- * a counter;
+ * {token, fence, q, w} with the lease as its TTL (w: a try found it taken,
+ * so its release publishes); P{T}:fence the last fence, a counter;
  * P{T}:ch the channel of release messages (and grants); P{T}:q the queue
  * of starving waits and P{T}:p their clients (lua/_queue.lua).
  *
@@ -97,11 +97,15 @@ static hl_req *release_req_of(hl_name *n, const char *token, const char *mode, h
     return r;
 }
 
-/* The release: 'h', it may be answered 2 (hand it over). */
+/* The release: it may be answered 2 (hand it over). It tells the waiters
+ * ('r') only if one of their tries found the lock taken and marked it, or,
+ * 't', if this client has waits of the name: those wait behind our hold
+ * for the message (our own subscriber hears it), not for a try of theirs
+ * to fail. With nobody waiting, nothing is published. */
 static hl_req *mutex_release_req(hl_name *n, const char *token, const hl_terms *terms, hl_req_done done,
                                  void *owner) {
     (void)terms;
-    return release_req_of(n, token, "h", done, owner);
+    return release_req_of(n, token, n->nwaiters > 0 ? "t" : "h", done, owner);
 }
 
 /* The handover answered TRYAGAIN (the slot is half moved, the queue

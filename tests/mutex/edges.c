@@ -900,3 +900,67 @@ Test(mutex_edges, a_try_behind_a_wait_is_busy_after_the_first_answer) {
     hilock_client_free(b);
 }
 
+/* A release publishes only when a try found the lock taken (the lock's w):
+ * with nobody waiting, nothing; a client that waits is woken by the
+ * release, long before the lease's end. */
+Test(mutex_edges, a_release_tells_only_when_someone_waits) {
+    hilock_client *a = ready_client(), *b = ready_client();
+    long long p0 = stat_calls(&e.r, "publish");
+    for (int i = 0; i < 5; i++) {
+        got g = acquire_now(&e, a, "told", NULL);
+        cr_assert_eq(g.status, 0);
+        cr_assert_eq(release_now(&e, g.hold), 0);
+    }
+    cr_expect_eq(stat_calls(&e.r, "publish") - p0, 0, "a release with nobody waiting published");
+    hilock_acquire_opts lease = opts_wait_lease(0, 20000), w = opts_wait(10000);
+    got g = acquire_now(&e, a, "told", &lease), gb = {0, 0, NULL, 0};
+    cr_assert_eq(g.status, 0);
+    cr_assert_eq(hilock_acquire(b, "told", &w, got_cb, &gb, NULL), 0);
+    const char *key = prim_key("told", "");
+    for (int i = 0; i < 100 && test_redis_int(&e.r, "HEXISTS %s w", key) == 0; i++) test_loop_for(e.base, 20);
+    cr_assert_eq(test_redis_int(&e.r, "HEXISTS %s w", key), 1, "the waiter's try did not mark the lock");
+    long long t0 = test_now_ms();
+    cr_assert_eq(release_now(&e, g.hold), 0);
+    test_loop_until(e.base, &gb.calls, 5000);
+    cr_assert_eq(gb.calls, 1);
+    cr_assert_eq(gb.status, 0);
+    cr_expect_lt(gb.at_ms - t0, 1000, "woken %lld ms after the release", gb.at_ms - t0);
+    cr_expect_eq(stat_calls(&e.r, "publish") - p0, 1);
+    cr_assert_eq(release_now(&e, gb.hold), 0);
+    cr_expect_eq(stat_calls(&e.r, "publish") - p0, 1, "the waiter's own release published");
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* A client's next wait, behind a wait of its own that was granted, waits
+ * for the release's message, not for a try of its own to fail: the
+ * release must publish although no try marked the lock ('t'), or that
+ * wait sleeps to the lease's end (two nginx on one hot key lost requests
+ * so). */
+Test(mutex_edges, a_release_tells_the_releasers_own_waits) {
+    hilock_config cfg;
+    lockenv_config(&cfg, e.r.url);
+    cfg.starve_ms = HILOCK_STARVE_NEVER; /* no grant by message: it would keep the hash, and its mark */
+    hilock_client *a = ready_client_cfg(&cfg), *b = ready_client();
+    hilock_acquire_opts lease = opts_wait_lease(10000, 20000);
+    got gb = acquire_now(&e, b, "own", &lease), g1 = {0, 0, NULL, 0}, g2 = {0, 0, NULL, 0};
+    cr_assert_eq(gb.status, 0);
+    cr_assert_eq(hilock_acquire(a, "own", &lease, got_cb, &g1, NULL), 0);
+    cr_assert_eq(hilock_acquire(a, "own", &lease, got_cb, &g2, NULL), 0);
+    test_loop_for(e.base, 200);
+    cr_assert_eq(release_now(&e, gb.hold), 0);
+    test_loop_until(e.base, &g1.calls, 5000);
+    cr_assert_eq(g1.status, 0);
+    test_loop_for(e.base, 200);
+    cr_assert_eq(g2.calls, 0);
+    cr_assert_eq(test_redis_int(&e.r, "HEXISTS %s w", prim_key("own", "")), 0, "a try of the second wait marked it");
+    long long t0 = test_now_ms();
+    cr_assert_eq(release_now(&e, g1.hold), 0);
+    test_loop_until(e.base, &g2.calls, 5000);
+    cr_assert_eq(g2.calls, 1);
+    cr_assert_eq(g2.status, 0);
+    cr_expect_lt(g2.at_ms - t0, 1000, "served %lld ms after the release", g2.at_ms - t0);
+    cr_assert_eq(release_now(&e, g2.hold), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}

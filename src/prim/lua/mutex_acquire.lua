@@ -3,7 +3,9 @@
 -- Free: take it with a new fencing token -> the fence (an integer).
 -- Ours already (a retry whose reply was lost): refresh -> the same fence.
 -- Held by another: -> {0, pttl, its token} so the caller can sleep until it
--- may expire (Redlock: and tell a holder of a quorum from a split vote).
+-- may expire (Redlock: and tell a holder of a quorum from a split vote),
+-- and mark the lock (w): its release tells the waiters. A release with
+-- nobody marked publishes nothing.
 --
 -- The fence is next_fence's (_fence.lua): one INCR of the fence key, with
 -- no clock and no TTL to write while that key lives.
@@ -17,7 +19,7 @@
 -- until the slot has moved); release and renew declare only the lock and
 -- follow ASK throughout, so holds are never stalled.
 -- #include "_fence.lua"
-local held = redis.call('HMGET', KEYS[1], 'token', 'fence')
+local held = redis.call('HMGET', KEYS[1], 'token', 'fence', 'w')
 if held[1] == false then
   local fence = next_fence(KEYS[2], ARGV[3])
   redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', fence)
@@ -28,4 +30,7 @@ if held[1] == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return tonumber(held[2])
 end
+-- (A pcall: a server out of memory refuses the mark, and the wait goes on
+-- unmarked, woken at the lease's end, as the try's answer says.)
+if held[3] == false then redis.pcall('HSET', KEYS[1], 'w', 1) end
 return {0, redis.call('PTTL', KEYS[1]), held[1]}
