@@ -9,7 +9,8 @@
  *   scale.c         the waiters and throughput scenarios (hilock)
  *   cost.c          the redis_cost scenario: Redis's time and CPU per
  *                   uncontended cycle of each primitive, beside the
- *                   classic protocol's (SET NX PX + compare-and-delete)
+ *                   classic protocol's (SET NX PX + compare-and-delete);
+ *                   Redis's memory per name; the fleet table
  *   prims.c         the primitives beside each other on one name
  *   cluster.c       the cluster scenarios: handoff, throughput and
  *                   cluster-bus messages on a Redis Cluster, each beside
@@ -341,7 +342,8 @@ int scenario_throughput(void);
  * name (prims.c). */
 int scenario_primitives(void);
 /* Redis's own time and CPU per uncontended cycle of each primitive, beside
- * the classic protocol's floor (cost.c). */
+ * the classic protocol's floor; Redis's memory per name; cycles a second
+ * of 1, 3 and 30 masters, hilock beside polling (cost.c). */
 int scenario_redis_cost(void);
 /* cluster.c: on the -c cluster, beside the -u server (see there). */
 int scenario_cluster_handoff(void);
