@@ -75,7 +75,8 @@ static redisReply *fl_script(redisContext *c, int release, const struct fl_keys 
 static int fl_acquire(redisContext *c, const struct fl_keys *k, const char *token) {
     redisReply *r = fl_script(c, 0, k, token);
     int got = -1;
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2) got = r->element[0]->integer == 1;
+    if (r && r->type == REDIS_REPLY_INTEGER) got = r->integer > 0; /* the mutex's grant: its fence */
+    else if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2) got = r->element[0]->integer == 1;
     if (r) freeReplyObject(r);
     return got;
 }

@@ -287,9 +287,9 @@ static int fl_rest(struct fl_node *n, int nn, int (*ok)(const redisReply *)) {
     return bad ? -1 : 0;
 }
 
+/* The mutex's grant is its fence (an integer); a refusal, an array. */
 static int fl_granted(const redisReply *r) {
-    return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
-           r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 1;
+    return r && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
 }
 
 static int fl_released(const redisReply *r) {
