@@ -235,8 +235,10 @@ static int redis_memory(redisContext *rc) {
             errors++;
             continue;
         }
-        loop_until(base, &gb.status, 50); /* (status is 0: let the loop settle) */
+        int never = 0;
+        loop_until(base, &never, 50); /* let the loop settle */
         long long idle = name_bytes(rc, name, &ik);
+        if (held < 0 || waiting < 0 || idle < 0) errors++;
         json_begin("redis_memory");
         json_str("client", "hilock");
         json_str("primitive", mem_prims[p].label);

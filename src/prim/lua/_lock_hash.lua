@@ -1,10 +1,10 @@
 -- The mutex's lock, for _queue.lua (included after it): a hash {token,
 -- fence, q, w} with the lease as its TTL (mutex_acquire.lua writes token
 -- and fence, and w when it finds the lock taken; a grant here keeps w, so
--- the grantee's release tells those waiters). q is 1 while the queue may hold a starving wait: the release
--- then hands the lock to the queue's first live entry instead of freeing
--- it, so a release with nobody starving reads one field more and nothing
--- else. Every waiting process listens on the name's one channel (a release
+-- the grantee's release tells those waiters). q is 1 while the queue may
+-- hold a starving wait: the release then hands the lock to the queue's
+-- first live entry instead of freeing it, so a release with nobody
+-- starving reads one field more and nothing else. Every waiting process listens on the name's one channel (a release
 -- message is for them all), and so hears grants too; a grant names its
 -- token, and the other processes leave it alone.
 lock.per_client = false

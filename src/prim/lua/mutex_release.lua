@@ -7,8 +7,8 @@
 -- Delete the lock only if it is still ours, and tell the waiters on the
 -- channel ('r') if a try found it taken (w, mutex_acquire.lua) or the
 -- releasing client asks ('t', 'd'): the first try to come takes it. Else
--- nobody listens for this release, and nothing is published. Returns 1 if it was ours,
--- 0 if not (expired, taken over, or already released by an earlier try of
+-- nobody listens for this release, and nothing is published. Returns 1 if
+-- it was ours, 0 if not (expired, taken over, or already released by an earlier try of
 -- this same release), or 2, leaving the lock as it is, when a wait may
 -- starve in the queue (q, see _lock_hash.lua): mutex.c then sends
 -- mutex_handover.lua, which names the queue's keys too and hands the lock
