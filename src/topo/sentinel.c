@@ -10,7 +10,11 @@
  *  - Asking: every sentinel at once. The address that a majority of the
  *    URL's sentinels name wins at once; otherwise, when all have answered
  *    (or failed), the one named most (the first answer on a tie). A stale
- *    or partitioned minority of sentinels cannot send us elsewhere.
+ *    or partitioned minority of sentinels cannot send us elsewhere; nor,
+ *    for a few seconds after a +switch-master, can sentinels that still
+ *    name the master it replaced (they have not heard of it yet, and on
+ *    their word we would go back and forth, and the holds of both masters
+ *    would lose their vouching).
  *  - Checking: the master's command connection is ready only when ROLE
  *    says master (net->check_role). A replica is dropped, and its loss
  *    makes us ask again.
@@ -35,6 +39,10 @@
 #include "topo/topo.h"
 
 #define SENTINEL_ASK_MIN_MS 100
+/* How long after a +switch-master the sentinels that still name the old
+ * master are taken as not having heard of it yet: they learn it from the
+ * leader's hello messages, sent every 2 s. */
+#define SENTINEL_SWITCH_SETTLE_MS 5000
 #define SENTINEL_CHANNEL "+switch-master"
 
 typedef struct candidate {
@@ -55,6 +63,12 @@ struct hl_sentinels {
     candidate cand[HL_URL_MAX_SEEDS];
     int ncand;
     uint64_t asked_at;
+    /* The master a +switch-master moved us from, not gone back to on the
+     * word of sentinels that have not heard of the switch, until
+     * left_until (a switch back is published too, and heard). */
+    char left_host[256];
+    int left_port;
+    uint64_t left_until;
     unsigned failures;      /* rounds in a row that named no master */
     int refused;            /* answers of this round that the ACL refused */
     char refusal[200];      /* the first one's text */
@@ -164,6 +178,12 @@ static void decide(hl_topo *t) {
         return;
     }
     s->failures = 0;
+    if (hl_now_ms() < s->left_until && best->port == s->left_port &&
+        strcmp(best->host, s->left_host) == 0) {
+        /* Stale: the switch was published after the failover was made. */
+        hl_timer_start(t->net.loop, &s->again, SENTINEL_ASK_MIN_MS);
+        return;
+    }
     move_master(t, best->host, best->port);
     if (best->votes > s->n / 2) t->word_at = s->asked_at; /* vouched for by a majority */
 }
@@ -270,12 +290,20 @@ static void sentinel_push(void *arg, const char *kind, const char *ch, size_t le
     if (strcmp(name, master_name(t)) != 0 || port <= 0 || port > 65535) return;
     hl_log(t->net.loop, HILOCK_LOG_INFO, "sentinel %s:%d: +switch-master %s", sn->addr.host,
            sn->addr.port, msg);
+    hl_sentinels *s = t->sentinels;
+    hl_node *m = t->seed;
+    if (m->addr.host && (m->addr.port != port || strcmp(m->addr.host, host) != 0) &&
+        strlen(m->addr.host) < sizeof(s->left_host)) {
+        snprintf(s->left_host, sizeof(s->left_host), "%s", m->addr.host);
+        s->left_port = m->addr.port;
+        s->left_until = hl_now_ms() + SENTINEL_SWITCH_SETTLE_MS;
+    }
     move_master(t, host, port);
     /* One sentinel said so: ask for the majority's word (for the holds)
      * in a round of its own: the answers of one already out may predate
      * the switch, and would send us back. */
-    t->sentinels->round++;
-    t->sentinels->asking = 0;
+    s->round++;
+    s->asking = 0;
     ask(t);
 }
 

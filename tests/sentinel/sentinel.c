@@ -355,6 +355,55 @@ Test(sentinel, hold_survives_failover, .timeout = 120) {
 
 /* ---- Sentinels down, stale, or not knowing the name ----------------------------- */
 
+/* Two of the three sentinels are behind a failover and name the old
+ * master for a while (made here by having them monitor it afresh, as a
+ * sentinel restarted from an old config would; they learn of the switch
+ * from the hello messages of the one that made it, sent every 2 s). The
+ * client heard +switch-master from that one: it stays on the new master
+ * rather than going back on the stale majority's word (and forth again
+ * later, each move costing the holds their sentinels' word), so a hold
+ * taken before the failover is neither lost nor refused. */
+static void remonitor(test_redis *sent, int port) {
+    redisReply *a = test_redis_cmd(sent, "SENTINEL REMOVE %s", s.name);
+    redisReply *b = test_redis_cmd(sent, "SENTINEL MONITOR %s 127.0.0.1 %d 2", s.name, port);
+    cr_assert(b && b->type == REDIS_REPLY_STATUS, "SENTINEL MONITOR: %s", b && b->str ? b->str : "?");
+    if (a) freeReplyObject(a);
+    freeReplyObject(b);
+}
+
+Test(sentinel, stale_majority_after_a_switch, .timeout = 60) {
+    up();
+    hilock_client *c = client(s.url);
+    lostrec lost = {0, 0, 0};
+    hilock_acquire_opts o;
+    hilock_acquire_opts_init(&o);
+    o.lost_cb = lost_cb;
+    o.lost_data = &lost;
+    got g = take_opts(c, "switched", &o);
+    cr_assert_eq(g.status, 0, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
+    test_redis *old = &s.node[0];
+    cr_assert_eq(test_sentinel_failover_paused(&s, 5000), 0); /* through sentinel 0 */
+    test_redis *newm = loop_until_new_master(old, 10000);
+    cr_assert_not_null(newm, "no new master after SENTINEL FAILOVER");
+    test_loop_for(base, 100); /* the client hears +switch-master */
+    remonitor(&s.sentinel[1], old->port);
+    remonitor(&s.sentinel[2], old->port);
+    int behind = test_sentinel_named_port(&s.sentinel[1], s.name) == old->port &&
+                 test_sentinel_named_port(&s.sentinel[2], s.name) == old->port;
+    cr_assert(behind, "the two sentinels do not name the old master");
+    test_loop_for(base, 2500); /* rounds answered by the stale pair */
+    cr_expect_eq(lost.calls, 0, "the hold was lost (%s)", hilock_strerror(lost.why));
+    cr_expect_eq(hilock_hold_lost(g.hold), 0, "the hold was lost");
+    cr_expect_eq(give_back(g.hold), 0, "%s", hilock_client_errstr(c));
+    g = take(c, "switched");
+    cr_expect_eq(g.status, 0, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
+    if (g.status == 0) {
+        cr_expect_eq(exists_on(newm, "switched"), 1, "not on the new master");
+        cr_expect_eq(give_back(g.hold), 0);
+    }
+    hilock_client_free(c);
+}
+
 /* Acquire and release `name` through `url` from a fresh client: the time
  * from the client's creation to the grant. */
 static long long quick_lock(const char *url, const char *name) {
