@@ -108,6 +108,7 @@ void hilock_config_init_size(hilock_config *cfg, size_t size) {
     d.starve_ms = 100;
     d.health_ms = 3000;
     d.clock_rate_ppm = 10000;
+    d.renew_batch = HL_RENEW_BATCH;
     hl_struct_export(cfg, size, &d, sizeof(d));
 }
 
@@ -138,6 +139,8 @@ static int config_take(hilock_config *out, const hilock_config *cfg) {
     out->clock_rate_ppm = or_default(out->clock_rate_ppm, d.clock_rate_ppm);
     if (out->health_ms < 100) return HILOCK_EINVAL;
     if (out->clock_rate_ppm > 100000) return HILOCK_EINVAL; /* 10 %: a broken clock */
+    out->renew_batch = or_default(out->renew_batch, d.renew_batch);
+    if (out->renew_batch > HL_RENEW_BATCH_MAX) return HILOCK_EINVAL;
     if (out->pubsub < HILOCK_PUBSUB_AUTO || out->pubsub > HILOCK_PUBSUB_CLASSIC) return HILOCK_EINVAL;
     if (out->wait_replicas > 64) return HILOCK_EINVAL;
     return 0;
@@ -303,6 +306,7 @@ void hilock_client_free(hilock_client *c) {
 static void client_destroy(hl_loop *l) {
     hilock_client *c = HL_CONTAINER(l, hilock_client, loop);
     hl_fork_unwatch(c);
+    hl_renew_batches_free(c);
     hl_holds_free_all(c);
     hl_names_free_all(c);
     hl_loop_close(&c->loop);

@@ -49,6 +49,9 @@ struct hilock_client {
     uint64_t token_id, token_salt, token_seq; /* see hl_token_new */
     hl_counts counts;
     uint64_t late_warned_at;     /* the last late renewal logged (hl_log_due) */
+    /* renew.c: the batches open for holds due soon, by slot in a Cluster,
+     * else all at 0 (HL_SLOTS of them; NULL until the first). */
+    struct hl_renew_batch **renew_open;
     hl_link all;                 /* in fork.c's list of every client */
 };
 
@@ -245,6 +248,11 @@ struct hl_prim {
     /* The renewal of hold h (its token, fence, terms) for lease_ms. */
     hl_req *(*renew_req)(hl_name *n, const hilock_hold *h, uint32_t lease_ms, hl_req_done done,
                          void *owner);
+    /* NULL, or the renewal of `count` holds of this primitive whose keys
+     * share a slot, each for its renew_lease, in one call answered by an
+     * array of what renew_req answers, in their order (renew.c). Never
+     * over a quorum. */
+    hl_req *(*renew_many_req)(hilock_hold *const *h, int count, hl_req_done done, void *owner);
     /* Redlock: raise n's fence counter to at least `fence` (fire and forget). */
     hl_req *(*fence_req)(hl_name *n, uint64_t fence, hl_req_done done, void *owner);
     /* Optional: queued wait `w` ends without a grant (cancelled, timed out,
@@ -429,6 +437,32 @@ void hl_handover_token(hl_name *n, const char *token);
 /* Client close: release every hold in Redis. */
 void hl_holds_release_all(hilock_client *c);
 void hl_holds_free_all(hilock_client *c);
+
+/* ---- Renewals (hold.c, renew.c) -------------------------------------------- */
+
+#define HL_SLOTS 16384
+#define HL_RENEW_BATCH 100      /* hilock_config.renew_batch's default */
+#define HL_RENEW_BATCH_MAX 1000
+/* A hold's renewal, from its watchdog's turn to its answer; hold.c. */
+typedef struct hl_renewal hl_renewal;
+/* The hold it renews; NULL once the hold has gone. */
+hilock_hold *hl_renewal_hold(const hl_renewal *rn);
+/* Send it alone (the primitive's renew_req). */
+void hl_renewal_send(hl_renewal *rn);
+/* Its answer (reply NULL when err != 0): the hold is renewed, lost, or
+ * tried again at its watchdog's next turn. Frees rn. */
+void hl_renewal_answer(hl_renewal *rn, hl_req *r, const redisReply *reply, int err);
+/* It was never sent: the watchdog tries again at its next turn. Frees rn. */
+void hl_renewal_drop(hl_renewal *rn);
+/* How much earlier than its own time h's renewal may go to share a call
+ * with others (0: it goes alone). */
+uint32_t hl_renew_window(const hilock_hold *h);
+/* Put rn (of a hold whose hl_renew_window is `window`) in the open batch of
+ * its slot, sent `window` ms from now at the latest. 0, or -1 when out of
+ * memory (nothing done). */
+int hl_renew_join(hl_renewal *rn, uint32_t window);
+/* Client teardown: free the batches not sent. */
+void hl_renew_batches_free(hilock_client *c);
 
 /* Debug builds (-DHILOCK_DEBUG): abort if a name with waiters has neither a
  * try in flight nor a timer that will retry (a stranded waiter). */

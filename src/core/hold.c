@@ -153,7 +153,7 @@ static void watchdog_arm(hilock_hold *h) {
     uint64_t now = hl_now_ms(), expiry = hl_hold_expiry(h);
     int claim = hl_hold_unclaimed(h);
     uint32_t lease = claim ? h->confirmed_lease : h->terms.lease_ms;
-    uint64_t next = h->terms.no_renew && !claim ? expiry : now + lease / 3;
+    uint64_t next = h->terms.no_renew && !claim ? expiry : now + lease / 3 - hl_renew_window(h);
     if (next > expiry) next = expiry;
     hl_timer_start(&h->c->loop, &h->watchdog, next > now ? next - now : 0);
 }
@@ -215,13 +215,16 @@ static void hold_key_done(hl_hold_key *k, int outlived) {
     hl_name_unref(k->name);
 }
 
-/* A renewal in flight. Its request's done and owner may be wrapped by
- * the topology (Redlock's fan-out keeps its own until the answer), so the
- * hold's end is told here, never by rewriting the request. */
-typedef struct hl_renewal {
+/* A renewal, from the watchdog's turn (waiting in a batch, renew.c) to
+ * its answer. Its request's done and owner may be wrapped by the topology
+ * (Redlock's fan-out keeps its own until the answer), so the hold's end is
+ * told here, never by rewriting the request. */
+struct hl_renewal {
     hilock_hold *hold;             /* NULL once the hold is gone */
     hl_hold_key key;               /* then, over a quorum (else key.name NULL) */
-} hl_renewal;
+};
+
+hilock_hold *hl_renewal_hold(const hl_renewal *rn) { return rn->hold; }
 
 /* The hold goes while its renewal is out: its answer must not find it. */
 static void renewal_orphan(hilock_hold *h) {
@@ -236,8 +239,13 @@ static void renewal_orphaned(hl_req *r, hl_renewal *rn) {
     free(rn);
 }
 
-static void on_renewed(hl_req *r, redisReply *reply, int err) {
-    hl_renewal *rn = r->owner;
+void hl_renewal_drop(hl_renewal *rn) {
+    if (rn->hold != NULL) rn->hold->renew = NULL;
+    else if (rn->key.name != NULL) hold_key_done(&rn->key, 0);
+    free(rn);
+}
+
+void hl_renewal_answer(hl_renewal *rn, hl_req *r, const redisReply *reply, int err) {
     hilock_hold *h = rn->hold;
     if (h == NULL) {
         renewal_orphaned(r, rn);
@@ -277,9 +285,33 @@ static void on_renewed(hl_req *r, redisReply *reply, int err) {
     watchdog_arm(h);
 }
 
+static void on_renewed(hl_req *r, redisReply *reply, int err) {
+    hl_renewal_answer(r->owner, r, reply, err);
+}
+
+void hl_renewal_send(hl_renewal *rn) {
+    hilock_hold *h = rn->hold;
+    hl_name *n = h->name;
+    hl_fence_raise(n, h->fence);
+    hl_req *r = n->prim->renew_req(n, h, h->renew_lease, on_renewed, rn);
+    if (r == NULL) hl_renewal_drop(rn); /* tried again at the next turn of the watchdog */
+    else hl_name_submit_leased(n, r, h->renew_lease);
+}
+
+/* Batched: a mutex hold (a primitive with renew_many_req) renewed to its
+ * lease (not a claim, which goes at once), not over a quorum (each master
+ * answers for itself there). A twelfth of the lease early costs nothing:
+ * two thirds of it are left at the renewal's own time. */
+uint32_t hl_renew_window(const hilock_hold *h) {
+    const hilock_client *c = h->c;
+    if (c->cfg.renew_batch <= 1 || h->name->prim->renew_many_req == NULL ||
+        hl_topo_quorum(&c->topo) || hl_hold_unclaimed(h) || h->terms.no_renew)
+        return 0;
+    return h->terms.lease_ms / 12;
+}
+
 static void watchdog_fired(hl_timer *t) {
     hilock_hold *h = HL_CONTAINER(t, hilock_hold, watchdog);
-    hl_name *n = h->name;
     if (hl_now_ms() >= hl_hold_expiry(h)) {
         hold_expired(h);
         return;
@@ -290,17 +322,13 @@ static void watchdog_fired(hl_timer *t) {
     }
     if (h->renew == NULL) {
         hl_renewal *rn = calloc(1, sizeof(*rn));
-        hl_req *r = NULL;
-        h->renew_lease = h->terms.lease_ms;
-        hl_fence_raise(n, h->fence);
-        if (rn != NULL) r = n->prim->renew_req(n, h, h->renew_lease, on_renewed, rn);
-        if (r == NULL) {
-            free(rn); /* tried again at the next turn of the watchdog */
-        } else {
+        uint32_t window = hl_renew_window(h);
+        if (rn != NULL) { /* else tried again at the next turn of the watchdog */
             rn->hold = h;
             h->renew = rn; /* before the submit, which may answer at once */
+            h->renew_lease = h->terms.lease_ms;
             h->c->counts.renewals++;
-            hl_name_submit_leased(n, r, h->renew_lease);
+            if (window == 0 || hl_renew_join(rn, window) != 0) hl_renewal_send(rn);
         }
     }
     watchdog_arm(h);

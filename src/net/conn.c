@@ -40,10 +40,18 @@ static int script_loaded(hl_conn *k, const hl_script *s) {
 
 void hl_conn_send(hl_conn *k, hl_req *r) {
     const hl_script *s = r->script;
-    const char *argv[HL_REQ_MAXARGS + 4];
-    size_t lens[HL_REQ_MAXARGS + 4];
+    const char *few[HL_REQ_MAXARGS + 4], **argv = few;
+    size_t few_lens[HL_REQ_MAXARGS + 4], *lens = few_lens;
     char nkeys[8];
     int argc = 0;
+    if (r->maxargs > HL_REQ_MAXARGS) { /* a batch */
+        argv = malloc((size_t)(r->maxargs + 4) * (sizeof(*argv) + sizeof(*lens)));
+        if (argv == NULL) { /* sent when the connection is next ready */
+            hl_list_push(&k->queue, &r->link);
+            return;
+        }
+        lens = (size_t *)(void *)(argv + r->maxargs + 4);
+    }
     if (s != NULL) {
         int eval = !script_loaded(k, s) || r->use_eval;
         argv[0] = eval ? "EVAL" : "EVALSHA";
@@ -63,7 +71,9 @@ void hl_conn_send(hl_conn *k, hl_req *r) {
     }
     if (r->asking) redisAsyncCommand(k->ac, on_asking, r, "ASKING");
     redisCallbackFn *fn = r->wait_replicas ? hl_req_on_stash : hl_req_on_reply;
-    if (redisAsyncCommandArgv(k->ac, fn, r, argc, argv, lens) != REDIS_OK) {
+    int ok = redisAsyncCommandArgv(k->ac, fn, r, argc, argv, lens) == REDIS_OK;
+    if (argv != few) free(argv);
+    if (!ok) {
         hl_list_push(&k->queue, &r->link); /* disconnecting: next connection */
         return;
     }

@@ -290,11 +290,11 @@ struct hl_req {
     int acked;                 /* replicas that WAIT said have its write */
     redisReply *held;          /* its reply, kept until WAIT's comes */
     int slot;                  /* the cluster slot of its keys, or -1 */
-    int nkeys, nargs;          /* argv: the keys, then the other arguments */
-    const char *argv[HL_REQ_MAXARGS];
-    size_t argl[HL_REQ_MAXARGS];
+    int nkeys, nargs, maxargs; /* argv: the keys, then the other arguments */
+    const char **argv;         /* maxargs of them, after buf */
+    size_t *argl;
     size_t used, cap;
-    char buf[];                /* the argument bytes */
+    char buf[];                /* the argument bytes, then argv and argl */
 };
 
 /* A request for `s` with `nkeys` keys, room for `bytes` argument bytes
@@ -302,6 +302,10 @@ struct hl_req {
  * a plain command: the arguments are the command and its arguments. */
 hl_req *hl_req_new(hl_net *net, const hl_script *s, int nkeys, size_t bytes,
                    hl_req_done done, void *owner);
+/* hl_req_new for up to `maxargs` arguments (keys included), more than
+ * HL_REQ_MAXARGS: a batch. */
+hl_req *hl_req_new_n(hl_net *net, const hl_script *s, int nkeys, int maxargs, size_t bytes,
+                     hl_req_done done, void *owner);
 /* Append one argument: a followed by b (either may be empty). */
 void hl_req_arg(hl_req *r, const char *a, size_t alen, const char *b, size_t blen);
 void hl_req_arg_u64(hl_req *r, uint64_t v);

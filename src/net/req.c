@@ -112,8 +112,17 @@ static void req_resend(hl_timer *t) {
 
 hl_req *hl_req_new(hl_net *net, const hl_script *s, int nkeys, size_t bytes,
                    hl_req_done done, void *owner) {
-    hl_req *r = calloc(1, sizeof(*r) + bytes);
+    return hl_req_new_n(net, s, nkeys, HL_REQ_MAXARGS, bytes, done, owner);
+}
+
+hl_req *hl_req_new_n(hl_net *net, const hl_script *s, int nkeys, int maxargs, size_t bytes,
+                     hl_req_done done, void *owner) {
+    size_t at = (bytes + sizeof(void *) - 1) / sizeof(void *) * sizeof(void *);
+    hl_req *r = calloc(1, sizeof(*r) + at + (size_t)maxargs * (sizeof(*r->argv) + sizeof(*r->argl)));
     if (r == NULL) return NULL;
+    r->argv = (const char **)(void *)(r->buf + at);
+    r->argl = (size_t *)(void *)(r->argv + maxargs);
+    r->maxargs = maxargs;
     r->net = net;
     r->script = s;
     r->nkeys = nkeys;
@@ -131,7 +140,7 @@ hl_req *hl_req_new(hl_net *net, const hl_script *s, int nkeys, size_t bytes,
 
 void hl_req_arg(hl_req *r, const char *a, size_t alen, const char *b, size_t blen) {
     char *p = r->buf + r->used;
-    if (r->nargs == HL_REQ_MAXARGS || r->used + alen + blen > r->cap) abort(); /* a caller's bug */
+    if (r->nargs == r->maxargs || r->used + alen + blen > r->cap) abort(); /* a caller's bug */
     memcpy(p, a, alen);
     memcpy(p + alen, b, blen);
     r->argv[r->nargs] = p;
@@ -150,7 +159,7 @@ void hl_req_ignore(hl_req *r, redisReply *reply, int err) {
 }
 
 hl_req *hl_req_copy(const hl_req *r, hl_req_done done, void *owner) {
-    hl_req *c = hl_req_new(r->net, r->script, r->nkeys, r->cap, done, owner);
+    hl_req *c = hl_req_new_n(r->net, r->script, r->nkeys, r->maxargs, r->cap, done, owner);
     if (c == NULL) return NULL;
     c->slot = r->slot;
     c->publishes = r->publishes;

@@ -139,6 +139,21 @@ static hl_req *mutex_renew_req(hl_name *n, const hilock_hold *h, uint32_t lease_
     return r;
 }
 
+/* renew_many(lock...; token, lease_ms, ...) */
+static hl_req *mutex_renew_many_req(hilock_hold *const *h, int count, hl_req_done done, void *owner) {
+    size_t bytes = 0;
+    for (int i = 0; i < count; i++) bytes += h[i]->name->keylen + HL_TOKEN_LEN + 20;
+    hl_req *r = hl_req_new_n(&h[0]->c->topo.net, &hl_script_mutex_renew_many, count, 3 * count, bytes,
+                             done, owner);
+    if (r == NULL) return NULL;
+    for (int i = 0; i < count; i++) hl_req_arg(r, h[i]->name->buf, h[i]->name->keylen, "", 0);
+    for (int i = 0; i < count; i++) {
+        hl_req_arg(r, h[i]->token, HL_TOKEN_LEN, "", 0);
+        hl_req_arg_u64(r, h[i]->renew_lease);
+    }
+    return r;
+}
+
 /* fence(fence; fence, fence_ttl_s) */
 static hl_req *mutex_fence_req(hl_name *n, uint64_t fence, hl_req_done done, void *owner) {
     hl_req *r = hl_name_req(n, &fence_cmd, 2 * 20, done, owner);
@@ -158,6 +173,7 @@ const hl_prim hl_mutex = {
     .release_lock_req = mutex_release_lock_req,
     .handover_req = mutex_handover_req,
     .renew_req = mutex_renew_req,
+    .renew_many_req = mutex_renew_many_req,
     .fence_req = mutex_fence_req,
     .abandon = mutex_abandon,
     .bounded = hl_queue_every,

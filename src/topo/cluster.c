@@ -221,6 +221,8 @@ static void on_redirect(void *arg, hl_req *r, int ask, unsigned slot, const char
     hl_req_redirect(r, &n->cmd, ask);
 }
 
+int hl_topo_slotted(const hl_topo *t) { return t->map != NULL && !t->map->standalone; }
+
 int hl_topo_cluster(hl_topo *t, const hl_sub_events *sub) {
     const hl_url *u = &t->net.url;
     t->ops = &cluster_ops;

@@ -115,6 +115,9 @@ int hl_topo_sentinel(hl_topo *t, const hl_sub_events *sub);
 int hl_topo_redlock(hl_topo *t, const hl_sub_events *sub);
 /* Whether requests are answered by a quorum of nodes (Redlock). */
 static inline int hl_topo_quorum(const hl_topo *t) { return t->redlock != NULL; }
+/* Must the keys of one request share a slot (a Redis Cluster, or a server
+ * not yet known not to be one)? */
+int hl_topo_slotted(const hl_topo *t);
 static inline hl_node *hl_topo_route(hl_topo *t, uint16_t slot) { return t->ops->route(t, slot); }
 static inline hl_node *hl_topo_sub_route(hl_topo *t, uint16_t slot) {
     return t->ops->sub_route(t, slot);

@@ -1,0 +1,117 @@
+/* Batched renewals: the holds of one server (of one slot, in a Cluster)
+ * that are due within a short window renew in one script call.
+ *
+ * A batchable hold's watchdog turns a window early (hl_renew_window: a
+ * twelfth of its lease) and puts its renewal in the open batch of its
+ * slot; the batch is sent when it is full (hilock_config.renew_batch), or
+ * when the window of its most pressing member ends, so that no hold is
+ * renewed later than it would be alone. One script call then costs Redis
+ * its fixed part once for the batch, and each hold only its own key's
+ * check and PEXPIRE. Each member keeps its own lease (its renew_lease),
+ * its own answer (an element of the reply's array) and so its own loss.
+ * A batch of one goes as a single renewal. */
+#include <stdlib.h>
+#include <string.h>
+#include "core/core.h"
+
+typedef struct hl_renew_batch {
+    hilock_client *c;
+    const hl_prim *prim;
+    hl_timer flush;
+    uint64_t flush_at;         /* when the first member's window ends */
+    uint32_t key;              /* its place in c->renew_open */
+    int n;
+    hl_renewal *item[];        /* c->cfg.renew_batch of them */
+} hl_renew_batch;
+
+
+static void on_renewed_many(hl_req *r, redisReply *reply, int err) {
+    hl_renew_batch *b = r->owner;
+    for (int i = 0; i < b->n; i++) {
+        const redisReply *one = reply;
+        int e = err;
+        if (e == 0 && reply->type == REDIS_REPLY_ARRAY) {
+            if ((size_t)i < reply->elements) one = reply->element[i];
+            else e = HILOCK_EPROTO;
+        } else if (e == 0 && reply->type != REDIS_REPLY_ERROR) {
+            e = HILOCK_EPROTO;
+        }
+        hl_renewal_answer(b->item[i], r, e == 0 ? one : NULL, e);
+    }
+    free(b);
+}
+
+/* Send b: its members whose holds are still here, in one call. */
+static void batch_send(hl_renew_batch *b) {
+    hilock_client *c = b->c;
+    hilock_hold *h[HL_RENEW_BATCH_MAX];
+    int n = 0;
+    c->renew_open[b->key] = NULL;
+    hl_timer_stop(&c->loop, &b->flush);
+    for (int i = 0; i < b->n; i++) {
+        h[n] = hl_renewal_hold(b->item[i]);
+        if (h[n] == NULL) hl_renewal_drop(b->item[i]); /* released while it waited */
+        else b->item[n++] = b->item[i];
+    }
+    b->n = n;
+    if (n <= 1) {
+        if (n == 1) hl_renewal_send(b->item[0]);
+        free(b);
+        return;
+    }
+    uint32_t lease = 0;
+    for (int i = 0; i < n; i++) lease = h[i]->renew_lease > lease ? h[i]->renew_lease : lease;
+    hl_req *r = b->prim->renew_many_req(h, n, on_renewed_many, b);
+    if (r == NULL) { /* each tries again at its watchdog's next turn */
+        for (int i = 0; i < n; i++) hl_renewal_drop(b->item[i]);
+        free(b);
+        return;
+    }
+    hl_name_submit_leased(h[0]->name, r, lease);
+}
+
+static void flush_fired(hl_timer *t) { batch_send(HL_CONTAINER(t, hl_renew_batch, flush)); }
+
+int hl_renew_join(hl_renewal *rn, uint32_t window) {
+    hilock_hold *h = hl_renewal_hold(rn);
+    hilock_client *c = h->c;
+    uint32_t key = hl_topo_slotted(&c->topo) ? h->name->slot : 0; /* any slot elsewhere */
+    uint64_t due = hl_now_ms() + window;
+    if (c->renew_open == NULL && (c->renew_open = calloc(HL_SLOTS, sizeof(*c->renew_open))) == NULL)
+        return -1;
+    hl_renew_batch *b = c->renew_open[key];
+    if (b != NULL && b->prim != h->name->prim) batch_send(b); /* one script per call */
+    if ((b = c->renew_open[key]) == NULL) {
+        b = malloc(sizeof(*b) + c->cfg.renew_batch * sizeof(b->item[0]));
+        if (b == NULL) return -1;
+        b->c = c;
+        b->prim = h->name->prim;
+        b->key = key;
+        b->n = 0;
+        b->flush_at = UINT64_MAX;
+        memset(&b->flush, 0, sizeof(b->flush));
+        b->flush.cb = flush_fired;
+        c->renew_open[key] = b;
+    }
+    b->item[b->n++] = rn;
+    if ((uint32_t)b->n == c->cfg.renew_batch) {
+        batch_send(b);
+    } else if (due < b->flush_at) {
+        b->flush_at = due;
+        hl_timer_start(&c->loop, &b->flush, window);
+    }
+    return 0;
+}
+
+void hl_renew_batches_free(hilock_client *c) {
+    if (c->renew_open == NULL) return;
+    for (uint32_t k = 0; k < HL_SLOTS; k++) {
+        hl_renew_batch *b = c->renew_open[k];
+        if (b == NULL) continue;
+        hl_timer_stop(&c->loop, &b->flush);
+        for (int i = 0; i < b->n; i++) hl_renewal_drop(b->item[i]);
+        free(b);
+    }
+    free(c->renew_open);
+    c->renew_open = NULL;
+}

@@ -1,0 +1,252 @@
+/* Batched renewals: holds of one server (one slot, in a Cluster) due
+ * within a window renew in one script call, each keeping its own lease
+ * and its own loss.
+ *
+ * renew:         many holds share calls (counted on the server); with
+ *                renew_batch 1 each renews alone; a hold whose key is gone
+ *                or taken is lost alone; releases while batches are open.
+ * renew_cluster: holds of one slot batch together, holds of other slots
+ *                apart (a script's keys share a slot), on a real cluster. */
+#include <unistd.h>
+#include "support/clusterenv.h"
+
+#define LEASE 1200 /* renewed every 300-400 ms: a batch's window is 100 ms */
+
+typedef struct holdrec {
+    char name[32];
+    got g;
+    lostrec lost;
+    rel r;
+} holdrec;
+
+static long long scripts_of(const test_redis *r) { return stat_calls(r, "evalsha") + stat_calls(r, "eval"); }
+
+/* Acquire every h[i].name with LEASE, one per loop turn of about 1 ms (so
+ * that their renewals fall due apart), and wait for all. */
+static void take_all(struct event_base *base, hilock_client *c, holdrec *h, int n) {
+    for (int i = 0; i < n; i++) {
+        hilock_acquire_opts o = opts_wait_lease(5000, LEASE);
+        o.lost_cb = lost_cb;
+        o.lost_data = &h[i].lost;
+        cr_assert_eq(hilock_acquire(c, h[i].name, &o, got_cb, &h[i].g, NULL), 0);
+        test_loop_for(base, 1);
+    }
+    long long until = test_now_ms() + 10000;
+    for (int i = 0; i < n; i++) {
+        while (h[i].g.calls == 0 && test_now_ms() < until) test_loop_for(base, 10);
+        cr_assert_eq(h[i].g.status, 0, "%s: %s (%s)", h[i].name, hilock_strerror(h[i].g.status),
+                     hilock_client_errstr(c));
+    }
+}
+
+static int lost_count(const holdrec *h, int n) {
+    int lost = 0;
+    for (int i = 0; i < n; i++) lost += h[i].lost.calls;
+    return lost;
+}
+
+static void release_all(struct event_base *base, holdrec *h, int n) {
+    for (int i = 0; i < n; i++)
+        if (h[i].g.hold != NULL && h[i].r.calls == 0) hilock_release(h[i].g.hold, rel_cb, &h[i].r);
+    long long until = test_now_ms() + 5000;
+    for (int i = 0; i < n; i++)
+        while (h[i].r.calls == 0 && test_now_ms() < until) test_loop_for(base, 10);
+}
+
+/* ---- renew ---------------------------------------------------------------- */
+
+static lockenv e;
+static void setup(void) { lockenv_start(&e); }
+static void teardown(void) { lockenv_stop(&e); }
+TestSuite(renew, .init = setup, .fini = teardown, .timeout = 60);
+
+static hilock_client *client_batch(uint32_t renew_batch) {
+    hilock_config cfg;
+    lockenv_config(&cfg, e.r.url);
+    cfg.renew_batch = renew_batch;
+    return lockenv_client_cfg(&e, &cfg);
+}
+
+/* 300 holds acquired over about 300 ms, kept for 3 s (eight renewals
+ * each): far fewer script calls than renewals, none late, none lost, and
+ * every key kept with most of its lease. Returns renewals per call. */
+static double hold_many(uint32_t renew_batch) {
+    enum { N = 300 };
+    static holdrec h[N];
+    memset(h, 0, sizeof(h));
+    hilock_client *c = client_batch(renew_batch);
+    for (int i = 0; i < N; i++) snprintf(h[i].name, sizeof(h[i].name), "many-%d", i);
+    take_all(e.base, c, h, N);
+    hilock_stats s0 = stats_of(c);
+    long long calls0 = scripts_of(&e.r);
+    test_loop_for(e.base, 3000);
+    hilock_stats s1 = stats_of(c);
+    long long calls = scripts_of(&e.r) - calls0;
+    uint64_t renewals = s1.renewals - s0.renewals;
+    cr_expect_eq(lost_count(h, N), 0, "holds lost");
+    cr_expect_eq(s1.renewals_late, 0, "renewals late");
+    cr_expect_geq(renewals, (uint64_t)N * 7, "%llu renewals", (unsigned long long)renewals);
+    long long least = LEASE;
+    for (int i = 0; i < N; i++) {
+        cr_expect_eq(hilock_hold_lost(h[i].g.hold), 0, "%s lost", h[i].name);
+        long long pttl = test_redis_int(&e.r, "PTTL %s", prim_key(h[i].name, ""));
+        if (pttl < least) least = pttl;
+    }
+    /* Renewed a third of the way in at the latest (two thirds left then). */
+    cr_expect_gt(least, LEASE / 2, "a key with %lld ms left", least);
+    cr_log_info("renew_batch %u: %llu renewals in %lld script calls (%.1f per call), least PTTL %lld ms",
+                renew_batch, (unsigned long long)renewals, calls, (double)renewals / (double)calls, least);
+    release_all(e.base, h, N);
+    for (int i = 0; i < N; i++) cr_expect_eq(h[i].r.status, 0, "%s: %s", h[i].name, hilock_strerror(h[i].r.status));
+    hilock_client_free(c);
+    return (double)renewals / (double)calls;
+}
+
+Test(renew, many_holds_share_script_calls) {
+    double per_call = hold_many(0);
+    cr_expect_geq(per_call, 10.0, "%.1f renewals per script call", per_call);
+}
+
+Test(renew, renew_batch_one_renews_each_hold_alone) {
+    double per_call = hold_many(1);
+    cr_expect_leq(per_call, 1.05, "%.1f renewals per script call", per_call);
+}
+
+/* One hold's key deleted, another's taken by a foreign token: those two
+ * are lost (HILOCK_ELOST), the others of their batches are not, and the
+ * foreign lock is left as it is. */
+Test(renew, a_hold_gone_from_a_batch_is_lost_alone) {
+    enum { N = 40 };
+    static holdrec h[N];
+    memset(h, 0, sizeof(h));
+    hilock_client *c = client_batch(0);
+    for (int i = 0; i < N; i++) snprintf(h[i].name, sizeof(h[i].name), "alone-%d", i);
+    take_all(e.base, c, h, N);
+    long long calls0 = scripts_of(&e.r);
+    cr_assert_eq(test_redis_int(&e.r, "DEL %s", prim_key(h[17].name, "")), 1);
+    cr_assert_eq(test_redis_int(&e.r, "HSET %s token someone-else", prim_key(h[23].name, "")), 0);
+    cr_assert_eq(test_redis_int(&e.r, "PEXPIRE %s 60000", prim_key(h[23].name, "")), 1);
+    test_loop_for(e.base, 1500);
+    cr_expect_lt(scripts_of(&e.r) - calls0, N * 2, "not batched");
+    for (int i = 0; i < N; i++) {
+        int gone = i == 17 || i == 23;
+        cr_expect_eq(h[i].lost.calls, gone, "%s: lost %d times", h[i].name, h[i].lost.calls);
+        cr_expect_eq(hilock_hold_lost(h[i].g.hold), gone, "%s", h[i].name);
+        if (gone) cr_expect_eq(h[i].lost.why, HILOCK_ELOST, "%s: %s", h[i].name, hilock_strerror(h[i].lost.why));
+    }
+    cr_expect_eq(test_redis_int(&e.r, "EXISTS %s", prim_key(h[17].name, "")), 0, "renewed back");
+    redisReply *tok = test_redis_cmd(&e.r, "HGET %s token", prim_key(h[23].name, ""));
+    cr_expect(tok && tok->type == REDIS_REPLY_STRING && strcmp(tok->str, "someone-else") == 0,
+              "the foreign lock was changed: %s", tok && tok->str ? tok->str : "(nil)");
+    if (tok) freeReplyObject(tok);
+    release_all(e.base, h, N);
+    for (int i = 0; i < N; i++)
+        cr_expect_eq(h[i].r.status, i == 17 || i == 23 ? HILOCK_ELOST : 0, "%s: %s", h[i].name,
+                     hilock_strerror(h[i].r.status));
+    hilock_client_free(c);
+}
+
+/* Releases at every moment of the batches' life (waiting in an open
+ * batch, in flight): each is answered 0, its key is gone for good (no
+ * renewal puts it back), and the holds left keep theirs. */
+Test(renew, releases_while_batches_are_open) {
+    enum { N = 200 };
+    static holdrec h[N];
+    memset(h, 0, sizeof(h));
+    hilock_client *c = client_batch(0);
+    for (int i = 0; i < N; i++) snprintf(h[i].name, sizeof(h[i].name), "rel-%d", i);
+    take_all(e.base, c, h, N);
+    for (int i = 0; i < N; i += 2) { /* every other one, one per 7 ms over 700 ms */
+        cr_assert_eq(hilock_release(h[i].g.hold, rel_cb, &h[i].r), 0);
+        test_loop_for(e.base, 7);
+    }
+    test_loop_for(e.base, 1500);
+    cr_expect_eq(lost_count(h, N), 0);
+    for (int i = 0; i < N; i++) {
+        long long there = test_redis_int(&e.r, "EXISTS %s", prim_key(h[i].name, ""));
+        if (i % 2 == 0) {
+            cr_expect_eq(h[i].r.calls, 1, "%s: no release callback", h[i].name);
+            cr_expect_eq(h[i].r.status, 0, "%s: %s", h[i].name, hilock_strerror(h[i].r.status));
+            cr_expect_eq(there, 0, "%s is back after its release", h[i].name);
+        } else {
+            cr_expect_eq(there, 1, "%s is gone", h[i].name);
+        }
+    }
+    release_all(e.base, h, N);
+    hilock_client_free(c);
+}
+
+/* The client freed with batches open and in flight: nothing leaks (the
+ * sanitizer run checks) and no callback runs after. */
+Test(renew, client_freed_with_batches_open) {
+    enum { N = 100 };
+    static holdrec h[N];
+    memset(h, 0, sizeof(h));
+    hilock_client *c = client_batch(0);
+    for (int i = 0; i < N; i++) snprintf(h[i].name, sizeof(h[i].name), "free-%d", i);
+    take_all(e.base, c, h, N);
+    test_loop_for(e.base, 330); /* some due, some in flight */
+    hilock_client_free(c);
+    test_loop_for(e.base, 200);
+    cr_expect_eq(lost_count(h, N), 0);
+}
+
+Test(renew, renew_batch_over_its_limit_is_refused) {
+    hilock_config cfg;
+    lockenv_config(&cfg, e.r.url);
+    cfg.renew_batch = 1001;
+    cr_expect_eq(hilock_config_check(&cfg), HILOCK_EINVAL);
+    cfg.renew_batch = 1000;
+    cr_expect_eq(hilock_config_check(&cfg), 0);
+}
+
+/* ---- renew_cluster --------------------------------------------------------- */
+
+static clusterenv ce;
+static void csetup(void) { clusterenv_start(&ce); }
+static void cteardown(void) { clusterenv_stop(&ce); }
+TestSuite(renew_cluster, .init = csetup, .fini = cteardown, .timeout = 90);
+
+/* 60 names of one slot and 60 of other slots: none lost over 3 s, every
+ * key on its slot's master, and the one slot's holds batched (a script's
+ * keys across slots would be refused CROSSSLOT, and the hold lost). */
+Test(renew_cluster, holds_of_one_slot_share_calls) {
+    enum { SAME = 60, N = 120 };
+    static holdrec h[N];
+    memset(h, 0, sizeof(h));
+    unsigned slot = cluster_slot_of("batch-0");
+    int k = 0;
+    for (int i = 0; k < SAME && i < 10000000; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "batch-%d", i);
+        if (cluster_slot_of(name) == slot) snprintf(h[k++].name, sizeof(h[0].name), "%s", name);
+    }
+    cr_assert_eq(k, SAME, "only %d names of slot %u", k, slot);
+    for (int i = SAME; i < N; i++) snprintf(h[i].name, sizeof(h[i].name), "apart-%d", i);
+    hilock_config cfg;
+    cluster_config(&cfg, ce.cl.url);
+    hilock_client *c = cluster_client_cfg(&ce, &cfg);
+    take_all(ce.base, c, h, N);
+    test_redis *m = cluster_agreed_master_of(&ce.cl, slot);
+    cr_assert_not_null(m);
+    hilock_stats s0 = stats_of(c);
+    long long total0 = 0, total = 0;
+    for (int i = 0; i < 3; i++) total0 += scripts_of(&ce.cl.node[i]);
+    test_loop_for(ce.base, 3000);
+    hilock_stats s1 = stats_of(c);
+    for (int i = 0; i < 3; i++) total += scripts_of(&ce.cl.node[i]);
+    uint64_t renewals = s1.renewals - s0.renewals;
+    cr_expect_eq(lost_count(h, N), 0, "holds lost (%s)", hilock_client_errstr(c));
+    cr_expect_eq(s1.renewals_late, 0);
+    for (int i = 0; i < N; i++) {
+        test_redis *mi = cluster_agreed_master_of(&ce.cl, cluster_slot_of(h[i].name));
+        cr_expect_eq(mi ? lock_exists(mi, h[i].name) : 0, 1, "%s not on its master", h[i].name);
+    }
+    /* The apart names renew about alone, the one slot's together. */
+    cr_expect_lt((double)(total - total0), 0.7 * (double)renewals, "%lld script calls for %llu renewals",
+                 total - total0, (unsigned long long)renewals);
+    cr_log_info("cluster: %llu renewals in %lld script calls", (unsigned long long)renewals, total - total0);
+    release_all(ce.base, h, N);
+    for (int i = 0; i < N; i++) cr_expect_eq(h[i].r.status, 0, "%s: %s", h[i].name, hilock_strerror(h[i].r.status));
+    hilock_client_free(c);
+}
