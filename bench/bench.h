@@ -11,6 +11,8 @@
  *                   uncontended cycle of each primitive, beside the
  *                   classic protocol's (SET NX PX + compare-and-delete);
  *                   Redis's memory per name; the fleet table
+ *   renew.c         the renewals scenario: many holds renewed alone and
+ *                   batched
  *   prims.c         the primitives beside each other on one name
  *   cluster.c       the cluster scenarios: handoff, throughput and
  *                   cluster-bus messages on a Redis Cluster, each beside
@@ -345,6 +347,9 @@ int scenario_primitives(void);
  * the classic protocol's floor; Redis's memory per name; cycles a second
  * of 1, 3 and 30 masters, hilock beside polling (cost.c). */
 int scenario_redis_cost(void);
+/* The renewals scenario: Redis's time and CPU per renewal of 100,000
+ * holds, alone and batched (renew.c). */
+int scenario_renewals(void);
 /* cluster.c: on the -c cluster, beside the -u server (see there). */
 int scenario_cluster_handoff(void);
 int scenario_cluster_throughput(void);

@@ -28,6 +28,8 @@
  *               Redis's memory per name (MEMORY USAGE); and the lock cycles
  *               a second of 1, 3 and 30 masters at 1, 10 and 100 waiters per
  *               name, hilock beside the polling baseline (see cost.c)
+ *   renewals    100,000 holds kept by the watchdog: Redis's time and CPU per
+ *               renewal, each hold renewing alone and batched (renew.c)
  *   fairness    P processes x W loops on one name, each loop acquiring,
  *               holding H ms and releasing for D s, once per primitive:
  *               the mutex, the mutex always racing (starve_ms
@@ -84,7 +86,7 @@ static void usage(FILE *f) {
             "                    [-n HANDOFFS] [-w WAITERS] [-N NAMES] [-k IN_FLIGHT]\n"
             "                    [-t SECONDS] [-r REPS] [-b REDIS_BENCHMARK]\n"
             "  SCENARIOS: comma-separated of handoff,fair_handoff,herd,fair_herd,waiters,\n"
-            "             throughput,redis_cost,primitives,fairness,polling,\n"
+            "             throughput,redis_cost,renewals,primitives,fairness,polling,\n"
             "             cluster (= cluster_handoff,cluster_throughput,cluster_bus),\n"
             "             redlock (= redlock_acquire,redlock_handoff), tls\n"
             "             (default all; the cluster ones need -c, the Redlock ones -r URL,\n"
@@ -286,7 +288,7 @@ static void targets(void) {
 
 int main(int argc, char **argv) {
     const char *url = "redis://127.0.0.1:6379";
-    const char *scen = "handoff,fair_handoff,herd,fair_herd,waiters,throughput,redis_cost,primitives,fairness,polling,"
+    const char *scen = "handoff,fair_handoff,herd,fair_herd,waiters,throughput,redis_cost,renewals,primitives,fairness,polling,"
                        "cluster,redlock,tls";
     int scen_given = 0;
     g_opts.redis_benchmark = getenv("REDIS_BENCHMARK") ? getenv("REDIS_BENCHMARK") : "redis-benchmark";
@@ -452,6 +454,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "== redis_cost: Redis's time and CPU per uncontended cycle of each primitive, "
                 "beside SET NX PX + compare-and-delete (redis-benchmark)\n");
         failed |= scenario_redis_cost();
+    }
+    if (has(scen, "renewals")) {
+        fprintf(stderr, "== renewals: Redis's time and CPU per renewal of many holds, alone and batched\n");
+        failed |= scenario_renewals();
     }
     if (has(scen, "primitives")) {
         fprintf(stderr, "== primitives: mutex, semaphore, read and write lock, fair lock on one name, %d x %.0f s\n",

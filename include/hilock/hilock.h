@@ -325,9 +325,9 @@ typedef struct hilock_config {
     uint32_t clock_rate_ppm;
     /* Renewals: the most holds renewed by one script call. The watchdog
      * renews a hold a third of the way into its lease; a mutex hold may go
-     * up to a twelfth of its lease earlier (2.5 s of 30 s) and share one
-     * call with the other holds of its server (of its slot, in a Cluster)
-     * that are due by then. Each hold keeps its own lease and its own
+     * up to 100 ms earlier (a twentieth of a lease under 2 s) and share
+     * one call with the other holds of its server (of its slot, in a
+     * Cluster) that are due by then. Each hold keeps its own lease and its own
      * loss: a hold found gone in a batch is lost alone. 0: the default,
      * 100; 1: every hold renews alone, at its own time. At most 1000.
      * Over Redlock, and for the other primitives, every hold renews alone. */

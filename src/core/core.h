@@ -443,6 +443,7 @@ void hl_holds_free_all(hilock_client *c);
 #define HL_SLOTS 16384
 #define HL_RENEW_BATCH 100      /* hilock_config.renew_batch's default */
 #define HL_RENEW_BATCH_MAX 1000
+#define HL_RENEW_WINDOW_MS 100  /* how early a renewal may go to share a call */
 /* A hold's renewal, from its watchdog's turn to its answer; hold.c. */
 typedef struct hl_renewal hl_renewal;
 /* The hold it renews; NULL once the hold has gone. */

@@ -300,14 +300,17 @@ void hl_renewal_send(hl_renewal *rn) {
 
 /* Batched: a mutex hold (a primitive with renew_many_req) renewed to its
  * lease (not a claim, which goes at once), not over a quorum (each master
- * answers for itself there). A twelfth of the lease early costs nothing:
- * two thirds of it are left at the renewal's own time. */
+ * answers for itself there). Up to HL_RENEW_WINDOW_MS early (a twentieth
+ * of a shorter lease): where renewals are many, a batch fills in far less
+ * (100 of 10,000 a second: 10 ms), and where they are few, they cost
+ * little; each renewal that goes early makes the hold renew a little more
+ * often (1 % at most for a lease of 30 s). */
 uint32_t hl_renew_window(const hilock_hold *h) {
     const hilock_client *c = h->c;
     if (c->cfg.renew_batch <= 1 || h->name->prim->renew_many_req == NULL ||
         hl_topo_quorum(&c->topo) || hl_hold_unclaimed(h) || h->terms.no_renew)
         return 0;
-    return h->terms.lease_ms / 12;
+    return h->terms.lease_ms / 20 < HL_RENEW_WINDOW_MS ? h->terms.lease_ms / 20 : HL_RENEW_WINDOW_MS;
 }
 
 static void watchdog_fired(hl_timer *t) {

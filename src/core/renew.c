@@ -1,15 +1,17 @@
 /* Batched renewals: the holds of one server (of one slot, in a Cluster)
  * that are due within a short window renew in one script call.
  *
- * A batchable hold's watchdog turns a window early (hl_renew_window: a
- * twelfth of its lease) and puts its renewal in the open batch of its
- * slot; the batch is sent when it is full (hilock_config.renew_batch), or
- * when the window of its most pressing member ends, so that no hold is
- * renewed later than it would be alone. One script call then costs Redis
- * its fixed part once for the batch, and each hold only its own key's
- * check and PEXPIRE. Each member keeps its own lease (its renew_lease),
- * its own answer (an element of the reply's array) and so its own loss.
- * A batch of one goes as a single renewal. */
+ * A batchable hold's watchdog turns a window early (hl_renew_window: 100
+ * ms, or a twentieth of a shorter lease) and puts its renewal in the open
+ * batch of its slot; the batch is sent when it is full
+ * (hilock_config.renew_batch), or when the window of its most pressing
+ * member ends, so that no hold is renewed later than it would be alone.
+ * One script call then costs Redis its fixed part once for the batch, and
+ * each hold its own key's check and PEXPIRE (which, measured, is most of
+ * a renewal's cost: batching saves about a quarter of Redis's time, and
+ * all but one in a hundred requests). Each member keeps its own lease
+ * (its renew_lease), its own answer (a character of the reply) and so its
+ * own loss. A batch of one goes as a single renewal. */
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
@@ -25,18 +27,19 @@ typedef struct hl_renew_batch {
 } hl_renew_batch;
 
 
+/* The answer: one character per member, '1' renewed, '0' not ours. */
 static void on_renewed_many(hl_req *r, redisReply *reply, int err) {
     hl_renew_batch *b = r->owner;
+    redisReply one = {.type = REDIS_REPLY_INTEGER};
+    if (err == 0 && reply->type == REDIS_REPLY_STRING && reply->len != (size_t)b->n) err = HILOCK_EPROTO;
+    else if (err == 0 && reply->type != REDIS_REPLY_STRING && reply->type != REDIS_REPLY_ERROR) err = HILOCK_EPROTO;
     for (int i = 0; i < b->n; i++) {
-        const redisReply *one = reply;
-        int e = err;
-        if (e == 0 && reply->type == REDIS_REPLY_ARRAY) {
-            if ((size_t)i < reply->elements) one = reply->element[i];
-            else e = HILOCK_EPROTO;
-        } else if (e == 0 && reply->type != REDIS_REPLY_ERROR) {
-            e = HILOCK_EPROTO;
+        const redisReply *ri = reply;
+        if (err == 0 && reply->type == REDIS_REPLY_STRING) {
+            one.integer = reply->str[i] == '1';
+            ri = &one;
         }
-        hl_renewal_answer(b->item[i], r, e == 0 ? one : NULL, e);
+        hl_renewal_answer(b->item[i], r, err == 0 ? ri : NULL, err);
     }
     free(b);
 }
