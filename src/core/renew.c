@@ -27,10 +27,25 @@ typedef struct hl_renew_batch {
 } hl_renew_batch;
 
 
+/* TRYAGAIN: the slot is half moved, some of the keys on each side. Each
+ * goes alone then: a single renewal follows ASK to wherever its key is,
+ * so that no hold waits for the whole slot to move. */
+static int split_after_tryagain(hl_renew_batch *b, const redisReply *reply) {
+    if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "TRYAGAIN", 8) != 0 || b->c->loop.freeing)
+        return 0;
+    for (int i = 0; i < b->n; i++) {
+        if (hl_renewal_hold(b->item[i]) != NULL) hl_renewal_send(b->item[i]);
+        else hl_renewal_drop(b->item[i]);
+    }
+    free(b);
+    return 1;
+}
+
 /* The answer: one character per member, '1' renewed, '0' not ours. */
 static void on_renewed_many(hl_req *r, redisReply *reply, int err) {
     hl_renew_batch *b = r->owner;
     redisReply one = {.type = REDIS_REPLY_INTEGER};
+    if (err == 0 && split_after_tryagain(b, reply)) return;
     if (err == 0 && reply->type == REDIS_REPLY_STRING && reply->len != (size_t)b->n) err = HILOCK_EPROTO;
     else if (err == 0 && reply->type != REDIS_REPLY_STRING && reply->type != REDIS_REPLY_ERROR) err = HILOCK_EPROTO;
     for (int i = 0; i < b->n; i++) {
@@ -70,6 +85,7 @@ static void batch_send(hl_renew_batch *b) {
         free(b);
         return;
     }
+    r->tryagain_ends = 1; /* split_after_tryagain */
     hl_name_submit_leased(h[0]->name, r, lease);
 }
 

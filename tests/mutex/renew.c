@@ -250,3 +250,61 @@ Test(renew_cluster, holds_of_one_slot_share_calls) {
     for (int i = 0; i < N; i++) cr_expect_eq(h[i].r.status, 0, "%s: %s", h[i].name, hilock_strerror(h[i].r.status));
     hilock_client_free(c);
 }
+
+/* MIGRATE the keys of `h` (lock keys) from src to dst, one at a time;
+ * every key of the slot when h is NULL. */
+static void move_keys(const cluster_migration *m, const holdrec *h, int n) {
+    char port[16];
+    snprintf(port, sizeof(port), "%d", m->dst->port);
+    redisContext *k = test_redis_connect(m->src);
+    cr_assert_not_null(k);
+    redisReply *keys = h ? NULL : test_redis_cmd(m->src, "CLUSTER GETKEYSINSLOT %s 1000", m->slot);
+    int count = h ? n : (int)keys->elements;
+    for (int i = 0; i < count; i++) {
+        const char *key = h ? prim_key(h[i].name, "") : keys->element[i]->str;
+        redisReply *rep = redisCommand(k, "MIGRATE 127.0.0.1 %s %s 0 5000", port, key);
+        cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "MIGRATE: %s", rep && rep->str ? rep->str : "?");
+        freeReplyObject(rep);
+    }
+    if (keys) freeReplyObject(keys);
+    redisFree(k);
+}
+
+/* A slot half moved (MIGRATING, half of its locks on the importing node)
+ * for longer than a lease: a batch of its holds is answered TRYAGAIN (its
+ * keys are on both sides), and each then renews alone, following ASK to
+ * its key: none is lost, before or after the slot has moved. */
+Test(renew_cluster, holds_of_a_half_moved_slot_renew_alone) {
+    enum { N = 40 };
+    static holdrec h[N];
+    memset(h, 0, sizeof(h));
+    unsigned slot = cluster_slot_of("moved-0");
+    int k = 0;
+    for (int i = 0; k < N && i < 10000000; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "moved-%d", i);
+        if (cluster_slot_of(name) == slot) snprintf(h[k++].name, sizeof(h[0].name), "%s", name);
+    }
+    cr_assert_eq(k, N);
+    hilock_config cfg;
+    cluster_config(&cfg, ce.cl.url);
+    hilock_client *c = cluster_client_cfg(&ce, &cfg);
+    take_all(ce.base, c, h, N);
+    cluster_migration m;
+    cluster_migration_of(&ce, h[0].name, &m);
+    cluster_migration_begin(&m);
+    move_keys(&m, h, N / 2);
+    long long tries0 = stat_calls(m.dst, "evalsha") + stat_calls(m.dst, "eval");
+    test_loop_for(ce.base, 2 * LEASE);
+    cr_expect_eq(lost_count(h, N), 0, "holds lost in the half-moved slot (%s)", hilock_client_errstr(c));
+    cr_expect_gt(stat_calls(m.dst, "evalsha") + stat_calls(m.dst, "eval") - tries0, 0,
+                 "no renewal followed ASK");
+    move_keys(&m, NULL, 0);
+    cluster_slot_to(&ce.cl, m.slot, m.dst_id);
+    test_loop_for(ce.base, LEASE);
+    cr_expect_eq(lost_count(h, N), 0, "holds lost after the slot moved (%s)", hilock_client_errstr(c));
+    for (int i = 0; i < N; i++) cr_expect_eq(lock_exists(m.dst, h[i].name), 1, "%s not on dst", h[i].name);
+    release_all(ce.base, h, N);
+    for (int i = 0; i < N; i++) cr_expect_eq(h[i].r.status, 0, "%s: %s", h[i].name, hilock_strerror(h[i].r.status));
+    hilock_client_free(c);
+}
