@@ -38,41 +38,63 @@ static int script_loaded(hl_conn *k, const hl_script *s) {
     return 0;
 }
 
+/* v in decimal at p; returns its length. */
+static size_t put_u64(char *p, uint64_t v) {
+    char tmp[20];
+    size_t n = 0;
+    do tmp[n++] = (char)('0' + v % 10); while ((v /= 10) != 0);
+    for (size_t i = 0; i < n; i++) p[i] = tmp[n - 1 - i];
+    return n;
+}
+
+/* "$LEN\r\nARG\r\n" at p; returns its length. */
+static size_t put_bulk(char *p, const char *a, size_t len) {
+    size_t n = 1;
+    p[0] = '$';
+    n += put_u64(p + n, len);
+    memcpy(p + n, "\r\n", 2);
+    memcpy(p + n + 2, a, len);
+    memcpy(p + n + 2 + len, "\r\n", 2);
+    return n + len + 4;
+}
+
+#define BULK_MAX_OVERHEAD 25 /* '$', 20 digits, two CRLFs */
+
+/* The request in the protocol's own form, written here rather than by
+ * hiredis's generic formatter (redisAsyncCommandArgv: sdscatfmt per
+ * argument, the client's largest cost per lock): EVALSHA SHA NKEYS KEYS...
+ * ARGS... [PUBLISH]. hiredis copies it. */
 void hl_conn_send(hl_conn *k, hl_req *r) {
     const hl_script *s = r->script;
-    const char *few[HL_REQ_MAXARGS + 4], **argv = few;
-    size_t few_lens[HL_REQ_MAXARGS + 4], *lens = few_lens;
-    char nkeys[8];
-    int argc = 0;
-    if (r->maxargs > HL_REQ_MAXARGS) { /* a batch */
-        argv = malloc((size_t)(r->maxargs + 4) * (sizeof(*argv) + sizeof(*lens)));
-        if (argv == NULL) { /* sent when the connection is next ready */
-            hl_list_push(&k->queue, &r->link);
-            return;
-        }
-        lens = (size_t *)(void *)(argv + r->maxargs + 4);
+    int eval = s != NULL && (!script_loaded(k, s) || r->use_eval);
+    const char *head[3] = {eval ? "EVAL" : "EVALSHA", s ? (eval ? s->body : s->sha) : NULL, NULL};
+    const char *pub = r->publishes ? (k->net->sharded ? "SPUBLISH" : "PUBLISH") : NULL;
+    char nkeys[24], few[1024], *buf = few;
+    size_t nk = put_u64(nkeys, (uint64_t)r->nkeys), size = 16;
+    int nhead = s ? 3 : 0, argc = nhead + r->nargs + (pub != NULL);
+    if (s) size += strlen(head[0]) + strlen(head[1]) + nk + 3 * BULK_MAX_OVERHEAD;
+    for (int i = 0; i < r->nargs; i++) size += r->argl[i] + BULK_MAX_OVERHEAD;
+    if (pub) size += strlen(pub) + BULK_MAX_OVERHEAD;
+    if (size > sizeof(few) && (buf = malloc(size)) == NULL) {
+        hl_list_push(&k->queue, &r->link); /* sent when the connection is next ready */
+        return;
     }
-    if (s != NULL) {
-        int eval = !script_loaded(k, s) || r->use_eval;
-        argv[0] = eval ? "EVAL" : "EVALSHA";
-        argv[1] = eval ? s->body : s->sha;
-        argv[2] = nkeys;
-        snprintf(nkeys, sizeof(nkeys), "%d", r->nkeys);
-        argc = 3;
+    size_t n = 1;
+    buf[0] = '*';
+    n += put_u64(buf + n, (uint64_t)argc);
+    memcpy(buf + n, "\r\n", 2);
+    n += 2;
+    if (s) {
+        n += put_bulk(buf + n, head[0], strlen(head[0]));
+        n += put_bulk(buf + n, head[1], strlen(head[1]));
+        n += put_bulk(buf + n, nkeys, nk);
     }
-    memcpy(argv + argc, r->argv, (size_t)r->nargs * sizeof(argv[0]));
-    memcpy(lens + argc, r->argl, (size_t)r->nargs * sizeof(lens[0]));
-    for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
-    argc += r->nargs;
-    if (r->publishes) {
-        argv[argc] = k->net->sharded ? "SPUBLISH" : "PUBLISH";
-        lens[argc] = strlen(argv[argc]);
-        argc++;
-    }
+    for (int i = 0; i < r->nargs; i++) n += put_bulk(buf + n, r->argv[i], r->argl[i]);
+    if (pub) n += put_bulk(buf + n, pub, strlen(pub));
     if (r->asking) redisAsyncCommand(k->ac, on_asking, r, "ASKING");
     redisCallbackFn *fn = r->wait_replicas ? hl_req_on_stash : hl_req_on_reply;
-    int ok = redisAsyncCommandArgv(k->ac, fn, r, argc, argv, lens) == REDIS_OK;
-    if (argv != few) free(argv);
+    int ok = redisAsyncFormattedCommand(k->ac, fn, r, buf, n) == REDIS_OK;
+    if (buf != few) free(buf);
     if (!ok) {
         hl_list_push(&k->queue, &r->link); /* disconnecting: next connection */
         return;

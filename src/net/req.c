@@ -149,9 +149,10 @@ void hl_req_arg(hl_req *r, const char *a, size_t alen, const char *b, size_t ble
 }
 
 void hl_req_arg_u64(hl_req *r, uint64_t v) {
-    char num[24];
-    int n = snprintf(num, sizeof(num), "%llu", (unsigned long long)v);
-    hl_req_arg(r, num, (size_t)n, "", 0);
+    char num[20];
+    size_t n = sizeof(num);
+    do num[--n] = (char)('0' + v % 10); while ((v /= 10) != 0);
+    hl_req_arg(r, num + n, sizeof(num) - n, "", 0);
 }
 
 void hl_req_ignore(hl_req *r, redisReply *reply, int err) {
