@@ -39,6 +39,27 @@ static void take_all(struct event_base *base, hilock_client *c, holdrec *h, int 
     }
 }
 
+/* h[0..n) zeroed and named PREFIX-i. */
+static void name_all(holdrec *h, int n, const char *prefix) {
+    memset(h, 0, (size_t)n * sizeof(*h));
+    for (int i = 0; i < n; i++) snprintf(h[i].name, sizeof(h[i].name), "%s-%d", prefix, i);
+}
+
+/* h[0..n) zeroed and named PREFIX-i for the first n values of i whose
+ * names share the slot of PREFIX-0. */
+static void name_one_slot(holdrec *h, int n, const char *prefix) {
+    char name[32];
+    snprintf(name, sizeof(name), "%s-0", prefix);
+    unsigned slot = cluster_slot_of(name);
+    int k = 0;
+    memset(h, 0, (size_t)n * sizeof(*h));
+    for (int i = 0; k < n && i < 10000000; i++) {
+        snprintf(name, sizeof(name), "%s-%d", prefix, i);
+        if (cluster_slot_of(name) == slot) snprintf(h[k++].name, sizeof(h[0].name), "%s", name);
+    }
+    cr_assert_eq(k, n, "only %d names of slot %u", k, slot);
+}
+
 static int lost_count(const holdrec *h, int n) {
     int lost = 0;
     for (int i = 0; i < n; i++) lost += h[i].lost.calls;
@@ -73,9 +94,8 @@ static hilock_client *client_batch(uint32_t renew_batch) {
 static double hold_many(uint32_t renew_batch) {
     enum { N = 300 };
     static holdrec h[N];
-    memset(h, 0, sizeof(h));
+    name_all(h, N, "many");
     hilock_client *c = client_batch(renew_batch);
-    for (int i = 0; i < N; i++) snprintf(h[i].name, sizeof(h[i].name), "many-%d", i);
     take_all(e.base, c, h, N);
     hilock_stats s0 = stats_of(c);
     long long calls0 = scripts_of(&e.r);
@@ -118,9 +138,8 @@ Test(renew, renew_batch_one_renews_each_hold_alone) {
 Test(renew, a_hold_gone_from_a_batch_is_lost_alone) {
     enum { N = 40 };
     static holdrec h[N];
-    memset(h, 0, sizeof(h));
+    name_all(h, N, "alone");
     hilock_client *c = client_batch(0);
-    for (int i = 0; i < N; i++) snprintf(h[i].name, sizeof(h[i].name), "alone-%d", i);
     take_all(e.base, c, h, N);
     long long calls0 = scripts_of(&e.r);
     cr_assert_eq(test_redis_int(&e.r, "DEL %s", prim_key(h[17].name, "")), 1);
@@ -152,9 +171,8 @@ Test(renew, a_hold_gone_from_a_batch_is_lost_alone) {
 Test(renew, releases_while_batches_are_open) {
     enum { N = 200 };
     static holdrec h[N];
-    memset(h, 0, sizeof(h));
+    name_all(h, N, "rel");
     hilock_client *c = client_batch(0);
-    for (int i = 0; i < N; i++) snprintf(h[i].name, sizeof(h[i].name), "rel-%d", i);
     take_all(e.base, c, h, N);
     for (int i = 0; i < N; i += 2) { /* every other one, one per 7 ms over 700 ms */
         cr_assert_eq(hilock_release(h[i].g.hold, rel_cb, &h[i].r), 0);
@@ -181,9 +199,8 @@ Test(renew, releases_while_batches_are_open) {
 Test(renew, client_freed_with_batches_open) {
     enum { N = 100 };
     static holdrec h[N];
-    memset(h, 0, sizeof(h));
+    name_all(h, N, "free");
     hilock_client *c = client_batch(0);
-    for (int i = 0; i < N; i++) snprintf(h[i].name, sizeof(h[i].name), "free-%d", i);
     take_all(e.base, c, h, N);
     test_loop_for(e.base, 330); /* some due, some in flight */
     hilock_client_free(c);
@@ -213,15 +230,8 @@ TestSuite(renew_cluster, .init = csetup, .fini = cteardown, .timeout = 90);
 Test(renew_cluster, holds_of_one_slot_share_calls) {
     enum { SAME = 60, N = 120 };
     static holdrec h[N];
-    memset(h, 0, sizeof(h));
-    unsigned slot = cluster_slot_of("batch-0");
-    int k = 0;
-    for (int i = 0; k < SAME && i < 10000000; i++) {
-        char name[32];
-        snprintf(name, sizeof(name), "batch-%d", i);
-        if (cluster_slot_of(name) == slot) snprintf(h[k++].name, sizeof(h[0].name), "%s", name);
-    }
-    cr_assert_eq(k, SAME, "only %d names of slot %u", k, slot);
+    name_one_slot(h, SAME, "batch");
+    unsigned slot = cluster_slot_of(h[0].name);
     for (int i = SAME; i < N; i++) snprintf(h[i].name, sizeof(h[i].name), "apart-%d", i);
     hilock_config cfg;
     cluster_config(&cfg, ce.cl.url);
@@ -277,15 +287,7 @@ static void move_keys(const cluster_migration *m, const holdrec *h, int n) {
 Test(renew_cluster, holds_of_a_half_moved_slot_renew_alone) {
     enum { N = 40 };
     static holdrec h[N];
-    memset(h, 0, sizeof(h));
-    unsigned slot = cluster_slot_of("moved-0");
-    int k = 0;
-    for (int i = 0; k < N && i < 10000000; i++) {
-        char name[32];
-        snprintf(name, sizeof(name), "moved-%d", i);
-        if (cluster_slot_of(name) == slot) snprintf(h[k++].name, sizeof(h[0].name), "%s", name);
-    }
-    cr_assert_eq(k, N);
+    name_one_slot(h, N, "moved");
     hilock_config cfg;
     cluster_config(&cfg, ce.cl.url);
     hilock_client *c = cluster_client_cfg(&ce, &cfg);
