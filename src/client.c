@@ -53,14 +53,34 @@ static void hex16(uint64_t v, char *out) {
     for (int i = 0; i < 16; i++) out[i] = hex[(v >> (60 - 4 * i)) & 15];
 }
 
-void hl_token_new(hilock_client *c, char *out) {
+uint64_t hl_token_new(hilock_client *c) {
     uint64_t z = c->token_seq++ + c->token_salt;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    return z ^ (z >> 31);
+}
+
+void hl_token_text(const hilock_client *c, uint64_t token, char *out) {
     hex16(c->token_id, out);
-    hex16(z, out + HL_CLIENT_ID_LEN);
+    hex16(token, out + HL_CLIENT_ID_LEN);
     out[HL_TOKEN_LEN] = '\0';
+}
+
+/* The inverse of hl_token_text: the same 16 digits of the client's id,
+ * then 16 lowercase hex digits (no other spelling of a number is ours). */
+int hl_token_of(const hilock_client *c, const char *text, uint64_t *token) {
+    char id[HL_CLIENT_ID_LEN];
+    uint64_t v = 0;
+    hex16(c->token_id, id);
+    if (memcmp(text, id, HL_CLIENT_ID_LEN) != 0) return 0;
+    for (int i = HL_CLIENT_ID_LEN; i < HL_TOKEN_LEN; i++) {
+        char d = text[i];
+        if (d >= '0' && d <= '9') v = v << 4 | (uint64_t)(d - '0');
+        else if (d >= 'a' && d <= 'f') v = v << 4 | (uint64_t)(d - 'a' + 10);
+        else return 0;
+    }
+    *token = v;
+    return 1;
 }
 
 void hl_client_id(const hilock_client *c, char *out) {

@@ -59,7 +59,12 @@ struct hilock_client {
 static inline int hl_client_refuses(const hilock_client *c) {
     return c->loop.forked ? HILOCK_EFORK : c->loop.freeing || c->closing ? HILOCK_ECLOSED : 0;
 }
-void hl_token_new(hilock_client *c, char *out);
+/* A new token: its second half (the first is the client's id), unique in
+ * the client; hl_token_text writes it out as the scripts get it, and
+ * hl_token_of reads such text back (1: a token of this client). */
+uint64_t hl_token_new(hilock_client *c);
+void hl_token_text(const hilock_client *c, uint64_t token, char *out);
+int hl_token_of(const hilock_client *c, const char *text, uint64_t *token);
 /* The client's id: the first HL_CLIENT_ID_LEN characters of its tokens. */
 #define HL_CLIENT_ID_LEN 16
 void hl_client_id(const hilock_client *c, char *out);
@@ -161,10 +166,10 @@ typedef struct hl_terms {
     hilock_lost_cb lost_cb;
     void *lost_data;
     uint32_t lease_ms;
-    unsigned no_renew : 1;
     /* What the primitive counts, read by its try_req and shares (the
      * semaphore: `permits` of `permits_total`); 0 for the mutex. */
     uint32_t permits, permits_total;
+    unsigned no_renew : 1;
     unsigned write : 1;    /* the read-write lock: a write wait or hold (else read) */
 } hl_terms;
 
@@ -302,23 +307,37 @@ struct hl_prim {
 
 enum { HL_WAIT_QUEUED, HL_WAIT_DONE };
 
+/* A wait's bytes are most of a waiting client's memory (bench/scale.c:
+ * 100,000 waiters, BENCHMARKS.md): 184 bytes is a 192-byte malloc chunk
+ * with glibc's 8-byte header. A field that grows it past that costs
+ * 16 bytes a waiter; make that a choice (and move the figure in
+ * BENCHMARKS.md), not an accident. */
 struct hilock_wait {
-    hl_link link;          /* in name->waiters while queued */
-    hl_defer defer;
+    /* A wait is in one list at a time: in name->waiters while queued
+     * (HL_WAIT_QUEUED: wait_enqueue links it, hl_wait_finish unlinks it
+     * before it queues the callback), in the loop's deferred queue from
+     * then until wait_run (the loop unlinks an item before it runs it;
+     * wait_run may queue it again, wait_retry). */
+    union {
+        hl_link link;      /* in name->waiters while queued */
+        hl_defer defer;    /* its callback, queued once it is done */
+    };
     hl_name *name;
     hilock_client *c;
     hilock_acquire_cb cb;
     void *data;
     hl_terms terms;
-    hl_timer timer;        /* the wait deadline */
-    uint64_t deadline_at;  /* when it ends (monotonic ms); 0 = never */
-    uint64_t started_at;   /* when hilock_acquire() was called */
-    uint64_t started_us;   /* the same, in us (the wait histogram) */
-    uint32_t answers_mark; /* n->answers before this wait saw the lock held */
+    hl_timer timer;        /* the wait deadline: timer.when is when it ends
+                              (monotonic ms, hl_wait_deadline), 0 = never */
+    uint64_t started_us;   /* when hilock_acquire() was called (us; /1000 is
+                              hl_now_ms()'s clock: hl_wait_started_ms) */
+    uint64_t token;        /* the second half of its token (hl_token_new);
+                              the first is the client's id: hl_wait_token */
     hl_req *req;           /* the try in flight, if any */
-    hilock_hold *hold;     /* the outcome */
-    int status;
-    unsigned state : 2;
+    hilock_hold *hold;     /* the outcome (a try may still be out then) */
+    uint32_t answers_mark; /* n->answers before this wait saw the lock held */
+    int16_t status;        /* the outcome: 0 or a HILOCK_E* code */
+    unsigned state : 2;    /* HL_WAIT_* */
     unsigned try_once : 1;
     unsigned cb_done : 1;
     unsigned tried : 1;    /* a try of it was sent (abandon has work) */
@@ -333,12 +352,20 @@ struct hilock_wait {
                               queue (hl_prim.bounded; read by try_req) */
     unsigned unknown : 1;  /* a try of its token failed unanswered and may have
                               run: released if the wait ends without it */
-    char token[HL_TOKEN_LEN + 1];
 };
+_Static_assert(sizeof(void *) != 8 || sizeof(struct hilock_wait) <= 184,
+               "hilock_wait outgrew its 192-byte malloc chunk (see above)");
+
+/* When w ends (monotonic ms; 0: never). */
+static inline uint64_t hl_wait_deadline(const hilock_wait *w) { return w->timer.when; }
+/* When hilock_acquire() made w (monotonic ms, hl_now_ms()'s clock). */
+static inline uint64_t hl_wait_started_ms(const hilock_wait *w) { return w->started_us / 1000u; }
+/* w's token as text, HL_TOKEN_LEN hex digits and a NUL, in out (returned). */
+const char *hl_wait_token(const hilock_wait *w, char *out);
 
 /* Queue a new wait (filled by the caller) on its name and try if it is
  * alone. A reentrant grant (hold != NULL) is delivered without a try. */
-void hl_wait_start(hilock_wait *w, hilock_hold *reentrant, uint64_t now);
+void hl_wait_start(hilock_wait *w, hilock_hold *reentrant);
 /* May `w` (its terms filled) wait beside its owner's live hold of its name
  * (hl_prim.admit)? 0 and that hold, if it serves w, in *mine (else NULL),
  * or the primitive's error. Asked at the acquire, and again before each

@@ -20,7 +20,7 @@
 static void try_send(hilock_wait *w);
 static void try_submit(hilock_wait *w, int join);
 static uint64_t starves_in(const hilock_wait *w, uint64_t now);
-static int req_has_token(const hl_req *r, const char *token);
+static int req_has_token(const hl_req *r, const hilock_wait *w);
 
 /* ---- Subscription state -------------------------------------------------- */
 
@@ -248,12 +248,18 @@ static void wait_free(hilock_wait *w) {
     free(w);
 }
 
+const char *hl_wait_token(const hilock_wait *w, char *out) {
+    hl_token_text(w->c, w->token, out);
+    return out;
+}
+
 /* A wait that ends without its own grant undoes what its tries may have
  * left in Redis (hl_prim.abandon), if it sent any. */
 static void wait_abandon(hilock_wait *w) {
+    char tok[HL_TOKEN_LEN + 1];
     if (w->c->loop.freeing) return;
     if (w->unknown) /* a try that may have run after all: for as long as it could hold */
-        hl_release_token(w->name, w->token, &w->terms, w->terms.lease_ms);
+        hl_release_token(w->name, hl_wait_token(w, tok), &w->terms, w->terms.lease_ms);
     w->unknown = 0;
     if (w->tried && w->name->prim->abandon != NULL) w->name->prim->abandon(w);
 }
@@ -304,7 +310,7 @@ static void wait_deadline(hl_timer *t) {
 
 /* Put `w` (queued) at the head of its name, or at the tail, and arm its
  * deadline. */
-static void wait_enqueue(hilock_wait *w, int at_head, uint64_t now) {
+static void wait_enqueue(hilock_wait *w, int at_head) {
     hl_name *n = w->name;
     w->state = HL_WAIT_QUEUED;
     w->answers_mark = n->answers - (n->nwaiters > 0 && n->known_held);
@@ -313,8 +319,7 @@ static void wait_enqueue(hilock_wait *w, int at_head, uint64_t now) {
     n->nwaiters++;
     w->c->counts.waiters++;
     hl_timer_stop(&w->c->loop, &n->linger);
-    if (w->deadline_at != 0)
-        hl_timer_start(&w->c->loop, &w->timer, w->deadline_at > now ? w->deadline_at - now : 0);
+    if (hl_wait_deadline(w) != 0) hl_timer_start_at(&w->c->loop, &w->timer, hl_wait_deadline(w));
 }
 
 /* A grant went stale before its callback could run (its lease ran out, or
@@ -326,14 +331,14 @@ static void wait_enqueue(hilock_wait *w, int at_head, uint64_t now) {
 static int wait_retry(hilock_wait *w, uint64_t now) {
     hilock_hold *h = w->hold;
     int releasing = h->releasing;
-    int again = !w->try_once && (w->deadline_at == 0 || now < w->deadline_at);
+    int again = !w->try_once && (hl_wait_deadline(w) == 0 || now < hl_wait_deadline(w));
     w->hold = NULL;
     w->own_grant = 0; /* that grant was the old token's */
     if (again) {
-        hl_token_new(w->c, w->token);
+        w->token = hl_token_new(w->c);
         w->placed = 0; /* the new token has no place yet */
         w->unknown = 0; /* that token had its grant */
-        wait_enqueue(w, 1, now);
+        wait_enqueue(w, 1);
         hl_engine_kick(w->name);
         hl_name_check(w->name);
     } else {
@@ -445,9 +450,10 @@ void hl_engine_kick(hl_name *n) {
  * the primitive lets share it (a mutex: the same owner). */
 static void grant(hilock_wait *w, uint64_t fence, uint64_t sent_at, uint32_t lease_ms) {
     hl_name *n = w->name;
-    hilock_hold *h = hl_hold_new(n, w->token, fence, sent_at, lease_ms, w);
+    char tok[HL_TOKEN_LEN + 1];
+    hilock_hold *h = hl_hold_new(n, hl_wait_token(w, tok), fence, sent_at, lease_ms, w);
     if (h == NULL) {
-        hl_release_token(n, w->token, &w->terms, 0);
+        hl_release_token(n, tok, &w->terms, 0);
         hl_wait_finish(w, HILOCK_ENOMEM, NULL);
         return;
     }
@@ -469,16 +475,16 @@ static uint32_t min_lease(uint64_t ms, const hilock_wait *w) {
     return ms < w->terms.lease_ms ? (uint32_t)ms : w->terms.lease_ms;
 }
 
-/* The queued wait of n whose token is `token`, or NULL. Every token of
- * this client starts with the same 16 digits (hl_token_new), so another
- * process's token is told apart at once, however many wait here. */
+/* The queued wait of n whose token is `token` (HL_TOKEN_LEN bytes), or
+ * NULL. Every token of this client starts with the same 16 digits, its id
+ * (hl_token_of), so another process's token is told apart at once, however
+ * many wait here. */
 static hilock_wait *wait_by_token(hl_name *n, const char *token) {
-    if (n->nwaiters == 0) return NULL;
-    hilock_wait *head = HL_CONTAINER(n->waiters.next, hilock_wait, link);
-    if (memcmp(head->token, token, HL_TOKEN_LEN / 2) != 0) return NULL;
+    uint64_t t;
+    if (n->nwaiters == 0 || !hl_token_of(n->c, token, &t)) return NULL;
     for (hl_link *l = n->waiters.next; l != &n->waiters; l = l->next) {
         hilock_wait *w = HL_CONTAINER(l, hilock_wait, link);
-        if (memcmp(w->token, token, HL_TOKEN_LEN) == 0) return w;
+        if (w->token == t) return w;
     }
     return NULL;
 }
@@ -495,7 +501,7 @@ static hilock_wait *wait_by_token(hl_name *n, const char *token) {
  * lease). */
 static uint64_t grant_time(const hl_name *n, const hilock_wait *w, uint64_t server_ms,
                            uint64_t now) {
-    uint64_t at = w->started_at, mapped = 0;
+    uint64_t at = hl_wait_started_ms(w), mapped = 0;
     if (n->srv_at != 0 && server_ms >= n->srv_ms)
         mapped = n->srv_at + (server_ms - n->srv_ms);
     else if (n->srv_at != 0 && n->srv_ms - server_ms < n->srv_at)
@@ -524,7 +530,7 @@ static void kick_fresh(hl_name *n) {
 static void grant_windowed(hilock_wait *w, uint64_t fence, uint64_t at, uint64_t window_ms) {
     hl_name *n = w->name;
     int silent = w->terms.no_renew && window_ms >= w->terms.lease_ms;
-    if (w->req != NULL && req_has_token(w->req, w->token) && n->prim->granted_out != NULL)
+    if (w->req != NULL && req_has_token(w->req, w) && n->prim->granted_out != NULL)
         n->prim->granted_out(w->req);
     grant(w, fence, at, min_lease(window_ms, w));
     if (silent) kick_fresh(n);
@@ -626,7 +632,7 @@ static uint64_t starves_in(const hilock_wait *w, uint64_t now) {
     if (w->name->prim->bounded == NULL || !w->name->prim->bounded(&w->terms) || w->try_once || c->cfg.starve_ms == HILOCK_STARVE_NEVER ||
         hl_topo_quorum(&c->topo))
         return UINT64_MAX;
-    uint64_t due = w->started_at + c->cfg.starve_ms;
+    uint64_t due = hl_wait_started_ms(w) + c->cfg.starve_ms;
     return due > now ? due - now : 0;
 }
 
@@ -697,8 +703,10 @@ static void rejoin_all(hl_name *n, const hilock_wait *w) {
  * anew, had lost or released that hold before the try ran (sent again
  * after a drop, behind the release): the lock goes back too. */
 static void try_won(hilock_wait *w, const hl_try *t, uint64_t sent_at) {
+    char tok[HL_TOKEN_LEN + 1];
     if (w->state == HL_WAIT_QUEUED) grant(w, t->fence, sent_at, w->terms.lease_ms);
-    else if (!w->own_grant || !t->renewed) hl_release_token(w->name, w->token, &w->terms, 0);
+    else if (!w->own_grant || !t->renewed)
+        hl_release_token(w->name, hl_wait_token(w, tok), &w->terms, 0);
 }
 
 /* Did the WAIT that followed r miss replicas (wait_replicas)? Then only
@@ -781,9 +789,10 @@ static void try_answered(hilock_wait *w, const hl_try *t, const hl_req *r) {
 static void join_answered(hilock_wait *w, const hl_try *t, uint64_t sent_at, int err,
                           const hl_req *r) {
     hl_name *n = w->name;
+    char tok[HL_TOKEN_LEN + 1];
     if (err != 0) {
-        if (r->ever_sent && w->state == HL_WAIT_DONE && !w->own_grant)
-            hl_release_token(n, w->token, &w->terms, w->terms.lease_ms); /* its place, if it ran */
+        if (r->ever_sent && w->state == HL_WAIT_DONE && !w->own_grant) /* its place, if it ran */
+            hl_release_token(n, hl_wait_token(w, tok), &w->terms, w->terms.lease_ms);
         return;
     }
     n->answers++;
@@ -808,10 +817,12 @@ static void stale_answered(hl_name *n, const hl_req *r, const hl_try *t, int err
     hl_release_token(n, token, terms, err != 0 && r->ever_sent ? terms->lease_ms : 0);
 }
 
-/* Was r sent with `token` (every primitive's try has it as its first
- * argument after the keys)? */
-static int req_has_token(const hl_req *r, const char *token) {
-    return r->argl[r->nkeys] == HL_TOKEN_LEN && memcmp(r->argv[r->nkeys], token, HL_TOKEN_LEN) == 0;
+/* Was r sent with w's token, as it is now (every primitive's try has it
+ * as its first argument after the keys)? */
+static int req_has_token(const hl_req *r, const hilock_wait *w) {
+    char tok[HL_TOKEN_LEN + 1];
+    return r->argl[r->nkeys] == HL_TOKEN_LEN &&
+           memcmp(r->argv[r->nkeys], hl_wait_token(w, tok), HL_TOKEN_LEN) == 0;
 }
 
 /* The answer to the name's try: the head's outcome, and what the name does
@@ -819,13 +830,15 @@ static int req_has_token(const hl_req *r, const char *token) {
 static void head_answered(hilock_wait *w, hl_req *r, hl_try *t, int err) {
     hl_name *n = w->name;
     hilock_client *c = w->c;
+    char tok[HL_TOKEN_LEN + 1]; /* r's, as on_try_done checked */
+    hl_wait_token(w, tok);
     /* Redlock: some nodes granted, short of a quorum. Undo it without a
      * message (nothing was free for anyone else), and try again with a new
      * token: an undo that a node runs late (re-sent after NOSCRIPT, behind
      * the next try) must not delete the next grant. */
     if (err == 0 && !t->granted && r->partial) {
-        hl_release_quiet(n, w->token, &w->terms);
-        hl_token_new(c, w->token);
+        hl_release_quiet(n, tok, &w->terms);
+        w->token = hl_token_new(c);
         w->unknown = 0;
     }
     if (err != 0) {
@@ -837,13 +850,13 @@ static void head_answered(hilock_wait *w, hl_req *r, hl_try *t, int err) {
          * the lock with that token (granted by message while the try was
          * out): that lock is its hold's, which releases it. */
         if (r->ever_sent && !w->own_grant) {
-            if (w->state == HL_WAIT_DONE) hl_release_token(n, w->token, &w->terms, w->terms.lease_ms);
+            if (w->state == HL_WAIT_DONE) hl_release_token(n, tok, &w->terms, w->terms.lease_ms);
             else w->unknown = 1;
         }
         n->known_held = 0;
         ride_or_fail(n, err); /* w first, if it still waits: it is the head */
     } else if (t->granted && replicas_short(c, r)) {
-        hl_release_token(n, w->token, &w->terms, 0);
+        hl_release_token(n, tok, &w->terms, 0);
         if (w->state == HL_WAIT_QUEUED) hl_wait_finish(w, HILOCK_EREPLICAS, NULL);
         try_later(n, 0);
     } else {
@@ -873,8 +886,9 @@ static void on_try_done(hl_req *r, redisReply *reply, int err) {
         n->srv_at = r->submitted_at;
         n->srv_ms = t.server_ms;
     }
-    if (err == 0 && req_has_token(r, w->token)) w->placed = 1;
-    if (!req_has_token(r, w->token)) {
+    int own = req_has_token(r, w);
+    if (err == 0 && own) w->placed = 1;
+    if (!own) {
         stale_answered(n, r, &t, err, &w->terms);
         if (!joined) try_later(n, 0);
     } else if (joined) {
@@ -902,7 +916,8 @@ static void try_submit(hilock_wait *w, int join) {
         return;
     }
     if (!w->starving && starves_in(w, hl_now_ms()) == 0) w->starving = 1;
-    hl_req *r = n->prim->try_req(n, w->token, w->terms.lease_ms, on_try_done, w);
+    char tok[HL_TOKEN_LEN + 1];
+    hl_req *r = n->prim->try_req(n, hl_wait_token(w, tok), w->terms.lease_ms, on_try_done, w);
     if (r == NULL) {
         if (join) hl_wait_finish(w, HILOCK_ENOMEM, NULL);
         else fail_all(n, HILOCK_ENOMEM); /* nobody behind w could try either */
@@ -927,7 +942,7 @@ static void try_send(hilock_wait *w) {
 
 /* ---- Starting and ending waits ------------------------------------------------ */
 
-void hl_wait_start(hilock_wait *w, hilock_hold *reentrant, uint64_t now) {
+void hl_wait_start(hilock_wait *w, hilock_hold *reentrant) {
     hl_name *n = w->name;
     w->defer.run = wait_run;
     w->timer.cb = wait_deadline;
@@ -938,7 +953,7 @@ void hl_wait_start(hilock_wait *w, hilock_hold *reentrant, uint64_t now) {
         hl_wait_finish(w, 0, reentrant);
         return;
     }
-    wait_enqueue(w, 0, now);
+    wait_enqueue(w, 0);
     if (n->nwaiters == 1 && !n->trying) {
         try_send(w);
     } else if (w->try_once) {

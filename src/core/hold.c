@@ -356,7 +356,7 @@ hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence, uint64_t
     h->epoch = n->c->topo.epoch;
     hl_list_init(&h->extends);
     h->granted_us = hl_now_us();
-    h->waited_ms = h->granted_us / 1000u - w->started_at;
+    h->waited_ms = h->granted_us / 1000u - hl_wait_started_ms(w);
     h->count = 1;
     h->terms = w->terms;
     h->watchdog.cb = watchdog_fired;

@@ -50,8 +50,12 @@ void hl_timer_stop(hl_loop *l, hl_timer *t) {
 }
 
 void hl_timer_start(hl_loop *l, hl_timer *t, uint64_t delay_ms) {
+    hl_timer_start_at(l, t, hl_now_ms() + delay_ms);
+}
+
+void hl_timer_start_at(hl_loop *l, hl_timer *t, uint64_t when) {
     hl_timer_stop(l, t);
-    t->when = hl_now_ms() + delay_ms;
+    t->when = when;
     t->armed = 1;
     hl_heap_insert(&l->heap, t);
     arm(l, t->when);

@@ -46,6 +46,9 @@ int hl_loop_init(hl_loop *l, const hilock_loop *ev);
 void hl_loop_close(hl_loop *l);
 
 void hl_timer_start(hl_loop *l, hl_timer *t, uint64_t delay_ms);
+/* Start (or move) t to fire at `when` (monotonic ms; a past one fires at
+ * the next tick). t->when keeps it after the timer fires or stops. */
+void hl_timer_start_at(hl_loop *l, hl_timer *t, uint64_t when);
 void hl_timer_stop(hl_loop *l, hl_timer *t);
 static inline int hl_timer_armed(const hl_timer *t) { return t->armed; }
 

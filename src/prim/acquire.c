@@ -60,13 +60,12 @@ int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
         return rc;
     }
     w->try_once = given.wait_ms == 0;
-    w->started_at = now;
     w->started_us = now_us;
     c->counts.acquires++;
-    if (given.wait_ms > 0) w->deadline_at = now + (uint64_t)given.wait_ms;
-    hl_token_new(c, w->token);
+    if (given.wait_ms > 0) w->timer.when = now + (uint64_t)given.wait_ms; /* hl_wait_deadline */
+    w->token = hl_token_new(c);
     if (wait_out) *wait_out = w;
-    hl_wait_start(w, mine, now);
+    hl_wait_start(w, mine);
     return 0;
 }
 

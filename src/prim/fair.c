@@ -99,7 +99,8 @@ static hl_req *fair_renew_req(hl_name *n, const hilock_hold *h, uint32_t lease_m
 /* A wait that ends without its own grant leaves the queue, and gives back
  * a grant that raced its end (the release script does both). */
 static void fair_abandon(hilock_wait *w) {
-    if (!w->try_once) hl_release_token(w->name, w->token, &w->terms, 0);
+    char tok[HL_TOKEN_LEN + 1];
+    if (!w->try_once) hl_release_token(w->name, hl_wait_token(w, tok), &w->terms, 0);
 }
 
 const hl_prim hl_fair = {

@@ -125,7 +125,8 @@ static hl_req *mutex_handover_req(hl_name *n, const char *token, hl_req_done don
 /* A starving wait that ends without its own grant leaves the queue, and
  * gives back a grant that raced its end (the release script does both). */
 static void mutex_abandon(hilock_wait *w) {
-    if (w->starving) hl_handover_token(w->name, w->token);
+    char tok[HL_TOKEN_LEN + 1];
+    if (w->starving) hl_handover_token(w->name, hl_wait_token(w, tok));
 }
 
 /* renew(lock; token, lease_ms[, fence]). Redlock: with the fence, a master

@@ -73,9 +73,10 @@ static hl_req *rw_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl_r
         return hl_queue_try_req(n, w->terms.write ? &join_cmd : &read_join_cmd, token, lease_ms, '0', done, owner);
     if (w->terms.write && !w->try_once) {
         mark = HL_RW_MARK_MS;
-        if (w->deadline_at != 0) { /* a writer that gives up stops blocking then */
+        uint64_t deadline = hl_wait_deadline(w);
+        if (deadline != 0) { /* a writer that gives up stops blocking then */
             uint64_t now = hl_now_ms();
-            uint64_t left = w->deadline_at > now ? w->deadline_at - now : 1;
+            uint64_t left = deadline > now ? deadline - now : 1;
             if (left < mark) mark = left;
         }
     }
@@ -178,10 +179,11 @@ static hl_req *rw_renew_req(hl_name *n, const hilock_hold *h, uint32_t lease_ms,
  * names keys that exist together (see release_write_cmd). */
 static void rw_abandon(hilock_wait *w) {
     hl_req *r = NULL;
+    char tok[HL_TOKEN_LEN + 1];
     if (w->try_once || (!w->terms.write && !w->starving)) return;
-    hl_release_token(w->name, w->token, &w->terms, 0);
-    if (w->starving) r = hl_prim_release_req(w->name, &leave_cmd, w->token, hl_req_ignore, NULL);
-    else r = rw_release_of(w->name, &unmark_cmd, "m", w->token, hl_req_ignore, NULL);
+    hl_release_token(w->name, hl_wait_token(w, tok), &w->terms, 0);
+    if (w->starving) r = hl_prim_release_req(w->name, &leave_cmd, tok, hl_req_ignore, NULL);
+    else r = rw_release_of(w->name, &unmark_cmd, "m", tok, hl_req_ignore, NULL);
     if (r != NULL) hl_name_submit(w->name, r);
 }
 

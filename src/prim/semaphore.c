@@ -95,7 +95,8 @@ static hl_req *sem_release_req(hl_name *n, const char *token, const hl_terms *te
 static void sem_abandon(hilock_wait *w) {
     if (!w->starving) return;
     /* Not waited for: a place left behind lapses with its client. */
-    hl_req *r = hl_prim_release_req(w->name, &leave_cmd, w->token, hl_req_ignore, NULL);
+    char tok[HL_TOKEN_LEN + 1];
+    hl_req *r = hl_prim_release_req(w->name, &leave_cmd, hl_wait_token(w, tok), hl_req_ignore, NULL);
     if (r != NULL) hl_name_submit(w->name, r);
 }
 

@@ -574,8 +574,8 @@ Test(input, tokens_are_unique) {
     enum { N = 200000 };
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
     char (*t)[HL_TOKEN_LEN + 1] = malloc(sizeof(*t) * (N + 1));
-    for (int i = 0; i < N; i++) hl_token_new(a, t[i]);
-    hl_token_new(b, t[N]);
+    for (int i = 0; i < N; i++) hl_token_text(a, hl_token_new(a), t[i]);
+    hl_token_text(b, hl_token_new(b), t[N]);
     for (int i = 0; i <= N; i++) {
         cr_assert_eq(strlen(t[i]), HL_TOKEN_LEN);
         cr_assert_eq(strspn(t[i], "0123456789abcdef"), HL_TOKEN_LEN);
@@ -584,6 +584,33 @@ Test(input, tokens_are_unique) {
     for (int i = 0; i < N; i++)
         cr_assert_neq(memcmp(t[i], t[i + 1], HL_TOKEN_LEN), 0, "duplicate token %s", t[i]);
     free(t);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* A wait keeps the second half of its token as a number (hl_token_of reads
+ * a grant message's token back): the text is read back to the same
+ * number by its own client alone, and in no other spelling. */
+Test(input, tokens_read_back) {
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
+    char t[HL_TOKEN_LEN + 1], u[HL_TOKEN_LEN + 1];
+    uint64_t v;
+    for (int i = 0; i < 1000; i++) {
+        uint64_t k = hl_token_new(a);
+        hl_token_text(a, k, t);
+        cr_assert_eq(hl_token_of(a, t, &v), 1);
+        cr_assert_eq(v, k);
+        cr_assert_eq(hl_token_of(b, t, &v), 0);
+    }
+    hl_token_text(a, 0xabcdef0123456789ull, t);
+    cr_assert_eq(hl_token_of(a, t, &v), 1);
+    cr_assert_eq(v, 0xabcdef0123456789ull);
+    memcpy(u, t, sizeof(u));
+    u[HL_TOKEN_LEN - 1] = 'F'; /* 9 -> F: not a digit of ours */
+    cr_assert_eq(hl_token_of(a, u, &v), 0);
+    memcpy(u, t, sizeof(u));
+    u[HL_CLIENT_ID_LEN] = 'g';
+    cr_assert_eq(hl_token_of(a, u, &v), 0);
     hilock_client_free(a);
     hilock_client_free(b);
 }
