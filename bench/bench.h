@@ -159,6 +159,9 @@ redisContext *sync_connect(void);
 redisContext *target_connect(const bench_target *t, int i);
 /* A hilock client of `t` on `base` (URL and pub/sub mode), or NULL. */
 struct hilock_client *bench_hilock_client(struct event_base *base, const bench_target *t);
+struct hilock_config;
+/* A client of `cfg` on base's loop, or NULL (the error printed). */
+struct hilock_client *bench_hilock_client_cfg(struct event_base *base, const struct hilock_config *cfg);
 /* `n` PING round trips, each timed (ns) into out[0..n). 0 or -1. */
 int ping_rtts(redisContext *rc, uint64_t *out, int n);
 

@@ -437,21 +437,25 @@ static void hl_released(int status, void *data) {
     if (w->released) w->released(w, status);
 }
 
-hilock_client *bench_hilock_client(struct event_base *base, const bench_target *t) {
+hilock_client *bench_hilock_client_cfg(struct event_base *base, const hilock_config *cfg) {
     hilock_loop loop;
     hilock_libevent_init(&loop, base);
+    hilock_client *c = NULL;
+    int rc = hilock_client_new(&c, cfg, &loop);
+    if (rc != HILOCK_OK) {
+        fprintf(stderr, "bench: hilock_client_new(%s): %s\n", cfg->url, hilock_strerror(rc));
+        return NULL;
+    }
+    return c;
+}
+
+hilock_client *bench_hilock_client(struct event_base *base, const bench_target *t) {
     hilock_config cfg;
     hilock_config_init(&cfg);
     cfg.url = t->url;
     cfg.pubsub = t->pubsub;
     cfg.tls_ca_file = t->tls_ca;
-    hilock_client *c = NULL;
-    int rc = hilock_client_new(&c, &cfg, &loop);
-    if (rc != HILOCK_OK) {
-        fprintf(stderr, "bench: hilock_client_new(%s): %s\n", t->url, hilock_strerror(rc));
-        return NULL;
-    }
-    return c;
+    return bench_hilock_client_cfg(base, &cfg);
 }
 
 static void *hl_client_new(struct event_base *base, const bench_target *t) {

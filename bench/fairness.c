@@ -106,20 +106,12 @@ static void fa_error(struct fa_proc *p, const char *what, int status) {
 }
 
 static hilock_client *fa_client(struct event_base *base, int prim) {
-    hilock_loop loop;
-    hilock_libevent_init(&loop, base);
     hilock_config cfg;
     hilock_config_init(&cfg);
     cfg.url = g_standalone.url;
     cfg.pubsub = g_standalone.pubsub;
     if (prim == FA_RACING) cfg.starve_ms = HILOCK_STARVE_NEVER;
-    hilock_client *c = NULL;
-    int rc = hilock_client_new(&c, &cfg, &loop);
-    if (rc != HILOCK_OK) {
-        fprintf(stderr, "fairness: hilock_client_new(%s): %s\n", cfg.url, hilock_strerror(rc));
-        return NULL;
-    }
-    return c;
+    return bench_hilock_client_cfg(base, &cfg);
 }
 
 static int fa_call(struct fa_proc *p, const char *name, hilock_acquire_cb cb, void *data,

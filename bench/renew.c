@@ -13,7 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <hilock/adapters/libevent.h>
 #include <hilock/hilock.h>
 
 #include "bench.h"
@@ -47,17 +46,12 @@ static void rn_lost(hilock_hold *h, int why, void *data) {
 }
 
 static hilock_client *rn_client(struct event_base *base, uint32_t renew_batch) {
-    hilock_loop loop;
-    hilock_libevent_init(&loop, base);
     hilock_config cfg;
     hilock_config_init(&cfg);
     cfg.url = g_standalone.url;
     cfg.request_timeout_ms = 10000;
     cfg.renew_batch = renew_batch;
-    hilock_client *c = NULL;
-    int rc = hilock_client_new(&c, &cfg, &loop);
-    if (rc != 0) fprintf(stderr, "renewals: hilock_client_new: %s\n", hilock_strerror(rc));
-    return c;
+    return bench_hilock_client_cfg(base, &cfg);
 }
 
 typedef struct rn_result {

@@ -20,12 +20,11 @@ typedef struct hl_renew_batch {
     hilock_client *c;
     const hl_prim *prim;
     hl_timer flush;
-    uint64_t flush_at;         /* when the first member's window ends */
+    uint64_t flush_at;         /* when the earliest member's window ends */
     uint32_t key;              /* its place in c->renew_open */
     int n;
     hl_renewal *item[];        /* c->cfg.renew_batch of them */
 } hl_renew_batch;
-
 
 /* TRYAGAIN: the slot is half moved, some of the keys on each side. Each
  * goes alone then: a single renewal follows ASK to wherever its key is,

@@ -38,20 +38,11 @@ static int script_loaded(hl_conn *k, const hl_script *s) {
     return 0;
 }
 
-/* v in decimal at p; returns its length. */
-static size_t put_u64(char *p, uint64_t v) {
-    char tmp[20];
-    size_t n = 0;
-    do tmp[n++] = (char)('0' + v % 10); while ((v /= 10) != 0);
-    for (size_t i = 0; i < n; i++) p[i] = tmp[n - 1 - i];
-    return n;
-}
-
 /* "$LEN\r\nARG\r\n" at p; returns its length. */
 static size_t put_bulk(char *p, const char *a, size_t len) {
     size_t n = 1;
     p[0] = '$';
-    n += put_u64(p + n, len);
+    n += hl_u64_text(p + n, len);
     memcpy(p + n, "\r\n", 2);
     memcpy(p + n + 2, a, len);
     memcpy(p + n + 2 + len, "\r\n", 2);
@@ -67,11 +58,11 @@ static size_t put_bulk(char *p, const char *a, size_t len) {
 void hl_conn_send(hl_conn *k, hl_req *r) {
     const hl_script *s = r->script;
     int eval = s != NULL && (!script_loaded(k, s) || r->use_eval);
-    const char *head[3] = {eval ? "EVAL" : "EVALSHA", s ? (eval ? s->body : s->sha) : NULL, NULL};
+    const char *head[2] = {eval ? "EVAL" : "EVALSHA", s ? (eval ? s->body : s->sha) : NULL};
     const char *pub = r->publishes ? (k->net->sharded ? "SPUBLISH" : "PUBLISH") : NULL;
     char nkeys[24], few[1024], *buf = few;
-    size_t nk = put_u64(nkeys, (uint64_t)r->nkeys), size = 16;
-    int nhead = s ? 3 : 0, argc = nhead + r->nargs + (pub != NULL);
+    size_t nk = hl_u64_text(nkeys, (uint64_t)r->nkeys), size = 16;
+    int argc = (s ? 3 : 0) + r->nargs + (pub != NULL);
     if (s) size += strlen(head[0]) + strlen(head[1]) + nk + 3 * BULK_MAX_OVERHEAD;
     for (int i = 0; i < r->nargs; i++) size += r->argl[i] + BULK_MAX_OVERHEAD;
     if (pub) size += strlen(pub) + BULK_MAX_OVERHEAD;
@@ -81,7 +72,7 @@ void hl_conn_send(hl_conn *k, hl_req *r) {
     }
     size_t n = 1;
     buf[0] = '*';
-    n += put_u64(buf + n, (uint64_t)argc);
+    n += hl_u64_text(buf + n, (uint64_t)argc);
     memcpy(buf + n, "\r\n", 2);
     n += 2;
     if (s) {

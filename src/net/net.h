@@ -306,6 +306,8 @@ hl_req *hl_req_new(hl_net *net, const hl_script *s, int nkeys, size_t bytes,
  * HL_REQ_MAXARGS: a batch. */
 hl_req *hl_req_new_n(hl_net *net, const hl_script *s, int nkeys, int maxargs, size_t bytes,
                      hl_req_done done, void *owner);
+/* v in decimal at out (room for 20), without snprintf; its length. */
+size_t hl_u64_text(char *out, uint64_t v);
 /* Append one argument: a followed by b (either may be empty). */
 void hl_req_arg(hl_req *r, const char *a, size_t alen, const char *b, size_t blen);
 void hl_req_arg_u64(hl_req *r, uint64_t v);

@@ -148,11 +148,17 @@ void hl_req_arg(hl_req *r, const char *a, size_t alen, const char *b, size_t ble
     r->used += alen + blen;
 }
 
+size_t hl_u64_text(char *out, uint64_t v) {
+    char tmp[20];
+    size_t n = sizeof(tmp);
+    do tmp[--n] = (char)('0' + v % 10); while ((v /= 10) != 0);
+    memcpy(out, tmp + n, sizeof(tmp) - n);
+    return sizeof(tmp) - n;
+}
+
 void hl_req_arg_u64(hl_req *r, uint64_t v) {
     char num[20];
-    size_t n = sizeof(num);
-    do num[--n] = (char)('0' + v % 10); while ((v /= 10) != 0);
-    hl_req_arg(r, num + n, sizeof(num) - n, "", 0);
+    hl_req_arg(r, num, hl_u64_text(num, v), "", 0);
 }
 
 void hl_req_ignore(hl_req *r, redisReply *reply, int err) {
