@@ -248,6 +248,7 @@ typedef struct bench_results {
     double herd_cpu_us;       /* the last herd's Redis CPU per handoff (INFO cpu), or -1 */
     int cost_run;             /* redis_cost: the mutex's Redis time per cycle */
     double cost_over_floor;   /* over the classic protocol's (SET NX PX + CAD) */
+    double cost_over_cycles;  /* over its whole cycles, pipelined */
     int rl_masters;
     int rl_acq_run;           /* redlock_acquire */
     double rl_acq_p50, rl_acq_one_p50, rl_acq_ratio;

@@ -3,11 +3,17 @@
  * fleet shares, so this measures the server, not the client:
  *
  *   floor      the classic protocol on the same server, driven by
- *              redis-benchmark (50 clients, random keys): SET key token NX
- *              PX 30000, and a compare-and-delete script by EVALSHA. Their
- *              time per call (INFO commandstats' usec / calls) summed is
- *              the floor of one lock cycle; their server CPU (INFO cpu)
- *              per call likewise.
+ *              redis-benchmark (50 clients, random keys among 10^8): SET
+ *              key token NX PX 30000, and a compare-and-delete script by
+ *              EVALSHA. Their time per call (INFO commandstats' usec /
+ *              calls) summed is the floor of one lock cycle; their server
+ *              CPU (INFO cpu) per call likewise (unpipelined clients, as a
+ *              polling fleet's: the fleet table's). Its compare-and-delete
+ *              finds no key to delete (the keys are random), so a second
+ *              floor is measured beside it:
+ *   cycles     the same two commands in whole cycles on 64 keys, pipelined
+ *              as hilock's 64 names are: each SET takes its key and each
+ *              compare-and-delete deletes it, as in a lock's life.
  *   hilock     for each primitive, the throughput window of scale.c with
  *              every loop on a name of its own (nobody waits): the time
  *              of the commands the client sent (EVALSHA, EVAL: a script's
@@ -56,8 +62,45 @@ static int floor_call(redisContext *rc, const char *const *cmd, const char *comm
 }
 
 typedef struct floor_cost {
-    double set_us, cad_us, set_cpu_us, cad_cpu_us;
+    double set_us, cad_us, set_cpu_us, cad_cpu_us; /* redis-benchmark's */
+    double cycle_set_us, cycle_cad_us, cycle_cpu_us; /* whole cycles, pipelined */
 } floor_cost;
+
+/* `rounds` rounds of whole cycles on FLOOR_KEYS keys, pipelined: SET NX PX
+ * then the compare-and-delete of each key, every reply checked (each SET
+ * took its key, each compare-and-delete deleted it); their times per call
+ * and the server's CPU per cycle in f. 0 on success. */
+#define FLOOR_KEYS 64
+static int floor_cycles(redisContext *rc, const char *sha, long rounds, floor_cost *f) {
+    cmdstats a, b;
+    char key[FLOOR_KEYS][32];
+    for (int i = 0; i < FLOOR_KEYS; i++) snprintf(key[i], sizeof key[i], "hb-cycle:{%d}", i);
+    double cpu0 = redis_cpu_seconds(rc);
+    if (cmdstats_get(rc, &a) != 0 || cpu0 < 0) return -1;
+    int bad = 0;
+    for (long r = 0; r < rounds && !bad; r++) {
+        for (int i = 0; i < FLOOR_KEYS; i++) {
+            redisAppendCommand(rc, "SET %s 0123456789abcdef NX PX 30000", key[i]);
+            redisAppendCommand(rc, "EVALSHA %s 1 %s 0123456789abcdef", sha, key[i]);
+        }
+        for (int i = 0; i < 2 * FLOOR_KEYS; i++) {
+            redisReply *rep = NULL;
+            if (redisGetReply(rc, (void **)&rep) != REDIS_OK || rep == NULL) return -1;
+            bad |= i % 2 ? rep->type != REDIS_REPLY_INTEGER || rep->integer != 1
+                         : rep->type != REDIS_REPLY_STATUS;
+            freeReplyObject(rep);
+        }
+    }
+    double cpu1 = redis_cpu_seconds(rc);
+    if (bad || cmdstats_get(rc, &b) != 0 || cpu1 < 0) return -1;
+    const char *set[] = {"set", NULL}, *cad[] = {"evalsha", NULL};
+    long long cycles = cmdstats_delta(&a, &b, set);
+    if (cycles <= 0 || cmdstats_delta(&a, &b, cad) != cycles) return -1;
+    f->cycle_set_us = (double)cmdstats_usec_delta(&a, &b, set) / (double)cycles;
+    f->cycle_cad_us = (double)cmdstats_usec_delta(&a, &b, cad) / (double)cycles;
+    f->cycle_cpu_us = (cpu1 - cpu0) * 1e6 / (double)cycles;
+    return 0;
+}
 
 static int floor_measure_cost(redisContext *rc, long n, floor_cost *f) {
     redisReply *r = redisCommand(rc, "SCRIPT LOAD %s", cad_script);
@@ -73,7 +116,8 @@ static int floor_measure_cost(redisContext *rc, long n, floor_cost *f) {
     int rc1 = floor_call(rc, set, "set", n, &f->set_us, &f->set_cpu_us);
     int rc2 = floor_call(rc, cad, "evalsha", n, &f->cad_us, &f->cad_cpu_us);
     delete_keys(rc, "hb-cost:*");
-    return rc1 == 0 && rc2 == 0 ? 0 : -1;
+    int rc3 = floor_cycles(rc, sha, n / FLOOR_KEYS, f);
+    return rc1 == 0 && rc2 == 0 && rc3 == 0 ? 0 : -1;
 }
 
 /* The calls the scripts made per cycle, by command ("hset 1.00 pexpire
@@ -322,6 +366,7 @@ int scenario_redis_cost(void) {
     }
     redisFree(rc);
     double floor_us = f.set_us + f.cad_us, floor_cpu = f.set_cpu_us + f.cad_cpu_us;
+    double cyc_us = f.cycle_set_us + f.cycle_cad_us, cyc_cpu = f.cycle_cpu_us;
     json_begin("redis_cost");
     json_str("client", "floor");
     json_str("protocol", "SET NX PX 30000 + compare-and-delete EVALSHA (redis-benchmark -c 50)");
@@ -330,8 +375,18 @@ int scenario_redis_cost(void) {
     json_num("redis_us_per_cycle", floor_us, 3);
     json_num("redis_cpu_us_per_cycle", floor_cpu, 3);
     json_end();
+    json_begin("redis_cost");
+    json_str("client", "floor_cycles");
+    json_str("protocol", "SET NX PX 30000 + compare-and-delete EVALSHA, whole cycles on 64 keys, pipelined");
+    json_num("set_us", f.cycle_set_us, 3);
+    json_num("cad_us", f.cycle_cad_us, 3);
+    json_num("redis_us_per_cycle", cyc_us, 3);
+    json_num("redis_cpu_us_per_cycle", cyc_cpu, 3);
+    json_end();
     fprintf(stderr, "  floor       %6.2f us per cycle (SET NX PX %.2f + compare-and-delete %.2f), "
             "CPU %.2f us\n", floor_us, f.set_us, f.cad_us, floor_cpu);
+    fprintf(stderr, "  cycles      %6.2f us per cycle (SET NX PX %.2f + compare-and-delete %.2f, whole cycles, "
+            "pipelined), CPU %.2f us\n", cyc_us, f.cycle_set_us, f.cycle_cad_us, cyc_cpu);
     int k = g_opts.inflight < 64 ? g_opts.inflight : 64;
     double mutex_cpu = -1;
     for (size_t p = 0; p < sizeof cost_prims / sizeof cost_prims[0]; p++) {
@@ -357,15 +412,19 @@ int scenario_redis_cost(void) {
         json_num("over_floor", floor_us > 0 ? us / floor_us : 0, 3);
         json_num("redis_cpu_us_per_cycle", cpu, 3);
         json_num("cpu_over_floor", floor_cpu > 0 ? cpu / floor_cpu : 0, 3);
+        json_num("over_cycles", cyc_us > 0 ? us / cyc_us : 0, 3);
+        json_num("cpu_over_cycles", cyc_cpu > 0 ? cpu / cyc_cpu : 0, 3);
         json_str("calls_per_cycle", inner);
         json_end();
-        fprintf(stderr, "  %-10s  %6.2f us per cycle (%.2fx the floor), CPU %.2f us (%.2fx); %s\n",
-                cost_prims[p].label, us, floor_us > 0 ? us / floor_us : 0, cpu,
-                floor_cpu > 0 ? cpu / floor_cpu : 0, inner);
+        fprintf(stderr, "  %-10s  %6.2f us per cycle (%.2fx the floor, %.2fx the cycles'), CPU %.2f us "
+                "(%.2fx, %.2fx); %s\n", cost_prims[p].label, us, floor_us > 0 ? us / floor_us : 0,
+                cyc_us > 0 ? us / cyc_us : 0, cpu, floor_cpu > 0 ? cpu / floor_cpu : 0,
+                cyc_cpu > 0 ? cpu / cyc_cpu : 0, inner);
         if (p == 0) {
             mutex_cpu = cpu;
             g_res.cost_run = 1;
             g_res.cost_over_floor = floor_us > 0 ? us / floor_us : 0;
+            g_res.cost_over_cycles = cyc_us > 0 ? us / cyc_us : 0;
         }
     }
     rc = sync_connect();

@@ -455,7 +455,7 @@ enum { Q_TIME, Q_LOCK, Q_LOCK_TTL, Q_FENCE, Q_Q, Q_SEM, Q_SEMH, Q_SEMFENCE, Q_RW
        Q_RWF, Q_RWW, Q_RWQ, Q_FAIR, Q_FAIR_TTL, Q_FAIRFENCE, Q_FAIRQ, NQ };
 static const struct { const char *fmt; int key; } queries[NQ] = {
     [Q_TIME] = { "TIME", -1 },
-    [Q_LOCK] = { "HMGET %b token fence", K_LOCK },
+    [Q_LOCK] = { "GET %b", K_LOCK },
     [Q_LOCK_TTL] = { "PTTL %b", K_LOCK },
     [Q_FENCE] = { "GET %b", K_FENCE },
     [Q_Q] = { "ZCARD %b", K_Q },
@@ -608,15 +608,15 @@ static int exists(const redisReply *r) {
 
 static row *add_mutex(ctx *x, const node *n, lookup *l) {
     row *r = new_row(x, l->name, "mutex", n);
-    const char *token = str(elem(l->rep[Q_LOCK], 0));
+    const char *token = str(l->rep[Q_LOCK]); /* "TOKEN" or "TOKEN MARKS" */
 
+    r->last_fence = num(l->rep[Q_FENCE]);
     r->held = token != NULL;
     if (r->held) {
-        r->token = xstrndup(token, strlen(token));
-        r->fence = num(elem(l->rep[Q_LOCK], 1));
+        r->token = xstrndup(token, strcspn(token, " "));
+        r->fence = r->last_fence; /* the last fence given is the holder's */
         r->ttl_ms = num(l->rep[Q_LOCK_TTL]);
     }
-    r->last_fence = num(l->rep[Q_FENCE]);
     r->waiting = l->waiting[CH_MUTEX];
     r->queue = num(l->rep[Q_Q]);
     if (r->queue > 0) snprintf(r->detail, sizeof(r->detail), "starving %lld", r->queue);

@@ -861,7 +861,9 @@ HILOCK_API int hilock_stats_prometheus(char *buf, size_t len, const hilock_stats
 
 /* status 0: done; `fence` is the fence of the lock that was removed, or 0
  * if nobody held it (Redlock: the largest fence among the quorum of
- * masters that answered first, 0 if fewer than a quorum held it).
+ * masters that answered first, 0 if fewer than a quorum held it); 1 for a
+ * lock removed whose fence is not known (its fence key was gone: it lives
+ * fence_ttl_s from when it was made). No fence given is ever 1.
  * Otherwise a connection or reply error, or HILOCK_ECANCELED if the client
  * was freed first. */
 typedef void (*hilock_break_cb)(int status, uint64_t fence, void *data);
@@ -880,11 +882,12 @@ HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb 
 
 /* hilock stores lock NAME under prefix P in these keys, all hash-tagged so
  * that they share one Redis Cluster slot:
- *     P{T}        the lock (a hash: token, fence; q, 1 while a wait
- *                 may starve in the queue; w, 1 once a try found it taken:
- *                 its release then publishes), with a TTL of the lease
- *                 (of the claim window, for a grant by message not yet
- *                 claimed)
+ *     P{T}        the lock (a string: the holder's token, then, after a
+ *                 space, its marks if any: w once a try found it taken,
+ *                 so that its release publishes; q while a wait may
+ *                 starve in the queue), with a TTL of the lease (of the
+ *                 claim window, for a grant by message not yet claimed);
+ *                 the holder's fence is P{T}:fence's value
  *     P{T}:fence  the last fence (an integer), with a TTL of fence_ttl_s
  *                 from when it was made
  *     P{T}:ch     the pub/sub channel on which releases ("r") and grants

@@ -416,7 +416,7 @@ Test(acl, select_and_wait, .timeout = 30) {
 /* ---- The operator: hilock_break ------------------------------------------- */
 
 static const char *const break_rule[] = {"~hilock:*", "&hilock:*", "+eval", "+evalsha", "+info",
-                                         "+hget", "+del", "+publish", NULL};
+                                         "+get", "+del", "+publish", NULL};
 
 static void broke(int status, uint64_t fence, void *data) {
     got *g = data;

@@ -90,12 +90,15 @@ static void expect_usage_cases(const usage_case *cases, size_t n) {
     }
 }
 
-/* Hold NAME under prefix, as some other client would: the lock hash, with
- * no lease, so that inspect prints the same thing every time. */
+/* Hold NAME under prefix, as some other client would: the lock, with no
+ * lease, so that inspect prints the same thing every time, and its fence
+ * (the last one given). */
 static void hold(const char *prefix, const char *name, int fence) {
     char k[256];
     snprintf(k, sizeof(k), "%s{%s}", prefix, name);
-    cr_assert_eq(test_redis_int(&srv, "HSET %s token someone-else fence %d", k, fence), 2);
+    cr_assert_eq(test_redis_int(&srv, "SET %s someone-else", k), -1); /* +OK */
+    cr_assert_eq(test_redis_int(&srv, "SET %s:fence %d", k, fence), -1);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s %s:fence", k, k), 2);
 }
 
 static long long held(const char *prefix, const char *name) {

@@ -113,11 +113,11 @@ static int lines(const char *s) {
     return n;
 }
 
-/* The hold's token as Redis stores it (HGET of the lock hash). */
+/* The hold's token as Redis stores it (the lock's value up to its marks). */
 static void token_of(const test_redis *r, const char *key, char *out, size_t n) {
-    redisReply *rep = test_redis_cmd(r, "HGET %s token", key);
+    redisReply *rep = test_redis_cmd(r, "GET %s", key);
     cr_assert(rep != NULL && rep->type == REDIS_REPLY_STRING, "no token at %s", key);
-    snprintf(out, n, "%s", rep->str);
+    snprintf(out, n, "%.*s", (int)strcspn(rep->str, " "), rep->str);
     freeReplyObject(rep);
 }
 
@@ -873,8 +873,9 @@ Test(inspect, tls_cluster_nodes_from_cluster_slots, .timeout = 30) {
     WAIT_UNTIL(cluster_state_ok(r), 5000);
     cr_assert(cluster_state_ok(r), "the cluster is not ok");
     /* A holder, written as the mutex's script would. */
-    cr_assert_eq(test_redis_int(r, "HSET %s token t0k3n fence 7", prim_key("tc", "")), 2);
-    cr_assert_eq(test_redis_int(r, "PEXPIRE %s 20000", prim_key("tc", "")), 1);
+    cr_assert_eq(test_redis_int(r, "SET %s t0k3n PX 20000", prim_key("tc", "")), -1); /* +OK */
+    cr_assert_eq(test_redis_int(r, "SET %s 7", prim_key("tc", ":fence")), -1);
+    cr_assert_eq(test_redis_int(r, "EXISTS %s %s", prim_key("tc", ""), prim_key("tc", ":fence")), 2);
     snprintf(url, sizeof(url), "rediss://127.0.0.1:%d", tls_srv[0].tls_port);
     cr_assert_eq(INSPECT(out, err, "-u", url, "--cacert", certs.ca, "--json", "tc"), 0, "stderr: %s", err);
     snprintf(want, sizeof(want), "{\"name\": \"tc\", \"kind\": \"mutex\", \"server\": \"127.0.0.1:%d\", "

@@ -916,9 +916,8 @@ Test(mutex_edges, a_release_tells_only_when_someone_waits) {
     got g = acquire_now(&e, a, "told", &lease), gb = {0, 0, NULL, 0};
     cr_assert_eq(g.status, 0);
     cr_assert_eq(hilock_acquire(b, "told", &w, got_cb, &gb, NULL), 0);
-    const char *key = prim_key("told", "");
-    for (int i = 0; i < 100 && test_redis_int(&e.r, "HEXISTS %s w", key) == 0; i++) test_loop_for(e.base, 20);
-    cr_assert_eq(test_redis_int(&e.r, "HEXISTS %s w", key), 1, "the waiter's try did not mark the lock");
+    for (int i = 0; i < 100 && !lock_marked(&e.r, "told", 'w'); i++) test_loop_for(e.base, 20);
+    cr_assert(lock_marked(&e.r, "told", 'w'), "the waiter's try did not mark the lock");
     long long t0 = test_now_ms();
     cr_assert_eq(release_now(&e, g.hold), 0);
     test_loop_until(e.base, &gb.calls, 5000);
@@ -940,7 +939,7 @@ Test(mutex_edges, a_release_tells_only_when_someone_waits) {
 Test(mutex_edges, a_release_tells_the_releasers_own_waits) {
     hilock_config cfg;
     lockenv_config(&cfg, e.r.url);
-    cfg.starve_ms = HILOCK_STARVE_NEVER; /* no grant by message: it would keep the hash, and its mark */
+    cfg.starve_ms = HILOCK_STARVE_NEVER; /* no grant by message: it would keep the lock, and its mark */
     hilock_client *a = ready_client_cfg(&cfg), *b = ready_client();
     hilock_acquire_opts lease = opts_wait_lease(10000, 20000);
     got gb = acquire_now(&e, b, "own", &lease), g1 = {0, 0, NULL, 0}, g2 = {0, 0, NULL, 0};
@@ -953,7 +952,7 @@ Test(mutex_edges, a_release_tells_the_releasers_own_waits) {
     cr_assert_eq(g1.status, 0);
     test_loop_for(e.base, 200);
     cr_assert_eq(g2.calls, 0);
-    cr_assert_eq(test_redis_int(&e.r, "HEXISTS %s w", prim_key("own", "")), 0, "a try of the second wait marked it");
+    cr_assert(!lock_marked(&e.r, "own", 'w'), "a try of the second wait marked it");
     long long t0 = test_now_ms();
     cr_assert_eq(release_now(&e, g1.hold), 0);
     test_loop_until(e.base, &g2.calls, 5000);

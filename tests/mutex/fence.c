@@ -68,12 +68,12 @@ Test(fence, follows_the_server_clock_and_stays_exact) {
         cr_assert_gt(f, last, "fence %llu after %llu", f, last);
         last = f;
     }
-    /* The hash holds the same number, written in full (not 1.7e+15). */
+    /* The fence key holds the same number, written in full (not 1.7e+15). */
     got g = acquire_now(&e, c, "clock", NULL);
     char key[128], want[32];
     hilock_key("hilock:", "clock", key, sizeof(key));
     redisContext *k = test_redis_connect(&e.r);
-    redisReply *rep = redisCommand(k, "HGET %s fence", key);
+    redisReply *rep = redisCommand(k, "GET %s:fence", key);
     snprintf(want, sizeof(want), "%llu", (unsigned long long)hilock_hold_fence(g.hold));
     cr_expect_str_eq(rep->str, want);
     freeReplyObject(rep);

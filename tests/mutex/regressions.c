@@ -29,7 +29,7 @@ static long long fence_in_redis(const char *name) {
     char key[HILOCK_NAME_MAX * 3 + 64];
     hilock_key("hilock:", name, key, sizeof(key));
     redisContext *k = test_redis_connect(&e.r);
-    redisReply *rep = k ? redisCommand(k, "HGET %s fence", key) : NULL;
+    redisReply *rep = k ? redisCommand(k, "GET %s:fence", key) : NULL;
     long long f = rep && rep->type == REDIS_REPLY_STRING ? atoll(rep->str) : -1;
     if (rep) freeReplyObject(rep);
     if (k) redisFree(k);

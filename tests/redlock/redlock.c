@@ -93,18 +93,18 @@ static const char *lock_key(const char *name, char *buf, size_t n) {
     return buf;
 }
 
-/* The fence field of the lock hash of `name` on `r` (0: no lock there). */
-static unsigned long long node_fence(const test_redis *r, const char *name) {
-    char key[256];
-    return node_num(r, "HGET %s fence", lock_key(name, key, sizeof(key)));
-}
-
 /* The fence counter (P{T}:fence) of `name` on `r`. */
 static unsigned long long node_fence_counter(const test_redis *r, const char *name) {
     char key[256];
     lock_key(name, key, sizeof(key));
     strcat(key, ":fence");
     return node_num(r, "GET %s", key);
+}
+
+/* The fence `r` gave the hold of `name` (0: no lock there): its counter,
+ * which gave none since. */
+static unsigned long long node_fence(const test_redis *r, const char *name) {
+    return lock_exists(r, name) ? node_fence_counter(r, name) : 0;
 }
 
 static int run_on(const test_redis *r, const char *fmt, const char *arg) {

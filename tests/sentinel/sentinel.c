@@ -91,13 +91,15 @@ static long long exists_in_db(const test_redis *r, int db, const char *name) {
 
 static long long exists_on(const test_redis *r, const char *name) { return exists_in_db(r, 0, name); }
 
-/* A field of the lock hash of `name` ("" if none). */
+/* The holder's "token" of the lock of `name`, or its "fence" (the fence
+ * key's: the last one given); "" if none. */
 static char *lock_field(const test_redis *r, const char *name, const char *f, char *out, size_t n) {
     char key[256];
     hilock_key("hilock:", name, key, sizeof(key));
     redisContext *k = test_redis_connect(r);
-    redisReply *rep = k ? redisCommand(k, "HGET %s %s", key, f) : NULL;
-    snprintf(out, n, "%s", rep && rep->type == REDIS_REPLY_STRING ? rep->str : "");
+    redisReply *rep = k ? redisCommand(k, "GET %s%s", key, strcmp(f, "fence") == 0 ? ":fence" : "") : NULL;
+    snprintf(out, n, "%.*s", rep && rep->type == REDIS_REPLY_STRING ? (int)strcspn(rep->str, " ") : 0,
+             rep && rep->type == REDIS_REPLY_STRING ? rep->str : "");
     if (rep) freeReplyObject(rep);
     if (k) redisFree(k);
     return out;

@@ -9,7 +9,7 @@
 typedef struct bounded_kind {
     const char *what;
     acquire_fn acquire;
-    /* Key suffixes: the lock (a hash with the q mark), the queue, its
+    /* Key suffixes: the lock (with the q mark), the queue, its
      * processes, the last fence, and a marker that lives beside the queue
      * (the write lock's "writer waiting"), or NULL. */
     const char *lock, *queue, *procs, *fence, *marker;
@@ -29,10 +29,14 @@ static const bounded_kind bounded_write = {"write lock", hilock_write_acquire, "
 static const bounded_kind bounded_sem = {"semaphore", bounded_sem_acquire, ":sem", ":sem:q", ":sem:p", ":sem:fence",
                                          NULL, 2};
 
-/* Is the lock of `name` marked (q = 1: its release hands it over)? */
+/* Is the lock of `name` marked (q: its release hands it over)? The
+ * mutex's is a string, "TOKEN MARKS"; the write lock's a hash, q = 1. */
 static inline int bounded_marked(const test_redis *r, const bounded_kind *k, const char *name) {
-    redisReply *q = test_redis_cmd(r, "HGET %s q", prim_key(name, k->lock));
-    int marked = q && q->type == REDIS_REPLY_STRING && strcmp(q->str, "1") == 0;
+    int hash = k->lock[0] != '\0';
+    redisReply *q = hash ? test_redis_cmd(r, "HGET %s q", prim_key(name, k->lock))
+                         : test_redis_cmd(r, "GET %s", prim_key(name, k->lock));
+    int marked = q && q->type == REDIS_REPLY_STRING &&
+                 (hash ? strcmp(q->str, "1") == 0 : strchr(q->str + strcspn(q->str, " "), 'q') != NULL);
     if (q) freeReplyObject(q);
     return marked;
 }

@@ -121,6 +121,17 @@ static inline long long lock_exists(const test_redis *r, const char *name) {
     return test_redis_int(r, "EXISTS %s", key);
 }
 
+/* 1 if the mutex lock of `name` carries mark `m` (its value is "TOKEN" or
+ * "TOKEN MARKS": 'w', a try found it taken; 'q', a wait may starve). */
+static inline int lock_marked(const test_redis *r, const char *name, char m) {
+    char key[HILOCK_NAME_MAX * 3 + 64];
+    hilock_key("hilock:", name, key, sizeof(key));
+    redisReply *v = test_redis_cmd(r, "GET %s", key);
+    int marked = v && v->type == REDIS_REPLY_STRING && strchr(v->str + strcspn(v->str, " "), m) != NULL;
+    if (v) freeReplyObject(v);
+    return marked;
+}
+
 /* What a client's log callback said (loglines_keep as cfg.log_cb, the book as
  * cfg.log_data), joined in lines. */
 typedef struct loglines {

@@ -1,6 +1,6 @@
 -- The read-write lock's write lock, for _queue.lua (included after it):
--- KEYS[1] the writer, a hash {token, fence, q} as the mutex's
--- (_lock_hash.lua: q is 1 while a starving writer may wait in the queue);
+-- KEYS[1] the writer, a hash {token, fence, q} (q is 1 while a starving
+-- writer may wait in the queue: its release then hands the lock on);
 -- KEYS[5] the "writer waiting" marker, KEYS[6] the readers (see
 -- rw_acquire.lua). Starving readers have places too (READER): a grant to
 -- one lets in the readers right behind it (_queue.lua), and a starving

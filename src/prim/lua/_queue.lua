@@ -3,8 +3,9 @@
 -- mutex, the read-write lock and the semaphore. Shared by their scripts
 -- (see src/prim/fair.c, mutex.c, rwlock.c, semaphore.c),
 -- each of which includes a lock after this file (_lock_str.lua, the fair
--- lock's; _lock_hash.lua, the mutex's) that fills `lock`: holder(),
--- set(token, ms, fence_ttl_s, last), mark_waiting() and per_client.
+-- lock's; _lock_mutex.lua, the mutex's; _lock_rw.lua, the write lock's)
+-- that fills `lock`: holder(), set(token, ms, fence_ttl_s, last),
+-- mark_waiting() and per_client.
 -- KEYS[1] the lock, KEYS[2] the queue (zset: token -> its place * 1024 +
 -- its claim window, which is its lease, at most CLAIM_MS; or READER, a
 -- reader's place: the write lock's readers, whose window is CLAIM_MS), KEYS[3] the

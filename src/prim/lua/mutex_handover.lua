@@ -1,5 +1,5 @@
 -- hand over: KEYS[1] lock, KEYS[2] queue, KEYS[3] processes, KEYS[4]
--- fence (as in _queue.lua; the lock as in _lock_hash.lua); ARGV[1] token,
+-- fence (as in _queue.lua; the lock as in _lock_mutex.lua); ARGV[1] token,
 -- ARGV[2] fence_ttl_s, ARGV[3] the name's channel, ARGV[4] PUBLISH or
 -- SPUBLISH.
 -- The release of a lock that mutex_release.lua found marked (q: a wait
@@ -7,5 +7,6 @@
 -- _queue_handover.lua. Returns 1 if the lock was `token`'s, else 0.
 -- #include "_fence.lua"
 -- #include "_queue.lua"
--- #include "_lock_hash.lua"
+-- #include "_mutex_value.lua"
+-- #include "_lock_mutex.lua"
 -- #include "_queue_handover.lua"

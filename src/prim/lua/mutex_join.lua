@@ -1,6 +1,6 @@
 -- acquire of a starving wait (hilock_config.starve_ms): KEYS[1] lock,
 -- KEYS[2] queue, KEYS[3] processes, KEYS[4] fence (as in _queue.lua; the
--- lock as in _lock_hash.lua); ARGV[1] token, ARGV[2] lease_ms, ARGV[3]
+-- lock as in _lock_mutex.lua); ARGV[1] token, ARGV[2] lease_ms, ARGV[3]
 -- fence_ttl_s, ARGV[4] '0' (the token's first try in the queue: it joins
 -- at the tail) or '3' (a later try: the token had its place), ARGV[5] the
 -- name's channel, ARGV[6] PUBLISH or SPUBLISH.
@@ -15,5 +15,6 @@
 -- whoever took it.
 -- #include "_fence.lua"
 -- #include "_queue.lua"
--- #include "_lock_hash.lua"
+-- #include "_mutex_value.lua"
+-- #include "_lock_mutex.lua"
 -- #include "_queue_try.lua"

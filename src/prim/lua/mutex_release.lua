@@ -10,7 +10,7 @@
 -- nobody listens for this release, and nothing is published. Returns 1 if
 -- it was ours, 0 if not (expired, taken over, or already released by an earlier try of
 -- this same release), or 2, leaving the lock as it is, when a wait may
--- starve in the queue (q, see _lock_hash.lua): mutex.c then sends
+-- starve in the queue (q, see _lock_mutex.lua): mutex.c then sends
 -- mutex_handover.lua, which names the queue's keys too and hands the lock
 -- to its first live place. A release with nobody starving, the common
 -- one, names the lock alone.
@@ -23,14 +23,15 @@
 -- The channel is an argument, not a key: in a cluster, a key that never
 -- exists would make the script answer TRYAGAIN for as long as its slot
 -- migrates.
-local held = redis.call('HMGET', KEYS[1], 'token', 'q', 'w')
-if held[1] == ARGV[1] then
-  if held[2] == '1' and ARGV[3] ~= 'd' and ARGV[4] then return 2 end
+-- #include "_mutex_value.lua"
+local held, marks = mutex_split(redis.pcall('GET', KEYS[1]))
+if held == ARGV[1] then
+  if marks ~= '' and string.find(marks, 'q', 1, true) and ARGV[3] ~= 'd' and ARGV[4] then return 2 end
   redis.call('DEL', KEYS[1])
-  if ARGV[4] and (held[3] or ARGV[3] ~= 'h') then redis.call(ARGV[4], ARGV[2], 'r') end
+  if ARGV[4] and (marks ~= '' or ARGV[3] ~= 'h') then redis.call(ARGV[4], ARGV[2], 'r') end
   return 1
 end
-if held[1] == false and ARGV[4] then
+if held == false and ARGV[4] then
   redis.call(ARGV[4], ARGV[2], 'r')
 end
 return 0

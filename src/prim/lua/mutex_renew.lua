@@ -6,13 +6,13 @@
 -- are a quorum, the hold never lapsed, so nobody else can have held the
 -- lock meanwhile, and the key taken back counts from the next renewal on.
 -- Never where another token holds it.
-local token = redis.call('HGET', KEYS[1], 'token')
-if token == ARGV[1] then
+-- #include "_mutex_value.lua"
+local held = mutex_split(redis.pcall('GET', KEYS[1]))
+if held == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-if token == false and ARGV[3] then
-  redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if held == false and ARGV[3] then
+  redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 end
 return 0

@@ -4,10 +4,11 @@
 -- Returns a string of one character per key: "1" where the lease was
 -- extended, "0" where the lock is no longer that token's (one reply, not
 -- an array of integers: cheaper for Redis to write and the client to read).
-local call, keys, argv = redis.call, KEYS, ARGV
+-- #include "_mutex_value.lua"
+local call, pcall, keys, argv = redis.call, redis.pcall, KEYS, ARGV
 local out = {}
 for i = 1, #keys do
-  if call('HGET', keys[i], 'token') == argv[2 * i - 1] then
+  if mutex_split(pcall('GET', keys[i])) == argv[2 * i - 1] then
     call('PEXPIRE', keys[i], argv[2 * i])
     out[i] = '1'
   else
