@@ -12,6 +12,9 @@
 #   make HIREDIS=/prefix build against a hiredis installed under /prefix
 #                        (e.g. 1.x from scripts/hiredis1.sh), in build/h1
 #   make TLS=0           no TLS even when hiredis has it (rediss:// fails)
+#   make test SERVER=valkey  every suite against Valkey's programs
+#                        (valkey-server, valkey-cli; scripts/deps.sh --valkey
+#                        installs them) in place of Redis's
 
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -21,6 +24,11 @@ VERSION := $(call hl_hdr_num,VERSION_MAJOR).$(call hl_hdr_num,VERSION_MINOR).$(c
 SOVER   := $(call hl_hdr_num,SOVERSION)
 
 BUILD   ?= build
+# The server the tests and the bench run against: redis (default) or valkey.
+SERVER  ?= redis
+ifneq ($(filter-out redis valkey,$(SERVER)),)
+$(error SERVER=$(SERVER): redis or valkey)
+endif
 ifeq ($(SANITIZE),1)
 override BUILD := build/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -141,11 +149,11 @@ $(TESTS): $(TEST_SRC) $(wildcard tests/*/*.h) $(LIB_OBJ) $(HDRS) | $(CLI)
 
 # A HIREDIS= build may have TLS: its tests need openssl, hiredis1.sh libssl-dev.
 deps:
-	sh scripts/deps.sh $(if $(HIREDIS),--tls)
+	sh scripts/deps.sh $(if $(HIREDIS),--tls) $(if $(filter valkey,$(SERVER)),--valkey)
 
 test: deps
 	$(MAKE) full $(TEST_TARGETS)
-	sh scripts/run-tests.sh $(BUILD)
+	HILOCK_SERVER=$(SERVER) sh scripts/run-tests.sh $(BUILD)
 
 demo: deps
 	$(MAKE) all

@@ -18,6 +18,12 @@
 #                               build them; redis-server, curl and man-db to
 #                               test them. With --lib: only those and what
 #                               plain `make` needs
+#   sh scripts/deps.sh --valkey also Valkey (valkey-server, valkey-tools), for
+#                               `make test SERVER=valkey`: on Debian 12 from
+#                               bookworm-backports (that suite is added to
+#                               apt's sources, and it says so), on Debian 13
+#                               and newer from the main archive; elsewhere it
+#                               prints what to install
 #
 # Needs: cc, make, pkg-config, redis-server, redis-cli, and the headers and
 # libraries of hiredis, libevent, libuuid and Criterion. The libev and libuv
@@ -33,6 +39,7 @@ tls=0
 nemesis=0
 deb=0
 lib_only=0
+valkey=0
 for arg in "$@"; do
     case $arg in
     --check) check_only=1 ;;
@@ -40,6 +47,7 @@ for arg in "$@"; do
     --tls) tls=1 ;;
     --nemesis) nemesis=1 ;;
     --deb) deb=1 ;;
+    --valkey) valkey=1 ;;
     *) echo "deps: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -111,6 +119,10 @@ check() {
         has_lib openssl/ssl.h ssl || add libssl-dev
         have openssl || add openssl
     fi
+    if [ "$valkey" = 1 ]; then
+        have valkey-server || add valkey-server
+        { have valkey-cli && have valkey-benchmark; } || add valkey-tools
+    fi
     if [ "$nemesis" = 1 ]; then
         have iptables || [ -x /usr/sbin/iptables ] || add iptables
         have ip || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || add iproute2
@@ -149,9 +161,34 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
+# Valkey 8 on Debian 12 is in bookworm-backports only: add that suite (once,
+# saying so) and take the valkey packages from it.
+apt_target=""
+case " $missing " in
+*" valkey-"*)
+    codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+    if [ "$codename" = bookworm ]; then
+        apt_target="-t bookworm-backports"
+        if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+            echo "deps: adding the suite bookworm-backports to apt's sources (Valkey 8 is there):"
+            echo "    /etc/apt/sources.list.d/hilock-bookworm-backports.sources"
+            printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' |
+                $SUDO tee /etc/apt/sources.list.d/hilock-bookworm-backports.sources >/dev/null || exit 1
+            stale_lists=1
+        fi
+    fi
+    ;;
+esac
+# (Valkey's packages go in a call of their own: -t would prefer the
+# backports' version of every package named with them.)
 apt_install() {
-    # shellcheck disable=SC2086 # word splitting of $SUDO and $missing is intended
-    $SUDO apt-get install -y --no-install-recommends $missing </dev/null
+    others="" valkeys=""
+    for p in $missing; do
+        case $p in valkey-*) valkeys="$valkeys $p" ;; *) others="$others $p" ;; esac
+    done
+    # shellcheck disable=SC2086 # word splitting of $SUDO, $apt_target and the lists is intended
+    { [ -z "$others" ] || $SUDO apt-get install -y --no-install-recommends $others </dev/null; } &&
+        { [ -z "$valkeys" ] || $SUDO apt-get install -y --no-install-recommends $apt_target $valkeys </dev/null; }
 }
 apt_update() {
     echo "deps: apt-get update"
@@ -160,7 +197,7 @@ apt_update() {
 
 # Fresh machines (containers) often have no package lists: update first then.
 updated=0
-if ! ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; then
+if [ "${stale_lists:-0}" = 1 ] || ! ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; then
     apt_update || exit 1
     updated=1
 fi

@@ -13,6 +13,8 @@
 #   HILOCK_TEST_JOBS     parallel test processes (default: CPU count, max 4)
 #   HILOCK_TEST_TIMEOUT  seconds for the whole run (default 900; CI runs the
 #                        suite three times within its 90 minutes)
+#   HILOCK_SERVER        redis (default) or valkey: whose server and CLI the
+#                        suites start (`make test SERVER=valkey`)
 #
 # Criterion 2.4's --timeout only shortens tests that declare their own
 # .timeout (and never applies to the others), so this script does not pass
@@ -84,7 +86,7 @@ cleanup_servers() {
         esac
         comm=$(cat "$d/comm" 2>/dev/null) || continue
         case $comm in
-            redis-server*|redis-sentinel*|nginx*)
+            redis-server*|redis-sentinel*|valkey-server*|valkey-sentinel*|nginx*)
                 echo "run-tests: killing leftover server ${d#/proc/} ($cwd)"
                 kill -9 "${d#/proc/}" 2>/dev/null ;;
         esac
@@ -109,6 +111,20 @@ else
     runner=""
 fi
 
+# The server's programs, by name (the harness starts them from PATH).
+case ${HILOCK_SERVER:-redis} in
+redis|"") server=${HILOCK_REDIS_SERVER:-redis-server} cli=redis-cli pkgs="redis-server redis-tools" ;;
+valkey) server=${HILOCK_REDIS_SERVER:-valkey-server} cli=valkey-cli pkgs="valkey-server valkey-tools (sh scripts/deps.sh --valkey)" ;;
+*) echo "run-tests: HILOCK_SERVER=$HILOCK_SERVER: redis or valkey" >&2; echo "tests: 0 passed, 1 failed"; exit 2 ;;
+esac
+for p in "$server" "$cli"; do
+    if ! command -v "$p" >/dev/null 2>&1; then
+        echo "run-tests: $p not found; install $pkgs" >&2
+        echo "tests: 0 passed, 1 failed"
+        exit 2
+    fi
+done
+echo "run-tests: against $("$server" --version 2>/dev/null | head -n 1)"
 echo "run-tests: $bin $jobs_arg $verbose_arg $* (time limit ${limit}s)"
 # shellcheck disable=SC2086 # $runner, $jobs_arg and $verbose_arg split on purpose
 { $runner "$bin" $jobs_arg $verbose_arg "$@" </dev/null 2>&1; echo $? >"$rcfile"; } | tee "$log"

@@ -75,7 +75,7 @@ static void reshard_start(reshard *r) {
     cluster_node_id(r->dst, dst_id, sizeof(dst_id));
     snprintf(from, sizeof(from), "127.0.0.1:%d", r->src->port);
     snprintf(r->out, sizeof(r->out), "%s/reshard.out", e.cl.node[0].dir);
-    char *argv[] = {"redis-cli", "--cluster", "reshard", from, "--cluster-from", src_id,
+    char *argv[] = {(char *)test_cli_bin(), "--cluster", "reshard", from, "--cluster-from", src_id,
                     "--cluster-to", dst_id, "--cluster-slots", "48", "--cluster-pipeline", "1",
                     "--cluster-yes", NULL};
     r->asking = stat_calls(r->dst, "asking");

@@ -369,7 +369,7 @@ static pid_t start_loading(const char *dir, int port) {
     pid_t pid = fork();
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--dir", dir,
+        execlp(test_server_bin(), test_server_bin(), "--port", p, "--bind", "127.0.0.1", "--dir", dir,
                "--save", "", "--appendonly", "no", "--key-load-delay", "50",
                "--loading-process-events-interval-bytes", "1024", "--logfile", "loading.log",
                (char *)NULL);

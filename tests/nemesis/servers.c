@@ -20,10 +20,7 @@
 
 extern char nem_skewclock_path[256];
 
-static const char *redis_bin(void) {
-    const char *bin = getenv("HILOCK_REDIS_SERVER");
-    return bin && *bin ? bin : "redis-server";
-}
+static const char *redis_bin(void) { return test_server_bin(); }
 
 static int write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "w");

@@ -160,8 +160,8 @@ static int setup_cluster(nem_run *r, int skew, char *url, size_t n) {
         if (i < 3) w += (size_t)snprintf(url + w, n - w, "%s%s:%d", i ? "," : "", s->host->ip, NEM_REDIS_PORT);
     }
     r->ndata = 6;
-    if (nem_execf("ip netns exec %s redis-cli --cluster create%s --cluster-replicas 1 --cluster-yes",
-                 r->srv[0].host->ns, addrs) != 0)
+    if (nem_execf("ip netns exec %s %s --cluster create%s --cluster-replicas 1 --cluster-yes",
+                 r->srv[0].host->ns, test_cli_bin(), addrs) != 0)
         return -1;
     if (wait_for(cluster_ready, r, READY_MS) != 0) return -1;
     r->master = nem_cluster_master(r);

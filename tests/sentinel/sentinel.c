@@ -555,8 +555,8 @@ Test(sentinel, cli) {
     up();
     cr_assert_not_null(test_build_path("HILOCK_CLI", "hilock", cli, sizeof(cli)));
     /* COMMAND sees its fence, and the lock on the master. */
-    snprintf(cmd, sizeof(cmd), "test -n \"$HILOCK_FENCE\" && redis-cli -p %d EXISTS 'hilock:{cli-lock}'",
-             s.node[0].port);
+    snprintf(cmd, sizeof(cmd), "test -n \"$HILOCK_FENCE\" && %s -p %d EXISTS 'hilock:{cli-lock}'",
+             test_cli_bin(), s.node[0].port);
     char *argv[] = {cli, "-u", s.url, "cli-lock", "--", "sh", "-c", cmd, NULL};
     snprintf(out, sizeof(out), "%s/cli.out", s.node[0].dir);
     int rc = test_wait(test_spawn(argv, NULL, out, NULL), 20000);

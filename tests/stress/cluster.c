@@ -326,7 +326,7 @@ static pid_t spawn_cli(char **argv, const char *in, const char *out) {
 /* Run redis-cli with args (NULL-terminated, without the program), its
  * output into logdir/name.log; its exit status, -1 if it had to be killed. */
 static int redis_cli(const char *name, int timeout_ms, char **args) {
-    char *argv[24] = {"redis-cli"}, in[128], out[128];
+    char *argv[24] = {(char *)test_cli_bin()}, in[128], out[128];
     int a = 1;
     for (; args[a - 1] != NULL && a < 23; a++) argv[a] = args[a - 1];
     argv[a] = NULL;

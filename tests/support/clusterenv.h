@@ -276,7 +276,7 @@ static inline int cluster_reshard_contended(clusterenv *e, test_redis *src, test
     s->ca = a;
     snprintf(from, sizeof(from), "127.0.0.1:%d", src->port);
     snprintf(out, sizeof(out), "%s/reshard.out", e->cl.node[0].dir);
-    char *argv[] = {"redis-cli", "--cluster", "reshard", from, "--cluster-from", src_id,
+    char *argv[] = {(char *)test_cli_bin(), "--cluster", "reshard", from, "--cluster-from", src_id,
                     "--cluster-to", dst_id, "--cluster-slots", "48", "--cluster-yes", NULL};
     pid_t pid = -1;
     for (int i = 0; i < 400; i++) {

@@ -4,7 +4,9 @@
  * its directory by test_redis_stop().
  *
  * Environment:
- *   HILOCK_REDIS_SERVER  the redis-server binary (default: from PATH)
+ *   HILOCK_SERVER        "valkey": Valkey's programs in place of Redis's
+ *   HILOCK_REDIS_SERVER  the server binary (default: redis-server or
+ *                        valkey-server, from PATH)
  *   HILOCK_TEST_RUN_ID   tag put into the temp dir names, so that
  *                        scripts/run-tests.sh can find servers a run left behind
  *   TMPDIR               where the temp dirs go (default /tmp) */
@@ -142,6 +144,19 @@ static void close_fds_from(int lowfd) {
     for (int fd = lowfd; fd < max; fd++) close(fd);
 }
 
+static int server_is_valkey(void) {
+    const char *s = getenv("HILOCK_SERVER");
+    return s != NULL && strcmp(s, "valkey") == 0;
+}
+
+const char *test_server_bin(void) {
+    const char *bin = getenv("HILOCK_REDIS_SERVER");
+    if (bin != NULL && bin[0] != '\0') return bin;
+    return server_is_valkey() ? "valkey-server" : "redis-server";
+}
+
+const char *test_cli_bin(void) { return server_is_valkey() ? "valkey-cli" : "redis-cli"; }
+
 /* fork + exec redis-server; returns the pid or -1. Never returns in the child. */
 static pid_t spawn(const test_redis *r, const char *const *extra, int nextra) {
     char port[16], logfile[192], outfile[192];
@@ -149,8 +164,7 @@ static pid_t spawn(const test_redis *r, const char *const *extra, int nextra) {
     snprintf(logfile, sizeof(logfile), "%s/redis.log", r->dir);
     snprintf(outfile, sizeof(outfile), "%s/stdout.log", r->dir);
 
-    const char *bin = getenv("HILOCK_REDIS_SERVER");
-    if (bin == NULL || bin[0] == '\0') bin = "redis-server";
+    const char *bin = test_server_bin();
 
     const char *argv[24 + MAX_EXTRA_ARGS];
     int a = 0;
@@ -585,7 +599,7 @@ int test_cluster_start(test_cluster *cl) { return test_cluster_start_with(cl, NU
 
 int test_cluster_start_with(test_cluster *cl, test_node_args args, void *data) {
     char addr[TEST_CLUSTER_NODES][32];
-    char *argv[8 + TEST_CLUSTER_NODES] = {"redis-cli", "--cluster", "create"};
+    char *argv[8 + TEST_CLUSTER_NODES] = {(char *)test_cli_bin(), "--cluster", "create"};
     int a = 3;
     memset(cl, 0, sizeof(*cl));
     cl->args = args;

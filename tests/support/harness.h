@@ -17,6 +17,13 @@ typedef struct test_redis {
     char dir[128];     /* a temporary working dir, removed by stop */
 } test_redis;
 
+/* The server's programs: redis-server and redis-cli, or valkey-server and
+ * valkey-cli when HILOCK_SERVER is "valkey" (`make test SERVER=valkey`);
+ * HILOCK_REDIS_SERVER, if set, is the server's path. Sentinels run as the
+ * server with --sentinel. */
+const char *test_server_bin(void);
+const char *test_cli_bin(void);
+
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
 int test_free_port(void);
 

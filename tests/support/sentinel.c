@@ -82,8 +82,7 @@ int test_sentinel_named_port(const test_redis *sent, const char *name) {
 static pid_t spawn_sentinel(const test_redis *r, const char *conf) {
     char out[192];
     snprintf(out, sizeof(out), "%s/stdout.log", r->dir);
-    const char *bin = getenv("HILOCK_REDIS_SERVER");
-    if (bin == NULL || bin[0] == '\0') bin = "redis-server";
+    const char *bin = test_server_bin();
     const char *argv[] = {bin, conf, "--sentinel", NULL};
     return test_spawn_server(argv, out, r->dir);
 }

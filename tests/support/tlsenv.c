@@ -104,8 +104,7 @@ int test_tls_sentinel_start(test_tls_redis *s, const test_tls *t, const char *na
             s->r.port, s->r.dir, s->r.dir, s->tls_port, t->server_cert, t->server_key, t->ca, name,
             master_tls_port);
     fclose(f);
-    const char *bin = getenv("HILOCK_REDIS_SERVER");
-    if (bin == NULL || bin[0] == '\0') bin = "redis-server";
+    const char *bin = test_server_bin();
     const char *argv[] = {bin, conf, "--sentinel", NULL};
     s->r.pid = test_spawn_server(argv, out, s->r.dir);
     if (s->r.pid < 0) { s->r.pid = 0; test_redis_stop(&s->r); return -1; }
