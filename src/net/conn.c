@@ -262,14 +262,15 @@ static long info_number(const redisReply *reply, const char *field) {
 }
 
 /* HILOCK_PUBSUB_AUTO: sharded pub/sub on a Redis Cluster of version 7 or
- * later, decided by the first server that answers (every client of a
- * cluster decides the same). */
+ * later, or Valkey's (7.2 on; Valkey 8 also reports redis_version 7.2.4,
+ * its compatibility version, which later ones may drop), decided by the
+ * first server that answers (every client of a cluster decides the same). */
 static void pubsub_decide(hl_net *net, const redisReply *info) {
     if (net->sharded_known) return;
     net->sharded_known = 1;
     if (net->pubsub == HILOCK_PUBSUB_AUTO)
         net->sharded = info_number(info, "cluster_enabled:") == 1 &&
-                       info_number(info, "redis_version:") >= 7;
+                       (info_number(info, "redis_version:") >= 7 || info_number(info, "valkey_version:") >= 7);
 }
 
 /* Warn, once per policy seen, that the server may evict locks. */
