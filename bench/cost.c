@@ -120,6 +120,18 @@ static int floor_measure_cost(redisContext *rc, long n, floor_cost *f) {
     return rc1 == 0 && rc2 == 0 && rc3 == 0 ? 0 : -1;
 }
 
+/* One floor's JSON line. */
+static void floor_json(const char *client, const char *protocol, double set_us, double cad_us, double cpu_us) {
+    json_begin("redis_cost");
+    json_str("client", client);
+    json_str("protocol", protocol);
+    json_num("set_us", set_us, 3);
+    json_num("cad_us", cad_us, 3);
+    json_num("redis_us_per_cycle", set_us + cad_us, 3);
+    json_num("redis_cpu_us_per_cycle", cpu_us, 3);
+    json_end();
+}
+
 /* The calls the scripts made per cycle, by command ("hset 1.00 pexpire
  * 1.00 ..."), most first, in `out`. */
 static void calls_per_cycle(const tp_redis *r, char *out, size_t len) {
@@ -367,22 +379,10 @@ int scenario_redis_cost(void) {
     redisFree(rc);
     double floor_us = f.set_us + f.cad_us, floor_cpu = f.set_cpu_us + f.cad_cpu_us;
     double cyc_us = f.cycle_set_us + f.cycle_cad_us, cyc_cpu = f.cycle_cpu_us;
-    json_begin("redis_cost");
-    json_str("client", "floor");
-    json_str("protocol", "SET NX PX 30000 + compare-and-delete EVALSHA (redis-benchmark -c 50)");
-    json_num("set_us", f.set_us, 3);
-    json_num("cad_us", f.cad_us, 3);
-    json_num("redis_us_per_cycle", floor_us, 3);
-    json_num("redis_cpu_us_per_cycle", floor_cpu, 3);
-    json_end();
-    json_begin("redis_cost");
-    json_str("client", "floor_cycles");
-    json_str("protocol", "SET NX PX 30000 + compare-and-delete EVALSHA, whole cycles on 64 keys, pipelined");
-    json_num("set_us", f.cycle_set_us, 3);
-    json_num("cad_us", f.cycle_cad_us, 3);
-    json_num("redis_us_per_cycle", cyc_us, 3);
-    json_num("redis_cpu_us_per_cycle", cyc_cpu, 3);
-    json_end();
+    floor_json("floor", "SET NX PX 30000 + compare-and-delete EVALSHA (redis-benchmark -c 50)", f.set_us, f.cad_us,
+               floor_cpu);
+    floor_json("floor_cycles", "SET NX PX 30000 + compare-and-delete EVALSHA, whole cycles on 64 keys, pipelined",
+               f.cycle_set_us, f.cycle_cad_us, cyc_cpu);
     fprintf(stderr, "  floor       %6.2f us per cycle (SET NX PX %.2f + compare-and-delete %.2f), "
             "CPU %.2f us\n", floor_us, f.set_us, f.cad_us, floor_cpu);
     fprintf(stderr, "  cycles      %6.2f us per cycle (SET NX PX %.2f + compare-and-delete %.2f, whole cycles, "

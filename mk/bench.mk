@@ -1,5 +1,7 @@
 # Benchmarks (see BENCHMARKS.md).
-#   make bench        build/hilock-bench against a throwaway redis-server,
+#   make bench        build/hilock-bench against a throwaway redis-server
+#                     (valkey-server with SERVER=valkey; bench-nginx stays on
+#                     Redis),
 #                     a throwaway Redis Cluster (3 masters + 3 replicas) and
 #                     5 throwaway Redlock masters, results in $(BUILD)/bench/
 #                     (results.jsonl, the plots' data files and the plots
@@ -54,7 +56,7 @@ $(BENCH): $(BENCH_SRC) $(wildcard bench/*.h) $(STATIC) $(HDRS)
 bench: deps
 	$(MAKE) $(BENCH)
 	$(MAKE) nginx-module
-	BENCH_QUICK=$(BENCH_QUICK) BENCH_SCALE_MAX=$(BENCH_SCALE_MAX) \
+	HILOCK_SERVER=$(SERVER) BENCH_QUICK=$(BENCH_QUICK) BENCH_SCALE_MAX=$(BENCH_SCALE_MAX) \
 	    sh scripts/bench.sh $(BENCH) $(BENCH_OUT); rc=$$?; \
 	BENCH_QUICK=$(BENCH_QUICK) sh scripts/bench-nginx.sh $(BUILD) $(BENCH_OUT) || rc=1; \
 	exit $$rc

@@ -311,7 +311,16 @@ if [ "$MODE" = tls ] && [ "$TLS" = 0 ]; then
 fi
 
 # ---- Tools ------------------------------------------------------------------
+# SERVER_BIN, CLI_BIN, BENCHMARK_BIN: Redis's, or Valkey's (HILOCK_SERVER;
+# scripts/deps.sh --valkey installs them, `make bench SERVER=valkey` first).
+. "$ROOT/scripts/redis-throwaway.sh"
+export REDIS_BENCHMARK="$BENCHMARK_BIN"
 missing=""
+if [ "$SERVER_BIN" = valkey-server ]; then
+    for tool in "$SERVER_BIN" "$CLI_BIN" "$BENCHMARK_BIN"; do
+        have "$tool" || { echo "bench: $tool not found; run: sh scripts/deps.sh --valkey" >&2; exit 1; }
+    done
+fi
 have redis-server || missing="$missing redis-server"
 { have redis-benchmark && have redis-cli; } || missing="$missing redis-tools"
 [ "$TLS" = 0 ] || have openssl || missing="$missing openssl"
@@ -357,7 +366,7 @@ if [ -n "$missing" ]; then
         fi
     fi
 fi
-for tool in redis-server redis-cli redis-benchmark; do
+for tool in "$SERVER_BIN" "$CLI_BIN" "$BENCHMARK_BIN"; do
     have "$tool" || { echo "bench: $tool not found" >&2; exit 1; }
 done
 
@@ -408,7 +417,7 @@ if [ "$TLS" = 1 ]; then
 fi
 start_redis 40000 ${TLS_DIR:+"$TLS_DIR"} || exit 1
 URL=redis://127.0.0.1:$PORT
-echo "== redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on $URL (pid $PID)," \
+echo "== $SERVER_BIN $("$SERVER_BIN" --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on $URL (pid $PID)," \
     "$(nproc 2>/dev/null || echo '?') CPUs, $(uname -r)"
 # The bench's options go in the positional parameters (BENCH and OUT are
 # read): first the tls scenario's, the same server's TLS port and the CA.
@@ -422,6 +431,7 @@ write_env() {
     {
         echo "quick=${BENCH_QUICK:-0}"
         echo "redis=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
+        [ "$SERVER_BIN" = redis-server ] || echo "server=$("$SERVER_BIN" --version | sed -n 's/^\([A-Za-z]*\).*v=\([^ ]*\).*/\1 \2/p')"
         echo "cpus=$(nproc 2>/dev/null || echo '?')"
         echo "date=$(date -u +%Y-%m-%d)"
     } >"$1"

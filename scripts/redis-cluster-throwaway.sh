@@ -40,7 +40,7 @@ cluster_node() {
     # The default node timeout (15 s): the least background gossip, and no
     # failover is part of the benchmark. A replica's first sync at once,
     # not 5 s later in the middle of a measurement.
-    redis-server --port "$1" --bind 127.0.0.1 --save "" --appendonly no \
+    "$SERVER_BIN" --port "$1" --bind 127.0.0.1 --save "" --appendonly no \
         --daemonize no --dir "$dir" --logfile "$dir/redis.log" \
         --cluster-enabled yes --cluster-config-file nodes.conf \
         --repl-diskless-sync-delay 0 &
@@ -70,10 +70,10 @@ cluster_node() {
 # replica whose first sync is done or a master with its replica (each node
 # is asked itself: news of roles takes seconds to go round by gossip).
 cluster_node_ready() {
-    info=$($T5 redis-cli -h 127.0.0.1 -p "$1" cluster info 2>/dev/null | tr -d '\r')
+    info=$($T5 "$CLI_BIN" -h 127.0.0.1 -p "$1" cluster info 2>/dev/null | tr -d '\r')
     case $info in *cluster_state:ok*) ;; *) return 1 ;; esac
     case $info in *cluster_known_nodes:6*) ;; *) return 1 ;; esac
-    repl=$($T5 redis-cli -h 127.0.0.1 -p "$1" info replication 2>/dev/null | tr -d '\r')
+    repl=$($T5 "$CLI_BIN" -h 127.0.0.1 -p "$1" info replication 2>/dev/null | tr -d '\r')
     case $repl in
     *master_link_status:up*) return 0 ;;
     *role:master*connected_slaves:1*) return 0 ;;
@@ -92,7 +92,7 @@ start_cluster() {
         port=$((port + 1))
         [ "$port" -gt $(($1 + 9999)) ] && port=$1
         # Something answers there already: not ours to use.
-        $T5 redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && continue
+        $T5 "$CLI_BIN" -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && continue
         cluster_node "$port" || continue
         started=$((started + 1))
         addrs="$addrs 127.0.0.1:$port"
@@ -104,7 +104,7 @@ start_cluster() {
         return 1
     fi
     # shellcheck disable=SC2086 # one argument per address
-    if ! $T60 redis-cli --cluster create $addrs --cluster-replicas 1 --cluster-yes \
+    if ! $T60 "$CLI_BIN" --cluster create $addrs --cluster-replicas 1 --cluster-yes \
         </dev/null >"$TMP/cluster-create.log" 2>&1; then
         echo "$0: redis-cli --cluster create failed:" >&2
         tail -n 5 "$TMP/cluster-create.log" >&2

@@ -48,7 +48,7 @@ many_setup() {
 many_node() {
     dir=$TMP/many-$1
     mkdir -p "$dir" || return 1
-    redis-server --port "$1" --bind 127.0.0.1 --save "" --appendonly no \
+    "$SERVER_BIN" --port "$1" --bind 127.0.0.1 --save "" --appendonly no \
         --daemonize no --dir "$dir" --logfile "$dir/redis.log" &
     MANY_NODE_PID=$!
     waited=0
@@ -83,7 +83,7 @@ start_many() {
         port=$((port + 1))
         [ "$port" -gt $(($2 + 9999)) ] && port=$2
         # Something answers there already: not ours to use.
-        $T5 redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && continue
+        $T5 "$CLI_BIN" -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && continue
         many_node "$port" || continue
         started=$((started + 1))
         hosts="$hosts${hosts:+,}127.0.0.1:$port"

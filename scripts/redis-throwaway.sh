@@ -11,6 +11,13 @@
 #                          SAN IP:127.0.0.1), made with openssl in DIR
 #                          (its output in DIR/openssl.log)
 
+# The server's programs: Redis's, or Valkey's with HILOCK_SERVER=valkey
+# (`make bench SERVER=valkey`).
+case ${HILOCK_SERVER:-redis} in
+valkey) SERVER_BIN=valkey-server CLI_BIN=valkey-cli BENCHMARK_BIN=valkey-benchmark ;;
+*) SERVER_BIN=redis-server CLI_BIN=redis-cli BENCHMARK_BIN=redis-benchmark ;;
+esac
+
 # shellcheck disable=SC2317 # called by the EXIT trap
 throwaway_cleanup() {
     if [ -n "$CHILD" ]; then
@@ -42,7 +49,7 @@ if command -v timeout >/dev/null 2>&1; then T5="timeout 5"; else T5=; fi
 
 # 0 if the redis-server on port $1 is the one with pid $2.
 is_ours() {
-    $T5 redis-cli -h 127.0.0.1 -p "$1" info server 2>/dev/null |
+    $T5 "$CLI_BIN" -h 127.0.0.1 -p "$1" info server 2>/dev/null |
         tr -d '\r' | grep -qx "process_id:$2"
 }
 
@@ -82,7 +89,7 @@ start_redis() {
         tries=$((tries + 1))
         port=$((port + 1))
         [ "$port" -gt $((base + 19999)) ] && port=$base
-        if $T5 redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1; then
+        if $T5 "$CLI_BIN" -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1; then
             continue
         fi
         set --
@@ -91,7 +98,7 @@ start_redis() {
                 --tls-key-file "$tls_dir/server.key" --tls-ca-cert-file "$tls_dir/ca.crt" \
                 --tls-auth-clients no
         fi
-        redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+        "$SERVER_BIN" --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
             --daemonize no --dir "$TMP" --logfile "$TMP/redis.log" "$@" &
         PID=$!
         waited=0
