@@ -316,11 +316,6 @@ fi
 . "$ROOT/scripts/redis-throwaway.sh"
 export REDIS_BENCHMARK="$BENCHMARK_BIN"
 missing=""
-if [ "$SERVER_BIN" = valkey-server ]; then
-    for tool in "$SERVER_BIN" "$CLI_BIN" "$BENCHMARK_BIN"; do
-        have "$tool" || { echo "bench: $tool not found; run: sh scripts/deps.sh --valkey" >&2; exit 1; }
-    done
-fi
 have redis-server || missing="$missing redis-server"
 { have redis-benchmark && have redis-cli; } || missing="$missing redis-tools"
 [ "$TLS" = 0 ] || have openssl || missing="$missing openssl"
@@ -367,7 +362,7 @@ if [ -n "$missing" ]; then
     fi
 fi
 for tool in "$SERVER_BIN" "$CLI_BIN" "$BENCHMARK_BIN"; do
-    have "$tool" || { echo "bench: $tool not found" >&2; exit 1; }
+    have "$tool" || { echo "bench: $tool not found; install $SERVER_PKGS" >&2; exit 1; }
 done
 
 if command -v timeout >/dev/null 2>&1; then

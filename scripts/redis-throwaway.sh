@@ -11,12 +11,8 @@
 #                          SAN IP:127.0.0.1), made with openssl in DIR
 #                          (its output in DIR/openssl.log)
 
-# The server's programs: Redis's, or Valkey's with HILOCK_SERVER=valkey
-# (`make bench SERVER=valkey`).
-case ${HILOCK_SERVER:-redis} in
-valkey) SERVER_BIN=valkey-server CLI_BIN=valkey-cli BENCHMARK_BIN=valkey-benchmark ;;
-*) SERVER_BIN=redis-server CLI_BIN=redis-cli BENCHMARK_BIN=redis-benchmark ;;
-esac
+# SERVER_BIN, CLI_BIN, BENCHMARK_BIN: Redis's, or Valkey's (HILOCK_SERVER).
+. "$(dirname "$0")/server.sh"
 
 # shellcheck disable=SC2317 # called by the EXIT trap
 throwaway_cleanup() {

@@ -113,13 +113,14 @@ fi
 
 # The server's programs, by name (the harness starts them from PATH).
 case ${HILOCK_SERVER:-redis} in
-redis|"") server=${HILOCK_REDIS_SERVER:-redis-server} cli=redis-cli pkgs="redis-server redis-tools" ;;
-valkey) server=${HILOCK_REDIS_SERVER:-valkey-server} cli=valkey-cli pkgs="valkey-server valkey-tools (sh scripts/deps.sh --valkey)" ;;
+redis|valkey) ;;
 *) echo "run-tests: HILOCK_SERVER=$HILOCK_SERVER: redis or valkey" >&2; echo "tests: 0 passed, 1 failed"; exit 2 ;;
 esac
-for p in "$server" "$cli"; do
+. "$(dirname "$0")/server.sh"
+server=${HILOCK_REDIS_SERVER:-$SERVER_BIN}
+for p in "$server" "$CLI_BIN"; do
     if ! command -v "$p" >/dev/null 2>&1; then
-        echo "run-tests: $p not found; install $pkgs" >&2
+        echo "run-tests: $p not found; install $SERVER_PKGS" >&2
         echo "tests: 0 passed, 1 failed"
         exit 2
     fi

@@ -24,13 +24,6 @@ TestSuite(bounded, .init = setup, .fini = teardown, .timeout = 90);
 
 #define mkey(name, suffix) prim_key(name, suffix)
 
-static hilock_client *client_starving_after(uint32_t starve_ms) {
-    hilock_config cfg;
-    lockenv_config(&cfg, e.r.url);
-    cfg.starve_ms = starve_ms;
-    return lockenv_client_cfg(&e, &cfg);
-}
-
 static void start(const bounded_kind *k, hilock_client *c, const char *name, got *g, hilock_wait **w) {
     hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, 10000);
     memset(g, 0, sizeof(*g));
@@ -232,7 +225,7 @@ static got held_with_a_starving_wait(const bounded_kind *k, hilock_client *a, hi
  * queue; a releases and asks again at once, as a releasing process's next
  * wait does: b gets the lock first, by the release's message. */
 static void comes_before_the_releasers_next(const bounded_kind *k) {
-    hilock_client *a = client_starving_after(50), *b = client_starving_after(50);
+    hilock_client *a = lockenv_client_starving(&e, 50), *b = lockenv_client_starving(&e, 50);
     got gb, ga2, ga = held_with_a_starving_wait(k, a, b, "sw", &gb);
     cr_expect(bounded_marked(&e.r, k, "sw"), "the lock is not marked");
     long long t0 = test_now_ms();
@@ -270,7 +263,7 @@ Test(bounded, a_starving_writer_comes_before_the_releasers_next) { comes_before_
  * refresh timer up to a second later (while the process has no place, the
  * others are served ahead of it). */
 static void the_next_wait_takes_its_place_when_it_starves(const bounded_kind *k) {
-    hilock_client *a = client_starving_after(100), *b = client_starving_after(100);
+    hilock_client *a = lockenv_client_starving(&e, 100), *b = lockenv_client_starving(&e, 100);
     got g1, g2, ga = held_with_a_starving_wait(k, a, b, "nx", &g1);
     start(k, b, "nx", &g2, NULL);
     test_loop_for(e.base, 10);
@@ -294,8 +287,8 @@ Test(bounded, the_next_writer_takes_its_place_when_it_starves) { the_next_wait_t
 
 /* starve_ms HILOCK_STARVE_NEVER: waits race, and nothing joins a queue. */
 Test(bounded, never_means_racing) {
-    hilock_client *a = client_starving_after(HILOCK_STARVE_NEVER);
-    hilock_client *b = client_starving_after(HILOCK_STARVE_NEVER);
+    hilock_client *a = lockenv_client_starving(&e, HILOCK_STARVE_NEVER);
+    hilock_client *b = lockenv_client_starving(&e, HILOCK_STARVE_NEVER);
     got ga = acquire_now(&e, a, "nv", NULL), gb;
     cr_assert_eq(ga.status, 0);
     start(&bounded_mutex, b, "nv", &gb, NULL);
@@ -343,7 +336,7 @@ static pid_t starving_child(const bounded_kind *bk, kid_flags *k, const char *na
 static void dead_starving_process_lapses(const bounded_kind *bk) {
     kid_flags *k = mmap(NULL, sizeof(*k), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     memset(k, 0, sizeof(*k));
-    hilock_client *h = client_starving_after(20), *c = client_starving_after(20);
+    hilock_client *h = lockenv_client_starving(&e, 20), *c = lockenv_client_starving(&e, 20);
     got gh = take(bk, h, "dead"), g;
     cr_assert_eq(gh.status, 0);
     pid_t kid = starving_child(bk, k, "dead");
@@ -376,7 +369,7 @@ Test(bounded, a_dead_starving_writer_lapses_after_the_claim_window) { dead_starv
  * wait's token for its claim window; the next starving wait has it within
  * a few round trips, and nothing stays behind. */
 static void cancels_racing_the_handoff(const bounded_kind *k) {
-    hilock_client *h = client_starving_after(20), *a = client_starving_after(20), *b = client_starving_after(20);
+    hilock_client *h = lockenv_client_starving(&e, 20), *a = lockenv_client_starving(&e, 20), *b = lockenv_client_starving(&e, 20);
     for (int i = 0; i < 12; i++) {
         char name[32];
         snprintf(name, sizeof(name), "cr%d", i);
@@ -422,7 +415,7 @@ Test(bounded, cancels_racing_the_writers_handoff_pass_the_lock_on) { cancels_rac
  * release: the grant's message is lost, and its wait finds the grant with
  * its next try (within the 1 s refresh of a place), not at the lease. */
 static void lost_grant_message(const bounded_kind *k) {
-    hilock_client *h = client_starving_after(20), *b = client_starving_after(20);
+    hilock_client *h = lockenv_client_starving(&e, 20), *b = lockenv_client_starving(&e, 20);
     got gh = take(k, h, "lost-msg"), gb;
     cr_assert_eq(gh.status, 0);
     start(k, b, "lost-msg", &gb, NULL);
@@ -456,7 +449,7 @@ Test(bounded, an_older_clients_release_serves_a_starving_wait) {
                                    hl_script_mutex_acquire.body, lock, fence);
     cr_assert(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer > 1, "the acquire's answer is its fence");
     freeReplyObject(rep);
-    hilock_client *b = client_starving_after(20);
+    hilock_client *b = lockenv_client_starving(&e, 20);
     got gb;
     start(&bounded_mutex, b, "old", &gb, NULL);
     test_loop_for(e.base, 200);
@@ -481,7 +474,7 @@ Test(bounded, an_older_clients_release_serves_a_starving_wait) {
  * holder's release then frees the lock (nobody is handed it), and a try
  * once right after the release takes it. */
 static void a_wait_that_ends_leaves_its_place(const bounded_kind *k) {
-    hilock_client *h = client_starving_after(50), *c = client_starving_after(50);
+    hilock_client *h = lockenv_client_starving(&e, 50), *c = lockenv_client_starving(&e, 50);
     for (int cancel = 0; cancel < 2; cancel++) {
         const char *name = cancel ? "ends-c" : "ends-t";
         got gh = take(k, h, name), g;
@@ -551,8 +544,8 @@ static int queue_marker(const char *name) {
  * older client's wait, say) both stay out. The reader leaves: the
  * starving writer goes first, then the others. */
 Test(bounded, a_starving_writer_waits_for_the_readers_in_and_goes_first) {
-    hilock_client *r = client_starving_after(50), *w = client_starving_after(50);
-    hilock_client *racer = client_starving_after(HILOCK_STARVE_NEVER);
+    hilock_client *r = lockenv_client_starving(&e, 50), *w = lockenv_client_starving(&e, 50);
+    hilock_client *racer = lockenv_client_starving(&e, HILOCK_STARVE_NEVER);
     got gr = take_read(r, "rdw"), gw, gr2, gx;
     cr_assert_eq(gr.status, 0);
     start(&bounded_write, w, "rdw", &gw, NULL);
@@ -592,7 +585,7 @@ Test(bounded, a_starving_writer_waits_for_the_readers_in_and_goes_first) {
  * place and the queue's marker away and says so: a reader it held off
  * comes in at once, not when the marker would have run out. */
 Test(bounded, a_starving_writer_that_gives_up_lets_the_readers_in) {
-    hilock_client *r = client_starving_after(50), *w = client_starving_after(20), *r2 = client_starving_after(50);
+    hilock_client *r = lockenv_client_starving(&e, 50), *w = lockenv_client_starving(&e, 20), *r2 = lockenv_client_starving(&e, 50);
     got gr = take_read(r, "gup"), gw, gr2;
     cr_assert_eq(gr.status, 0);
     hilock_wait *ww = NULL;
@@ -622,7 +615,7 @@ Test(bounded, a_starving_writer_that_gives_up_lets_the_readers_in) {
  * same name, which it waited for meanwhile: the reader leaves, as any
  * reader's release. */
 Test(bounded, a_read_release_after_a_handover_frees_the_reader) {
-    hilock_client *a = client_starving_after(20), *b = client_starving_after(20);
+    hilock_client *a = lockenv_client_starving(&e, 20), *b = lockenv_client_starving(&e, 20);
     got ga = take(&bounded_write, a, "hr"), gb, gr;
     cr_assert_eq(ga.status, 0);
     start(&bounded_write, b, "hr", &gb, NULL);
@@ -650,7 +643,7 @@ Test(bounded, a_read_release_after_a_handover_frees_the_reader) {
 Test(bounded, a_reader_waits_for_the_writers_before_it_not_for_all) {
     pid_t kids[PROCS];
     book *b = start_procs(&bounded_write, "wstream", 0, kids);
-    hilock_client *r = client_starving_after(100);
+    hilock_client *r = lockenv_client_starving(&e, 100);
     while (atomic_load(&b->ready) < PROCS) test_msleep(1);
     test_loop_for(e.base, 400); /* the writers starve and queue */
     long long worst = 0, reads = 0, t_end = test_now_ms() + RUN_MS - 1000;
@@ -685,7 +678,7 @@ Test(bounded, a_reader_waits_for_the_writers_before_it_not_for_all) {
  * leaves its place and the mark, and a try once gets the permit freed
  * next. */
 Test(bounded, a_starving_semaphore_wait_leaves_its_place) {
-    hilock_client *x = client_starving_after(50), *c = client_starving_after(50);
+    hilock_client *x = lockenv_client_starving(&e, 50), *c = lockenv_client_starving(&e, 50);
     got g1 = take(&bounded_sem, x, "sq"), g2 = take(&bounded_sem, x, "sq"), gc;
     cr_assert(g1.status == 0 && g2.status == 0);
     hilock_wait *w = NULL;

@@ -29,13 +29,6 @@ static void old_hold(const char *name, int lease_ms) {
     cr_assert_eq(test_redis_int(&e.r, "PEXPIRE %s %d", prim_key(name, ""), lease_ms), 1);
 }
 
-static hilock_client *client_starving_after(uint32_t starve_ms) {
-    hilock_config cfg;
-    lockenv_config(&cfg, e.r.url);
-    cfg.starve_ms = starve_ms;
-    return lockenv_client_cfg(&e, &cfg);
-}
-
 static long long old_release_now(const char *name) {
     return test_redis_int(&e.r, "EVAL %s 1 %s %s", old_release, prim_key(name, ""), OLD_TOKEN);
 }
@@ -44,7 +37,7 @@ static long long old_release_now(const char *name) {
  * not granted while the hash stands, the hash left as it was but for the
  * mark w; the older release wakes it at once. */
 static void waits_for_an_older_hold(uint32_t starve_ms, const char *name) {
-    hilock_client *c = client_starving_after(starve_ms);
+    hilock_client *c = lockenv_client_starving(&e, starve_ms);
     old_hold(name, 20000);
     got g = {0, 0, NULL, 0};
     hilock_acquire_opts o = opts_wait(10000);

@@ -32,11 +32,9 @@ static const bounded_kind bounded_sem = {"semaphore", bounded_sem_acquire, ":sem
 /* Is the lock of `name` marked (q: its release hands it over)? The
  * mutex's is a string, "TOKEN MARKS"; the write lock's a hash, q = 1. */
 static inline int bounded_marked(const test_redis *r, const bounded_kind *k, const char *name) {
-    int hash = k->lock[0] != '\0';
-    redisReply *q = hash ? test_redis_cmd(r, "HGET %s q", prim_key(name, k->lock))
-                         : test_redis_cmd(r, "GET %s", prim_key(name, k->lock));
-    int marked = q && q->type == REDIS_REPLY_STRING &&
-                 (hash ? strcmp(q->str, "1") == 0 : strchr(q->str + strcspn(q->str, " "), 'q') != NULL);
+    if (k->lock[0] == '\0') return lock_marked(r, name, 'q');
+    redisReply *q = test_redis_cmd(r, "HGET %s q", prim_key(name, k->lock));
+    int marked = q && q->type == REDIS_REPLY_STRING && strcmp(q->str, "1") == 0;
     if (q) freeReplyObject(q);
     return marked;
 }

@@ -71,6 +71,15 @@ static inline hilock_client *lockenv_client_url(lockenv *e, const char *url, uin
     return lockenv_client_cfg(e, &cfg);
 }
 
+/* A client of e's server whose waits starve (take a place in the queue)
+ * after starve_ms (HILOCK_STARVE_NEVER: they always race). */
+static inline hilock_client *lockenv_client_starving(lockenv *e, uint32_t starve_ms) {
+    hilock_config cfg;
+    lockenv_config(&cfg, e->r.url);
+    cfg.starve_ms = starve_ms;
+    return lockenv_client_cfg(e, &cfg);
+}
+
 static inline hilock_client *lockenv_client(lockenv *e) {
     return lockenv_client_url(e, e->r.url, 0);
 }
