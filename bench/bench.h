@@ -249,6 +249,9 @@ typedef struct bench_results {
     int cost_run;             /* redis_cost: the mutex's Redis time per cycle */
     double cost_over_floor;   /* over the classic protocol's (SET NX PX + CAD) */
     double cost_over_cycles;  /* over its whole cycles, pipelined */
+    double cost_over_fenced;  /* over the fenced lock's whole cycles */
+    double cost_fenced_over_floor; /* the least fenced lock over the classic protocol (medians) */
+    double cost_scripts_over_fenced; /* its scripts, driven as the floors are, over the fenced lock's */
     int rl_masters;
     int rl_acq_run;           /* redlock_acquire */
     double rl_acq_p50, rl_acq_one_p50, rl_acq_ratio;

@@ -28,6 +28,10 @@
  *              for hilock and a polling client at 1, 10 and 100 waiters
  *              per name, from Redis's CPU per cycle measured here.
  *
+ * The floor and the mutex are measured in alternating blocks, the figures
+ * are the blocks' medians (cost_blocks); the other primitives once each,
+ * against the median floor.
+ *
  * The target: the mutex's time per cycle at most 2x the floor's. The
  * ratios are what to compare; the absolute times move with the machine. */
 #include <stdio.h>
@@ -36,6 +40,7 @@
 
 #include "bench.h"
 #include "hilock/hilock.h"
+#include "prim/prim.h" /* hl_script_mutex_acquire, hl_script_mutex_release */
 
 /* The compare-and-delete of the classic protocol's release. */
 static const char cad_script[] =
@@ -64,14 +69,44 @@ static int floor_call(redisContext *rc, const char *const *cmd, const char *comm
 typedef struct floor_cost {
     double set_us, cad_us, set_cpu_us, cad_cpu_us; /* redis-benchmark's */
     double cycle_set_us, cycle_cad_us, cycle_cpu_us; /* whole cycles, pipelined */
+    double fenced_us, fenced_cpu_us; /* whole cycles of the fenced lock */
+    double scripts_us, scripts_cpu_us; /* whole cycles of hilock's own scripts */
 } floor_cost;
 
-/* `rounds` rounds of whole cycles on FLOOR_KEYS keys, pipelined: SET NX PX
- * then the compare-and-delete of each key, every reply checked (each SET
- * took its key, each compare-and-delete deleted it); their times per call
- * and the server's CPU per cycle in f. 0 on success. */
+/* The least a lock with fencing tokens asks of Redis: the take and the
+ * count in one step (a script: the fence must be the one of the grant),
+ * then the compare-and-delete. */
+static const char fenced_script[] =
+    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('INCR', KEYS[2]) end "
+    "return 0";
+
+/* How a whole cycle takes and gives back its key: the classic protocol
+ * (SET NX PX, then the compare-and-delete), the fenced lock (fenced_script,
+ * then the compare-and-delete), or hilock's mutex scripts themselves
+ * (mutex_acquire.lua, then mutex_release.lua), sent as the library sends
+ * them when nobody waits. */
+enum { CYCLE_PLAIN, CYCLE_FENCED, CYCLE_HILOCK };
+
+static void cycle_append(redisContext *rc, int how, const char *take_sha, const char *give_sha, const char *key) {
+    static const char tok[] = "0123456789abcdef0123456789abcdef";
+    if (how == CYCLE_PLAIN) redisAppendCommand(rc, "SET %s %s NX PX 30000", key, tok);
+    if (how == CYCLE_FENCED) redisAppendCommand(rc, "EVALSHA %s 2 %s %s:f %s 30000", take_sha, key, key, tok);
+    if (how == CYCLE_HILOCK) {
+        redisAppendCommand(rc, "EVALSHA %s 2 %s %s:fence %s 30000 604800", take_sha, key, key, tok);
+        redisAppendCommand(rc, "EVALSHA %s 1 %s %s %s:ch h PUBLISH", give_sha, key, tok, key);
+    } else {
+        redisAppendCommand(rc, "EVALSHA %s 1 %s %s", give_sha, key, tok);
+    }
+}
+
+/* `rounds` rounds of whole cycles on FLOOR_KEYS keys, pipelined as
+ * hilock's 64 names are, every reply checked (each take took its key, each
+ * release deleted it). In us: the Redis time per cycle of the top-level
+ * commands, the plain SET's part of it, and the server's CPU per cycle. 0
+ * on success. */
 #define FLOOR_KEYS 64
-static int floor_cycles(redisContext *rc, const char *sha, long rounds, floor_cost *f) {
+static int whole_cycles(redisContext *rc, int how, const char *take_sha, const char *give_sha, long rounds,
+                        double *us, double *set_us, double *cpu_us) {
     cmdstats a, b;
     char key[FLOOR_KEYS][32];
     for (int i = 0; i < FLOOR_KEYS; i++) snprintf(key[i], sizeof key[i], "hb-cycle:{%d}", i);
@@ -79,45 +114,58 @@ static int floor_cycles(redisContext *rc, const char *sha, long rounds, floor_co
     if (cmdstats_get(rc, &a) != 0 || cpu0 < 0) return -1;
     int bad = 0;
     for (long r = 0; r < rounds && !bad; r++) {
-        for (int i = 0; i < FLOOR_KEYS; i++) {
-            redisAppendCommand(rc, "SET %s 0123456789abcdef NX PX 30000", key[i]);
-            redisAppendCommand(rc, "EVALSHA %s 1 %s 0123456789abcdef", sha, key[i]);
-        }
+        for (int i = 0; i < FLOOR_KEYS; i++) cycle_append(rc, how, take_sha, give_sha, key[i]);
         for (int i = 0; i < 2 * FLOOR_KEYS; i++) {
             redisReply *rep = NULL;
             if (redisGetReply(rc, (void **)&rep) != REDIS_OK || rep == NULL) return -1;
-            bad |= i % 2 ? rep->type != REDIS_REPLY_INTEGER || rep->integer != 1
-                         : rep->type != REDIS_REPLY_STATUS;
+            if (i % 2) bad |= rep->type != REDIS_REPLY_INTEGER || rep->integer != 1;
+            else if (how != CYCLE_PLAIN) bad |= rep->type != REDIS_REPLY_INTEGER || rep->integer < 1;
+            else bad |= rep->type != REDIS_REPLY_STATUS;
             freeReplyObject(rep);
         }
     }
     double cpu1 = redis_cpu_seconds(rc);
     if (bad || cmdstats_get(rc, &b) != 0 || cpu1 < 0) return -1;
-    const char *set[] = {"set", NULL}, *cad[] = {"evalsha", NULL};
-    long long cycles = cmdstats_delta(&a, &b, set);
-    if (cycles <= 0 || cmdstats_delta(&a, &b, cad) != cycles) return -1;
-    f->cycle_set_us = (double)cmdstats_usec_delta(&a, &b, set) / (double)cycles;
-    f->cycle_cad_us = (double)cmdstats_usec_delta(&a, &b, cad) / (double)cycles;
-    f->cycle_cpu_us = (cpu1 - cpu0) * 1e6 / (double)cycles;
+    const char *set[] = {"set", NULL}, *evalsha[] = {"evalsha", NULL};
+    long long cycles = rounds * FLOOR_KEYS, scripts = cmdstats_delta(&a, &b, evalsha);
+    if (scripts != (how == CYCLE_PLAIN ? 1 : 2) * cycles) return -1;
+    /* a script's calls count under their own names too: only the classic
+     * protocol's SET is a top-level command */
+    *set_us = how == CYCLE_PLAIN ? (double)cmdstats_usec_delta(&a, &b, set) / (double)cycles : 0;
+    *us = *set_us + (double)cmdstats_usec_delta(&a, &b, evalsha) / (double)cycles;
+    *cpu_us = (cpu1 - cpu0) * 1e6 / (double)cycles;
     return 0;
 }
 
+/* SCRIPT LOAD of `script`: its sha in out (48 bytes), 0 on success. */
+static int script_load(redisContext *rc, const char *script, char *out) {
+    redisReply *r = redisCommand(rc, "SCRIPT LOAD %s", script);
+    int ok = r && r->type == REDIS_REPLY_STRING;
+    if (ok) snprintf(out, 48, "%s", r->str);
+    if (r) freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
 static int floor_measure_cost(redisContext *rc, long n, floor_cost *f) {
-    redisReply *r = redisCommand(rc, "SCRIPT LOAD %s", cad_script);
-    if (r == NULL || r->type != REDIS_REPLY_STRING) {
-        if (r) freeReplyObject(r);
+    char sha[48], fenced_sha[48], take_sha[48], give_sha[48];
+    if (script_load(rc, cad_script, sha) != 0 || script_load(rc, fenced_script, fenced_sha) != 0 ||
+        script_load(rc, hl_script_mutex_acquire.body, take_sha) != 0 ||
+        script_load(rc, hl_script_mutex_release.body, give_sha) != 0)
         return -1;
-    }
-    char sha[48];
-    snprintf(sha, sizeof sha, "%s", r->str);
-    freeReplyObject(r);
     const char *set[] = {"SET", "hb-cost:__rand_int__", "0123456789abcdef", "NX", "PX", "30000", NULL};
     const char *cad[] = {"EVALSHA", sha, "1", "hb-cost:__rand_int__", "0123456789abcdef", NULL};
     int rc1 = floor_call(rc, set, "set", n, &f->set_us, &f->set_cpu_us);
     int rc2 = floor_call(rc, cad, "evalsha", n, &f->cad_us, &f->cad_cpu_us);
     delete_keys(rc, "hb-cost:*");
-    int rc3 = floor_cycles(rc, sha, n / FLOOR_KEYS, f);
-    return rc1 == 0 && rc2 == 0 && rc3 == 0 ? 0 : -1;
+    double us, unused;
+    long rounds = n / FLOOR_KEYS;
+    int rc3 = whole_cycles(rc, CYCLE_PLAIN, NULL, sha, rounds, &us, &f->cycle_set_us, &f->cycle_cpu_us);
+    f->cycle_cad_us = us - f->cycle_set_us;
+    int rc4 = whole_cycles(rc, CYCLE_FENCED, fenced_sha, sha, rounds, &f->fenced_us, &unused, &f->fenced_cpu_us);
+    int rc5 = whole_cycles(rc, CYCLE_HILOCK, take_sha, give_sha, rounds, &f->scripts_us, &unused,
+                           &f->scripts_cpu_us);
+    delete_keys(rc, "hb-cycle:*");
+    return rc1 == 0 && rc2 == 0 && rc3 == 0 && rc4 == 0 && rc5 == 0 ? 0 : -1;
 }
 
 /* One floor's JSON line. */
@@ -365,67 +413,161 @@ static int fleet(double hilock_cpu, double floor_cpu) {
     return 0;
 }
 
+/* One primitive's window: its time, CPU and scripts per cycle, and the
+ * calls the scripts made. */
+typedef struct prim_cost {
+    double us, cpu, scripts;
+    long long cycles;
+    char calls[1024];
+} prim_cost;
+
+static int prim_cost_measure(int kind, int names, prim_cost *out) {
+    tp_sample tp;
+    static tp_redis r; /* two commandstats: not on the stack */
+    if (tp_measure_cost(&g_standalone, kind, names, &tp, &r) != 0 || r.cycles <= 0) return -1;
+    out->us = (double)cmdstats_usec_delta(&r.before, &r.after, top_level) / (double)r.cycles;
+    out->cpu = r.cpu_seconds * 1e6 / (double)r.cycles;
+    out->scripts = (double)cmdstats_delta(&r.before, &r.after, top_level) / (double)r.cycles;
+    out->cycles = r.cycles;
+    calls_per_cycle(&r, out->calls, sizeof out->calls);
+    return 0;
+}
+
+static double ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+/* Its time and CPU over each floor's: the floor, the cycles, the fenced. */
+#define OVERS 6
+
+/* A primitive's JSON line and summary. */
+static void prim_cost_print(const char *label, int names, const prim_cost *c, const double over[OVERS]) {
+    json_begin("redis_cost");
+    json_str("client", "hilock");
+    json_str("primitive", label);
+    json_int("names", names);
+    json_int("cycles", c->cycles);
+    json_num("scripts_per_cycle", c->scripts, 2);
+    json_num("redis_us_per_cycle", c->us, 3);
+    json_num("over_floor", over[0], 3);
+    json_num("redis_cpu_us_per_cycle", c->cpu, 3);
+    json_num("cpu_over_floor", over[1], 3);
+    json_num("over_cycles", over[2], 3);
+    json_num("cpu_over_cycles", over[3], 3);
+    json_num("over_fenced", over[4], 3);
+    json_num("cpu_over_fenced", over[5], 3);
+    json_str("calls_per_cycle", c->calls);
+    json_end();
+    fprintf(stderr, "  %-10s  %6.2f us per cycle (%.2fx the floor, %.2fx the cycles', %.2fx the fenced), CPU %.2f us "
+            "(%.2fx, %.2fx, %.2fx); %s\n", label, c->us, over[0], over[2], over[4], c->cpu, over[1], over[3],
+            over[5], c->calls);
+}
+
+/* Measured once each, minutes apart, the floor and the mutex drift apart
+ * with whatever else a 2-core machine does. So they are measured in
+ * alternating blocks, a floor then the mutex's window, and every figure
+ * is the median of its blocks: the mutex's ratios are the medians of the
+ * blocks' ratios (each block's mutex over the floor just before it). */
+#define COST_BLOCKS 5
+
+/* The medians of the blocks: the floors, the mutex's window and its
+ * ratios (over), and hilock's scripts in whole cycles over the floor's and
+ * the fenced lock's (scripts_over). Returns the blocks, or -1. */
+static int cost_blocks(redisContext *rc, long n, int names, floor_cost *f, prim_cost *mutex, double over[OVERS],
+                       double scripts_over[2]) {
+    enum { FLOORS = 11, COLS = FLOORS + 3 + OVERS + 2 };
+    int blocks = g_opts.quick ? 3 : COST_BLOCKS;
+    prim_cost m[COST_BLOCKS];
+    double col[COLS][COST_BLOCKS], med[COLS];
+    for (int b = 0; b < blocks; b++) {
+        floor_cost x;
+        if (floor_measure_cost(rc, n, &x) != 0 || prim_cost_measure(cost_prims[0].kind, names, &m[b]) != 0)
+            return -1;
+        double fu = x.set_us + x.cad_us, cu = x.cycle_set_us + x.cycle_cad_us;
+        double row[COLS] = {x.set_us, x.cad_us, x.set_cpu_us, x.cad_cpu_us, x.cycle_set_us, x.cycle_cad_us,
+                            x.cycle_cpu_us, x.fenced_us, x.fenced_cpu_us, x.scripts_us, x.scripts_cpu_us,
+                            m[b].us, m[b].cpu, m[b].scripts,
+                            ratio(m[b].us, fu), ratio(m[b].cpu, x.set_cpu_us + x.cad_cpu_us), ratio(m[b].us, cu),
+                            ratio(m[b].cpu, x.cycle_cpu_us), ratio(m[b].us, x.fenced_us),
+                            ratio(m[b].cpu, x.fenced_cpu_us), ratio(x.scripts_us, fu),
+                            ratio(x.scripts_us, x.fenced_us)};
+        for (int i = 0; i < COLS; i++) col[i][b] = row[i];
+        fprintf(stderr, "  block %d: floor %.2f us, cycles %.2f, fenced %.2f, hilock's scripts %.2f (%.2fx, %.2fx "
+                "the fenced); mutex %.2f us: %.2fx, %.2fx, %.2fx\n", b + 1, fu, cu, x.fenced_us, x.scripts_us,
+                row[COLS - 2], row[COLS - 1], m[b].us, row[FLOORS + 3], row[FLOORS + 5], row[FLOORS + 7]);
+    }
+    for (int i = 0; i < COLS; i++) med[i] = series_median(col[i], blocks);
+    *f = (floor_cost){med[0], med[1], med[2], med[3], med[4], med[5], med[6], med[7], med[8], med[9], med[10]};
+    *mutex = m[blocks - 1]; /* its calls and cycles: the last block's */
+    mutex->us = med[FLOORS];
+    mutex->cpu = med[FLOORS + 1];
+    mutex->scripts = med[FLOORS + 2];
+    for (int i = 0; i < OVERS; i++) over[i] = med[FLOORS + 3 + i];
+    scripts_over[0] = med[COLS - 2];
+    scripts_over[1] = med[COLS - 1];
+    return blocks;
+}
+
 int scenario_redis_cost(void) {
     redisContext *rc = sync_connect();
     if (rc == NULL) return 1;
     floor_cost f;
-    int errors = 0;
-    long n = g_opts.quick ? 20000 : 200000;
-    if (floor_measure_cost(rc, n, &f) != 0) {
-        fprintf(stderr, "redis_cost: the floor could not be measured\n");
-        redisFree(rc);
+    prim_cost mutex;
+    double over[OVERS], scripts_over[2];
+    int errors = 0, k = g_opts.inflight < 64 ? g_opts.inflight : 64;
+    int blocks = cost_blocks(rc, g_opts.quick ? 20000 : 100000, k, &f, &mutex, over, scripts_over);
+    redisFree(rc);
+    if (blocks < 0) {
+        fprintf(stderr, "redis_cost: the floor or the mutex's window failed\n");
         return 1;
     }
-    redisFree(rc);
     double floor_us = f.set_us + f.cad_us, floor_cpu = f.set_cpu_us + f.cad_cpu_us;
     double cyc_us = f.cycle_set_us + f.cycle_cad_us, cyc_cpu = f.cycle_cpu_us;
     floor_json("floor", "SET NX PX 30000 + compare-and-delete EVALSHA (redis-benchmark -c 50)", f.set_us, f.cad_us,
                floor_cpu);
     floor_json("floor_cycles", "SET NX PX 30000 + compare-and-delete EVALSHA, whole cycles on 64 keys, pipelined",
                f.cycle_set_us, f.cycle_cad_us, cyc_cpu);
+    json_begin("redis_cost");
+    json_str("client", "floor_fenced");
+    json_str("protocol", "a script: SET NX PX 30000 and INCR of a fence key; compare-and-delete EVALSHA; whole "
+             "cycles on 64 keys, pipelined");
+    json_num("redis_us_per_cycle", f.fenced_us, 3);
+    json_num("redis_cpu_us_per_cycle", f.fenced_cpu_us, 3);
+    json_end();
+    json_begin("redis_cost");
+    json_str("client", "hilock_scripts");
+    json_str("protocol", "mutex_acquire.lua + mutex_release.lua as sent when nobody waits, whole cycles on 64 keys, "
+             "pipelined");
+    json_num("redis_us_per_cycle", f.scripts_us, 3);
+    json_num("redis_cpu_us_per_cycle", f.scripts_cpu_us, 3);
+    json_num("over_floor", scripts_over[0], 3);
+    json_num("over_fenced", scripts_over[1], 3);
+    json_end();
+    fprintf(stderr, "  medians of %d blocks:\n", blocks);
     fprintf(stderr, "  floor       %6.2f us per cycle (SET NX PX %.2f + compare-and-delete %.2f), "
             "CPU %.2f us\n", floor_us, f.set_us, f.cad_us, floor_cpu);
     fprintf(stderr, "  cycles      %6.2f us per cycle (SET NX PX %.2f + compare-and-delete %.2f, whole cycles, "
             "pipelined), CPU %.2f us\n", cyc_us, f.cycle_set_us, f.cycle_cad_us, cyc_cpu);
-    int k = g_opts.inflight < 64 ? g_opts.inflight : 64;
-    double mutex_cpu = -1;
-    for (size_t p = 0; p < sizeof cost_prims / sizeof cost_prims[0]; p++) {
-        tp_sample tp;
-        static tp_redis r; /* two commandstats: not on the stack */
-        if (tp_measure_cost(&g_standalone, cost_prims[p].kind, k, &tp, &r) != 0 || r.cycles <= 0) {
+    fprintf(stderr, "  fenced      %6.2f us per cycle (a script: SET NX PX and INCR; compare-and-delete; whole cycles, "
+            "pipelined), CPU %.2f us\n", f.fenced_us, f.fenced_cpu_us);
+    fprintf(stderr, "  scripts     %6.2f us per cycle (hilock's mutex scripts driven as the floors are: %.2fx the "
+            "floor, %.2fx the fenced), CPU %.2f us\n", f.scripts_us, scripts_over[0], scripts_over[1],
+            f.scripts_cpu_us);
+    prim_cost_print(cost_prims[0].label, k, &mutex, over);
+    g_res.cost_run = 1;
+    g_res.cost_over_floor = over[0];
+    g_res.cost_over_cycles = over[2];
+    g_res.cost_over_fenced = over[4];
+    g_res.cost_scripts_over_fenced = scripts_over[1];
+    g_res.cost_fenced_over_floor = ratio(f.fenced_us, floor_us);
+    for (size_t p = 1; p < sizeof cost_prims / sizeof cost_prims[0]; p++) {
+        prim_cost c;
+        if (prim_cost_measure(cost_prims[p].kind, k, &c) != 0) {
             fprintf(stderr, "redis_cost: %s: the window failed\n", cost_prims[p].label);
             errors++;
             continue;
         }
-        double us = (double)cmdstats_usec_delta(&r.before, &r.after, top_level) / (double)r.cycles;
-        double cpu = r.cpu_seconds * 1e6 / (double)r.cycles;
-        double calls = (double)cmdstats_delta(&r.before, &r.after, top_level) / (double)r.cycles;
-        char inner[1024];
-        calls_per_cycle(&r, inner, sizeof inner);
-        json_begin("redis_cost");
-        json_str("client", "hilock");
-        json_str("primitive", cost_prims[p].label);
-        json_int("names", k);
-        json_int("cycles", r.cycles);
-        json_num("scripts_per_cycle", calls, 2);
-        json_num("redis_us_per_cycle", us, 3);
-        json_num("over_floor", floor_us > 0 ? us / floor_us : 0, 3);
-        json_num("redis_cpu_us_per_cycle", cpu, 3);
-        json_num("cpu_over_floor", floor_cpu > 0 ? cpu / floor_cpu : 0, 3);
-        json_num("over_cycles", cyc_us > 0 ? us / cyc_us : 0, 3);
-        json_num("cpu_over_cycles", cyc_cpu > 0 ? cpu / cyc_cpu : 0, 3);
-        json_str("calls_per_cycle", inner);
-        json_end();
-        fprintf(stderr, "  %-10s  %6.2f us per cycle (%.2fx the floor, %.2fx the cycles'), CPU %.2f us "
-                "(%.2fx, %.2fx); %s\n", cost_prims[p].label, us, floor_us > 0 ? us / floor_us : 0,
-                cyc_us > 0 ? us / cyc_us : 0, cpu, floor_cpu > 0 ? cpu / floor_cpu : 0,
-                cyc_cpu > 0 ? cpu / cyc_cpu : 0, inner);
-        if (p == 0) {
-            mutex_cpu = cpu;
-            g_res.cost_run = 1;
-            g_res.cost_over_floor = floor_us > 0 ? us / floor_us : 0;
-            g_res.cost_over_cycles = cyc_us > 0 ? us / cyc_us : 0;
-        }
+        double o[OVERS] = {ratio(c.us, floor_us), ratio(c.cpu, floor_cpu), ratio(c.us, cyc_us), ratio(c.cpu, cyc_cpu),
+                           ratio(c.us, f.fenced_us), ratio(c.cpu, f.fenced_cpu_us)};
+        prim_cost_print(cost_prims[p].label, k, &c, o);
     }
     rc = sync_connect();
     if (rc == NULL || redis_memory(rc) != 0) {
@@ -433,7 +575,7 @@ int scenario_redis_cost(void) {
         errors++;
     }
     if (rc) redisFree(rc);
-    if (mutex_cpu > 0 && fleet(mutex_cpu, floor_cpu) != 0) {
+    if (fleet(mutex.cpu, floor_cpu) != 0) {
         fprintf(stderr, "redis_cost: the fleet's herds failed\n");
         errors++;
     }

@@ -194,8 +194,11 @@ static void targets(void) {
     if (g_res.cost_run) {
         int a = g_res.cost_over_floor <= 2;
         fprintf(stderr, "  Redis time per uncontended mutex cycle = %.2fx the classic protocol's "
-                "(SET NX PX + compare-and-delete), goal <= 2x: %s (%.2fx its whole cycles, pipelined)\n",
-                g_res.cost_over_floor, verdict(a), g_res.cost_over_cycles);
+                "(SET NX PX + compare-and-delete), goal <= 2x: %s (%.2fx its whole cycles, pipelined); "
+                "%.2fx the least fenced lock's (its take a script: SET NX PX and INCR), whose own cycle is "
+                "%.2fx the classic's; hilock's scripts driven as the floors: %.2fx the fenced lock's\n",
+                g_res.cost_over_floor, verdict(a), g_res.cost_over_cycles, g_res.cost_over_fenced,
+                g_res.cost_fenced_over_floor, g_res.cost_scripts_over_fenced);
         json_bool("redis_cost_mutex_le_2x_floor", a);
     }
     if (g_res.herd_runs) {

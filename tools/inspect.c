@@ -577,6 +577,22 @@ static int count_subs(ctx *x, node *n, lookup *l, const char *sub, int optional)
 /* Every read of the name on `n`, and its subscribers: classic ones on
  * every node of a cluster (a classic subscription lives on one node,
  * any), sharded ones on the slot's master. */
+/* A hash in the mutex's key is the hold of a hilock older than 1.1 (a
+ * fleet being upgraded), which GET answers WRONGTYPE: read its token and
+ * fence from the hash instead (an array in place of GET's string). */
+static int older_mutex(ctx *x, node *n, lookup *l) {
+    if (l->rep[Q_LOCK]->type != REDIS_REPLY_ERROR || strncmp(l->rep[Q_LOCK]->str, "WRONGTYPE", 9) != 0) return 0;
+    redisReply *h = redisCommand(n->c, "HMGET %b token fence", l->key[K_LOCK], l->len[K_LOCK]);
+    if (h == NULL || h->type != REDIS_REPLY_ARRAY) {
+        fail(x, n, "HMGET %s: %s", l->key[K_LOCK], h ? h->str : n->c->errstr);
+        if (h) freeReplyObject(h);
+        return -1;
+    }
+    freeReplyObject(l->rep[Q_LOCK]);
+    l->rep[Q_LOCK] = h;
+    return 0;
+}
+
 static int lookup_run(ctx *x, node *n, lookup *l) {
     if (n->c == NULL) { fail(x, n, "not connected: cannot inspect %s", l->name); return -1; }
     for (int q = 0; q < NQ; q++) {
@@ -585,6 +601,7 @@ static int lookup_run(ctx *x, node *n, lookup *l) {
         else redisAppendCommand(n->c, queries[q].fmt, l->key[k], l->len[k]);
     }
     if (read_replies(x, n, l->rep, NQ) != 0) return -1;
+    if (older_mutex(x, n, l) != 0) return -1;
     for (int q = 0; q < NQ; q++)
         if (l->rep[q]->type == REDIS_REPLY_ERROR) {
             fail(x, n, "%.*s %s: %s", (int)strcspn(queries[q].fmt, " "), queries[q].fmt,
@@ -608,18 +625,21 @@ static int exists(const redisReply *r) {
 
 static row *add_mutex(ctx *x, const node *n, lookup *l) {
     row *r = new_row(x, l->name, "mutex", n);
-    const char *token = str(l->rep[Q_LOCK]); /* "TOKEN" or "TOKEN MARKS" */
+    const redisReply *lock = l->rep[Q_LOCK];
+    int older = lock->type == REDIS_REPLY_ARRAY; /* older_mutex's token and fence */
+    const char *token = older ? str(elem(lock, 0)) : str(lock); /* "TOKEN" or "TOKEN MARKS" */
 
     r->last_fence = num(l->rep[Q_FENCE]);
     r->held = token != NULL;
     if (r->held) {
         r->token = xstrndup(token, strcspn(token, " "));
-        r->fence = r->last_fence; /* the last fence given is the holder's */
+        r->fence = older ? num(elem(lock, 1)) : r->last_fence; /* the last fence given is the holder's */
         r->ttl_ms = num(l->rep[Q_LOCK_TTL]);
     }
     r->waiting = l->waiting[CH_MUTEX];
     r->queue = num(l->rep[Q_Q]);
     if (r->queue > 0) snprintf(r->detail, sizeof(r->detail), "starving %lld", r->queue);
+    else if (older && r->held) snprintf(r->detail, sizeof(r->detail), "held by hilock 1.0");
     return r;
 }
 

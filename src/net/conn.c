@@ -255,22 +255,32 @@ static void info_policy(const redisReply *reply, char *out, size_t n) {
     out[len] = '\0';
 }
 
-/* The number after `field` in an INFO reply, or -1. */
-static long info_number(const redisReply *reply, const char *field) {
-    const char *p = reply->type == REDIS_REPLY_STRING ? strstr(reply->str, field) : NULL;
-    return p ? strtol(p + strlen(field), NULL, 10) : -1;
+/* The number of the INFO line `field` (its name and colon, at the start
+ * of a line) in `info`, or -1. */
+static long info_field(const char *info, const char *field) {
+    size_t len = strlen(field);
+    for (const char *p = info; p != NULL && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, field, len) == 0) return strtol(p + len, NULL, 10);
+    return -1;
 }
 
-/* HILOCK_PUBSUB_AUTO: sharded pub/sub on a Redis Cluster of version 7 or
- * later, or Valkey's (7.2 on; Valkey 8 also reports redis_version 7.2.4,
- * its compatibility version, which later ones may drop), decided by the
- * first server that answers (every client of a cluster decides the same). */
+static long info_number(const redisReply *reply, const char *field) {
+    return reply->type == REDIS_REPLY_STRING ? info_field(reply->str, field) : -1;
+}
+
+int hl_info_sharded_pubsub(const char *info) {
+    return info_field(info, "cluster_enabled:") == 1 &&
+           (info_field(info, "redis_version:") >= 7 || info_field(info, "valkey_version:") >= 7);
+}
+
+/* HILOCK_PUBSUB_AUTO: sharded pub/sub as hl_info_sharded_pubsub says,
+ * decided by the first server that answers (every client of a cluster
+ * decides the same). */
 static void pubsub_decide(hl_net *net, const redisReply *info) {
     if (net->sharded_known) return;
     net->sharded_known = 1;
     if (net->pubsub == HILOCK_PUBSUB_AUTO)
-        net->sharded = info_number(info, "cluster_enabled:") == 1 &&
-                       (info_number(info, "redis_version:") >= 7 || info_number(info, "valkey_version:") >= 7);
+        net->sharded = info->type == REDIS_REPLY_STRING && hl_info_sharded_pubsub(info->str);
 }
 
 /* Warn, once per policy seen, that the server may evict locks. */

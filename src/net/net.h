@@ -111,6 +111,12 @@ typedef struct hl_net {
 } hl_net;
 
 void hl_net_init(hl_net *net, hl_loop *loop);
+
+/* Does an INFO text (its server and cluster sections) say the server is a
+ * cluster node that takes sharded pub/sub (SSUBSCRIBE, SPUBLISH)? Redis 7
+ * or later, or Valkey's (7.2 on; Valkey 8 also reports redis_version
+ * 7.2.4, its compatibility version, which later ones may drop). */
+int hl_info_sharded_pubsub(const char *info);
 /* The next number of the client's jitter source (xorshift64). */
 uint64_t hl_net_random(hl_net *net);
 

@@ -285,6 +285,28 @@ Test(inspect, held_mutex_shows_the_holder_and_its_waiters, .timeout = 30) {
     hilock_client_free(c);
 }
 
+/* A fleet being upgraded: a hilock older than 1.1 holds a mutex as a hash
+ * (its token and fence in fields), which GET answers WRONGTYPE. */
+Test(inspect, an_older_hilocks_hold_shows_its_holder, .timeout = 30) {
+    const char *token = "0123456789abcdef0123456789abcdef";
+    char out[4096], err[1024];
+    cells row;
+
+    cr_assert_eq(test_redis_int(&env.r, "HSET %s token %s fence 7", prim_key("old:1", ""), token), 2);
+    cr_assert_eq(test_redis_int(&env.r, "PEXPIRE %s 20000", prim_key("old:1", "")), 1);
+    freeReplyObject(test_redis_cmd(&env.r, "SET %s 7", prim_key("old:1", ":fence")));
+    cr_assert_eq(INSPECT(out, err, "-u", env.r.url, "old:1"), 0, "stderr: %s", err);
+    cr_assert(row_of(out, "old:1", "mutex", &row), "%s", out);
+    cr_assert_str_eq(row.f[2], "held");
+    cr_assert_str_eq(row.f[3], short_of(token));
+    cr_assert_str_eq(row.f[4], "7");
+    cr_assert(atoll(row.f[5]) > 15000 && atoll(row.f[5]) <= 20000, "TTL_MS %s of a 20 s lease", row.f[5]);
+    cr_assert_str_eq(row.f[8], "held by hilock 1.0");
+    cr_assert_eq(INSPECT(out, err, "-u", env.r.url, "--json", "old:1"), 0);
+    snprintf(err, sizeof(err), "\"held\": true, \"token\": \"%s\", \"fence\": 7, ", token);
+    cr_assert_not_null(strstr(out, err), "want %s in %s", err, out);
+}
+
 Test(inspect, semaphore_rwlock_and_fair_lines, .timeout = 30) {
     hilock_client *c = lockenv_client(&env);
     hilock_hold *s1 = hold_sem(&env, c, "mix", 5, 1), *s2 = hold_sem(&env, c, "mix", 5, 2);

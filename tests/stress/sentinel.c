@@ -61,17 +61,6 @@ static void pause_ms(unsigned *rnd, int lo, int hi) {
     test_msleep(rnd_in(rnd, lo, hi));
 }
 
-/* The number `name` in r's INFO replication, or -1. */
-static long long info_num(const test_redis *r, const char *name) {
-    redisReply *rep = test_redis_cmd(r, "INFO replication");
-    char needle[64];
-    snprintf(needle, sizeof(needle), "\n%s:", name);
-    const char *p = rep && rep->type == REDIS_REPLY_STRING ? strstr(rep->str, needle) : NULL;
-    long long v = p ? atoll(p + strlen(needle)) : -1;
-    if (rep) freeReplyObject(rep);
-    return v;
-}
-
 /* The value of `name` in a flat [field, value, ...] array, or "". */
 static const char *field(const redisReply *a, const char *name) {
     if (a == NULL || a->type != REDIS_REPLY_ARRAY) return "";
@@ -181,7 +170,7 @@ static int settled(void) {
     /* Link up is not enough: a replica applies nothing while it is paused
      * (the old master of a paused failover, made a replica before its
      * CLIENT PAUSE WRITE ends, leaves its master's stream unapplied). */
-    long long mo = info_num(m, "master_repl_offset"), ro = info_num(r, "slave_repl_offset");
+    long long mo = test_redis_repl_num(m, "master_repl_offset"), ro = test_redis_repl_num(r, "slave_repl_offset");
     if (mo < 0 || ro < mo) {
         snprintf(why_not, sizeof(why_not), "replica :%d has applied %lld of :%d's %lld bytes", r->port, ro,
                  m->port, mo);

@@ -416,6 +416,30 @@ long long test_redis_int(const test_redis *r, const char *fmt, ...) {
     return v;
 }
 
+long long test_redis_repl_num(const test_redis *r, const char *name) {
+    redisReply *rep = test_redis_cmd(r, "INFO replication");
+    char needle[64];
+    snprintf(needle, sizeof(needle), "\n%s:", name);
+    const char *p = rep && rep->type == REDIS_REPLY_STRING ? strstr(rep->str, needle) : NULL;
+    long long v = p ? atoll(p + strlen(needle)) : -1;
+    if (rep) freeReplyObject(rep);
+    return v;
+}
+
+int test_redis_caught_up(const test_redis *m, const test_redis *r, int timeout_ms) {
+    long long deadline = test_now_ms() + timeout_ms;
+    for (;;) {
+        long long mo = test_redis_repl_num(m, "master_repl_offset");
+        long long ro = test_redis_repl_num(r, "slave_repl_offset");
+        if (mo >= 0 && ro >= mo) return 1;
+        if (test_now_ms() >= deadline) {
+            fprintf(stderr, "harness: replica :%d has %lld of :%d's %lld bytes\n", r->port, ro, m->port, mo);
+            return 0;
+        }
+        test_msleep(5);
+    }
+}
+
 /* ---- Loop helpers --------------------------------------------------------- */
 
 static void on_tick(evutil_socket_t fd, short what, void *arg) {

@@ -115,6 +115,16 @@ int test_redis_says(const test_redis *r, const char *cmd, ...);
  * (or -1 on error / non-integer). Handy for EXISTS, PTTL, PUBSUB NUMSUB. */
 long long test_redis_int(const test_redis *r, const char *fmt, ...);
 
+/* The number `name` of r's INFO replication (master_repl_offset,
+ * slave_repl_offset, ...), or -1. */
+long long test_redis_repl_num(const test_redis *r, const char *name);
+
+/* Wait (at most timeout_ms) until replica r has applied every byte of
+ * master m's replication stream (its slave_repl_offset reached m's
+ * master_repl_offset). Returns 1, or 0 (the offsets are printed). Meant
+ * while m's writes are paused: otherwise m may move on meanwhile. */
+int test_redis_caught_up(const test_redis *m, const test_redis *r, int timeout_ms);
+
 /* Run the loop until *flag != 0 or timeout_ms passes. Returns 1 when the
  * flag was set, 0 on timeout. */
 int test_loop_until(struct event_base *base, volatile int *flag, int timeout_ms);

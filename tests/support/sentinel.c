@@ -46,14 +46,6 @@ static const char *field(const redisReply *a, const char *name) {
     return NULL;
 }
 
-/* A number "name:N" of an INFO text, or -1. */
-static long long info_num(const char *info, const char *name) {
-    char needle[64];
-    snprintf(needle, sizeof(needle), "%s:", name);
-    const char *p = info ? strstr(info, needle) : NULL;
-    return p ? atoll(p + strlen(needle)) : -1;
-}
-
 int test_redis_role(const test_redis *r) {
     redisReply *rep = test_redis_cmd(r, "ROLE");
     int role = 0;
@@ -284,20 +276,7 @@ int test_sentinel_failover_paused(test_sentinel *s, int pause_ms) {
         return -1;
     }
     /* The replica has every byte of the master's stream. */
-    long long deadline = test_now_ms() + 2000, mo = -1, ro = -2;
-    while (test_now_ms() < deadline) {
-        redisReply *a = test_redis_cmd(m, "INFO replication"), *b = test_redis_cmd(r, "INFO replication");
-        mo = a && a->type == REDIS_REPLY_STRING ? info_num(a->str, "master_repl_offset") : -1;
-        ro = b && b->type == REDIS_REPLY_STRING ? info_num(b->str, "slave_repl_offset") : -2;
-        if (a) freeReplyObject(a);
-        if (b) freeReplyObject(b);
-        if (mo >= 0 && ro >= mo) break;
-        test_msleep(5);
-    }
-    if (mo < 0 || ro < mo) {
-        fprintf(stderr, "harness: the replica did not catch up (%lld < %lld)\n", ro, mo);
-        return -1;
-    }
+    if (!test_redis_caught_up(m, r, 2000)) return -1;
     return test_sentinel_failover(s);
 }
 
