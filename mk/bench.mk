@@ -21,6 +21,13 @@
 #                     plain port, alternated ($(BUILD)/bench/tls.jsonl); a
 #                     build without TLS (hiredis 0.14) skips it. In such a
 #                     build `make bench` runs it too
+#   make bench-servers
+#                     the headline figures (handoff, throughput, the mutex's
+#                     Redis cost) on a throwaway redis-server and a throwaway
+#                     valkey-server in one run, alternated (SERVERS_REPS,
+#                     default 3), each beside its own baselines; medians and
+#                     Valkey / Redis ($(BUILD)/bench/servers.jsonl); installs
+#                     Valkey's packages (deps.sh --valkey)
 #   make bench-plots  the plots again, from the data files in $(BENCH_OUT),
 #                     into bench/plots/ (the ones BENCHMARKS.md shows): run
 #                     it after a full `make bench` (and `make bench-peers`,
@@ -51,7 +58,7 @@ EXTRA_TARGETS += $(BENCH)
 $(BENCH): $(BENCH_SRC) $(wildcard bench/*.h) $(STATIC) $(HDRS)
 	$(CC) $(ALL_CFLAGS) -Isrc $(ALL_LDFLAGS) -o $@ $(BENCH_SRC) $(STATIC) $(LDLIBS_LIB)
 
-.PHONY: bench bench-peers bench-nginx bench-tls bench-plots
+.PHONY: bench bench-peers bench-nginx bench-tls bench-servers bench-plots
 # The nginx part runs even when the library's fails; either fails the target.
 bench: deps
 	$(MAKE) $(BENCH)
@@ -75,6 +82,11 @@ bench-peers: deps
 bench-tls: deps
 	$(MAKE) $(BENCH)
 	BENCH_QUICK=$(BENCH_QUICK) sh scripts/bench.sh --tls $(BENCH) $(BENCH_OUT)
+
+bench-servers:
+	$(MAKE) deps SERVER=valkey
+	$(MAKE) $(BENCH)
+	BENCH_QUICK=$(BENCH_QUICK) sh scripts/bench-servers.sh $(BENCH) $(BENCH_OUT)
 
 # No build, no server: gnuplot on the data files of the last runs.
 bench-plots:

@@ -99,12 +99,13 @@ JV='function jv(s, k,   i, r) {
 # env_get FILE KEY: a key=value of a run's .env file.
 env_get() { [ -f "$1" ] && sed -n "s/^$2=//p" "$1" | head -n 1; }
 
-# run_label FILE.env TARGET: "make bench, redis-server 7.0.15, 2 CPUs".
+# run_label FILE.env TARGET: "make bench, Redis 7.0.15, 2 CPUs".
 run_label() {
     l=$2
     [ "$(env_get "$1" quick)" = 1 ] && l="$l BENCH_QUICK=1"
-    v=$(env_get "$1" redis)
-    [ -n "$v" ] && l="$l, redis-server $v"
+    v=$(env_get "$1" server) # "Redis 7.0.15", "Valkey 8.0.1"
+    [ -z "$v" ] && v=$(env_get "$1" redis) && [ -n "$v" ] && v="Redis $v" # written before the server was named
+    [ -n "$v" ] && l="$l, $v"
     v=$(env_get "$1" cpus)
     [ -n "$v" ] && l="$l, $v CPUs"
     v=$(env_get "$1" date)
@@ -425,8 +426,7 @@ fi
 write_env() {
     {
         echo "quick=${BENCH_QUICK:-0}"
-        echo "redis=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
-        [ "$SERVER_BIN" = redis-server ] || echo "server=$("$SERVER_BIN" --version | sed -n 's/^\([A-Za-z]*\).*v=\([^ ]*\).*/\1 \2/p')"
+        echo "server=$("$SERVER_BIN" --version | sed -n 's/^\([A-Za-z]*\).*v=\([^ ]*\).*/\1 \2/p')"
         echo "cpus=$(nproc 2>/dev/null || echo '?')"
         echo "date=$(date -u +%Y-%m-%d)"
     } >"$1"
