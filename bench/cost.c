@@ -168,6 +168,16 @@ static int floor_measure_cost(redisContext *rc, long n, floor_cost *f) {
     return rc1 == 0 && rc2 == 0 && rc3 == 0 && rc4 == 0 && rc5 == 0 ? 0 : -1;
 }
 
+/* The start of a JSON line of whole cycles without a split (the caller
+ * may add fields, then ends it). */
+static void cycles_json(const char *client, const char *protocol, double us, double cpu_us) {
+    json_begin("redis_cost");
+    json_str("client", client);
+    json_str("protocol", protocol);
+    json_num("redis_us_per_cycle", us, 3);
+    json_num("redis_cpu_us_per_cycle", cpu_us, 3);
+}
+
 /* One floor's JSON line. */
 static void floor_json(const char *client, const char *protocol, double set_us, double cad_us, double cpu_us) {
     json_begin("redis_cost");
@@ -525,19 +535,11 @@ int scenario_redis_cost(void) {
                floor_cpu);
     floor_json("floor_cycles", "SET NX PX 30000 + compare-and-delete EVALSHA, whole cycles on 64 keys, pipelined",
                f.cycle_set_us, f.cycle_cad_us, cyc_cpu);
-    json_begin("redis_cost");
-    json_str("client", "floor_fenced");
-    json_str("protocol", "a script: SET NX PX 30000 and INCR of a fence key; compare-and-delete EVALSHA; whole "
-             "cycles on 64 keys, pipelined");
-    json_num("redis_us_per_cycle", f.fenced_us, 3);
-    json_num("redis_cpu_us_per_cycle", f.fenced_cpu_us, 3);
+    cycles_json("floor_fenced", "a script: SET NX PX 30000 and INCR of a fence key; compare-and-delete EVALSHA; "
+                "whole cycles on 64 keys, pipelined", f.fenced_us, f.fenced_cpu_us);
     json_end();
-    json_begin("redis_cost");
-    json_str("client", "hilock_scripts");
-    json_str("protocol", "mutex_acquire.lua + mutex_release.lua as sent when nobody waits, whole cycles on 64 keys, "
-             "pipelined");
-    json_num("redis_us_per_cycle", f.scripts_us, 3);
-    json_num("redis_cpu_us_per_cycle", f.scripts_cpu_us, 3);
+    cycles_json("hilock_scripts", "mutex_acquire.lua + mutex_release.lua as sent when nobody waits, whole cycles on "
+                "64 keys, pipelined", f.scripts_us, f.scripts_cpu_us);
     json_num("over_floor", scripts_over[0], 3);
     json_num("over_fenced", scripts_over[1], 3);
     json_end();
