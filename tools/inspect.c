@@ -574,9 +574,6 @@ static int count_subs(ctx *x, node *n, lookup *l, const char *sub, int optional)
     return rc;
 }
 
-/* Every read of the name on `n`, and its subscribers: classic ones on
- * every node of a cluster (a classic subscription lives on one node,
- * any), sharded ones on the slot's master. */
 /* A hash in the mutex's key is the hold of a hilock older than 1.1 (a
  * fleet being upgraded), which GET answers WRONGTYPE: read its token and
  * fence from the hash instead (an array in place of GET's string). */
@@ -593,6 +590,9 @@ static int older_mutex(ctx *x, node *n, lookup *l) {
     return 0;
 }
 
+/* Every read of the name on `n`, and its subscribers: classic ones on
+ * every node of a cluster (a classic subscription lives on one node,
+ * any), sharded ones on the slot's master. */
 static int lookup_run(ctx *x, node *n, lookup *l) {
     if (n->c == NULL) { fail(x, n, "not connected: cannot inspect %s", l->name); return -1; }
     for (int q = 0; q < NQ; q++) {
