@@ -174,6 +174,7 @@ HILOCK_API void hilock_loop_init_size(hilock_loop *loop, size_t size);
 /* ---- Client ------------------------------------------------------------- */
 
 typedef struct hilock_client hilock_client;
+struct redisReply; /* hiredis's (include <hiredis/hiredis.h> to read one) */
 typedef struct hilock_hold hilock_hold;
 typedef struct hilock_wait hilock_wait;
 typedef struct hilock_owner hilock_owner;
@@ -754,6 +755,70 @@ HILOCK_API int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data);
  * or a lease out of range, HILOCK_ENOMEM, or HILOCK_EFORK/HILOCK_ECLOSED. */
 HILOCK_API int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb,
                                   void *data);
+
+/* ---- Guarded writes -------------------------------------------------------- */
+
+/* A Lua script of the caller's, for hilock_hold_eval(): made once (its
+ * text is kept with the guard in front, and its SHA-1 computed), used by
+ * any number of evals and clients of one thread. */
+typedef struct hilock_script hilock_script;
+
+/* Make a script from `body`, Lua as EVAL takes it: it sees its own KEYS
+ * and ARGV (the ones given to hilock_hold_eval) and returns what EVAL
+ * would. Returns 0 and *out, HILOCK_EINVAL (NULL or blank text, or a
+ * "#!" first line: a script with flags cannot be guarded) or
+ * HILOCK_ENOMEM. A syntax error shows at the first eval (HILOCK_EREPLY). */
+HILOCK_API int hilock_script_new(hilock_script **out, const char *body);
+
+/* Free a script made by hilock_script_new(). Evals of it in flight keep
+ * what they need: it may be freed at once after hilock_hold_eval(). */
+HILOCK_API void hilock_script_free(hilock_script *s);
+
+/* status 0: the script ran while the hold's token still held the lock,
+ * and `reply` is its reply (hiredis's, valid during the callback only).
+ * HILOCK_ELOST: the lock was no longer the hold's (its lease ran out, or
+ * it was broken or taken over): the script did not run, and the hold is
+ * lost. HILOCK_EREPLY: the script ran and failed, or returned an error
+ * (`reply` is that error; the text is also in hilock_client_errstr):
+ * what it wrote before the error stays written, as with EVAL.
+ * HILOCK_EREPLICAS: it ran (`reply` is its reply), but fewer than
+ * wait_replicas replicas confirmed it in time. HILOCK_ECONN,
+ * HILOCK_EDEADLINE or HILOCK_ECANCELED (the client was freed): the
+ * answer never came, and the script may or may not have run; it is never
+ * sent twice. Other codes: Redis refused it before it ran (HILOCK_EAUTH,
+ * HILOCK_EOOM, HILOCK_EREADONLY...). `reply` is NULL but for 0,
+ * HILOCK_EREPLY and HILOCK_EREPLICAS. */
+typedef void (*hilock_eval_cb)(int status, const struct redisReply *reply, void *data);
+
+/* The most keys and arguments together that one eval takes. */
+#define HILOCK_EVAL_ARGS_MAX 4096
+
+/* Run `s` in Redis, atomically, only if `h`'s token still holds its
+ * lock: the check and the script are one script, so no other command
+ * comes between them. A holder that was paused or cut off past its lease
+ * gets HILOCK_ELOST and its write is not applied: safety without a
+ * fenced resource, for data kept in Redis. Every key must be in the
+ * lock's Redis Cluster slot, on any server (hilock_hold_key makes such
+ * keys), so that what works on one server works on a cluster. `args` are
+ * NUL-terminated unless `arglen` gives their lengths (NULL: strlen).
+ * Works on every primitive's hold (a read hold checks its own reader's
+ * lease); under Sentinel on the master, followed by WAIT when
+ * wait_replicas is set; not over Redlock (HILOCK_EINVAL: the data would
+ * be on one master of several). Runs in order with the hold's other
+ * requests on its connection: an eval sent before hilock_release() runs
+ * before the release. cb (may be NULL) runs once, deferred. Returns 0,
+ * or at once HILOCK_ELOST (the hold is lost already), HILOCK_EINVAL (bad
+ * arguments, a key outside the slot, a hold being released; the reason
+ * in hilock_client_errstr), HILOCK_ENOMEM, HILOCK_ECLOSED or HILOCK_EFORK. */
+HILOCK_API int hilock_hold_eval(hilock_hold *h, hilock_script *s, int nkeys,
+                                const char *const *keys, int nargs, const char *const *args,
+                                const size_t *arglen, hilock_eval_cb cb, void *data);
+
+/* Write a key for the caller's data in `h`'s lock slot: the lock's key
+ * (hilock_key), then ":u:" and `suffix` ("P{T}:u:SUFFIX"; hilock's own
+ * keys never use ":u:"). Into buf (size n), NUL-terminated. Returns its
+ * length, or HILOCK_EINVAL (NULL, or the buffer is too small). */
+HILOCK_API int hilock_hold_key(const hilock_hold *h, const char *suffix, char *buf, size_t n);
 
 /* ---- Statistics ------------------------------------------------------------ */
 

@@ -301,6 +301,12 @@ struct hl_prim {
      * should it run after the hold's release (the queue's try: it must not
      * take a place again for a token whose wait is over). */
     void (*granted_out)(hl_req *r);
+    /* Which key says that a hold of these terms is still its token's,
+     * and how to read it there (the guard of hilock_hold_eval, guard.c):
+     * *kind 's', a string: the token, then nothing or a space; 'h', a
+     * hash whose field "token" is it; 'z', a sorted set of token -> end of
+     * its lease (the server's Unix time in ms). Its key's suffix. */
+    const char *(*guard)(const hl_terms *terms, char *kind);
 };
 
 /* ---- Waits ---------------------------------------------------------------- */
@@ -403,6 +409,7 @@ struct hilock_hold {
     unsigned count;
     int lost_why;
     int renew_refused;     /* the last renewal's ACL refusal (HILOCK_EAUTH), or 0 */
+    hl_link evals;         /* hilock_hold_eval() requests in flight (guard.c) */
     unsigned lost : 1;
     unsigned releasing : 1;
     unsigned delivered : 1; /* an acquire callback has had it */
@@ -461,6 +468,8 @@ void hl_release_token(hl_name *n, const char *token, const hl_terms *terms, uint
 /* hl_release_token with the primitive's handover_req: a starving wait
  * that ends leaves its place (and hands on a lock granted to it meanwhile). */
 void hl_handover_token(hl_name *n, const char *token);
+/* The hold is going: its evals in flight forget it (guard.c). */
+void hl_hold_forget_evals(hilock_hold *h);
 /* Client close: release every hold in Redis. */
 void hl_holds_release_all(hilock_client *c);
 void hl_holds_free_all(hilock_client *c);

@@ -355,6 +355,7 @@ hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence, uint64_t
     h->confirmed_lease = lease_ms;
     h->epoch = n->c->topo.epoch;
     hl_list_init(&h->extends);
+    hl_list_init(&h->evals);
     h->granted_us = hl_now_us();
     h->waited_ms = h->granted_us / 1000u - hl_wait_started_ms(w);
     h->count = 1;
@@ -385,6 +386,7 @@ void hl_hold_free(hilock_hold *h) {
         hl_list_remove(&op->link);
         op->hold = NULL;
     }
+    hl_hold_forget_evals(h);
     hl_list_remove(&h->link);
     h->c->counts.holds--;
     if (hl_linked(&h->olink)) hl_list_remove(&h->olink);

@@ -32,9 +32,12 @@ static void on_asking(redisAsyncContext *ac, void *reply_, void *privdata) {
  * covers its write; its own reply is kept until WAIT's comes. */
 /* Whether `s` went out on k as EVAL already; if not, it will now. */
 static int script_loaded(hl_conn *k, const hl_script *s) {
+    uint64_t id = 0;
+    for (int i = 0; i < 16; i++) /* hex digits, lower case */
+        id = id << 4 | (uint64_t)(s->sha[i] <= '9' ? s->sha[i] - '0' : s->sha[i] - 'a' + 10);
     for (int i = 0; i < k->nloaded; i++)
-        if (k->loaded[i] == s) return 1;
-    if (k->nloaded < (int)(sizeof(k->loaded) / sizeof(k->loaded[0]))) k->loaded[k->nloaded++] = s;
+        if (k->loaded[i] == id) return 1;
+    if (k->nloaded < (int)(sizeof(k->loaded) / sizeof(k->loaded[0]))) k->loaded[k->nloaded++] = id;
     return 0;
 }
 

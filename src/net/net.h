@@ -66,6 +66,9 @@ typedef struct hl_script {
     const char *name, *body, *sha;
 } hl_script;
 
+/* The SHA-1 of data, as EVALSHA names a script: 40 hex digits and a NUL. */
+void hl_sha1_hex(const char *data, size_t len, char out[41]);
+
 /* ---- Settings and state shared by a client's connections ---------------- */
 
 typedef struct hl_req hl_req;
@@ -160,7 +163,9 @@ typedef struct hl_conn {
      * what follows on it (EVALSHA). Sending EVAL first, rather than waiting
      * for NOSCRIPT, keeps a pipeline in order: a NOSCRIPT's EVAL would go
      * out behind requests sent after it (a release behind the next try). */
-    const hl_script *loaded[8];
+    uint64_t loaded[32];     /* each one's first 16 hex digits of SHA-1 (a
+                                caller's script may be freed, and another
+                                made at its address) */
     int nloaded;
     /* Counted for hilock_client_stats(): handshakes done (the ones after
      * the first: reconnects), attempts that failed, ready ones lost. */
@@ -291,6 +296,9 @@ struct hl_req {
                                   quorum (its grants must be undone) */
     unsigned everywhere : 1;   /* Redlock: to a node that is down too, sent when
                                   it is back (a release must leave no key) */
+    unsigned at_most_once : 1; /* not idempotent (a caller's script): a send
+                                  that may have run is never sent again; a
+                                  drop ends it with the connection's error */
     uint32_t lease_ms;         /* the lease it sets, if any: a quorum counts
                                   only within it (Redlock's validity) */
     int acked;                 /* replicas that WAIT said have its write */
@@ -335,6 +343,9 @@ void hl_req_move(hl_req *r, hl_conn *k);
 void hl_net_cancel_all(hl_net *net);
 /* "MOVED <slot> <host>:<port>" or "ASK ...": 1 and the parts, else 0. */
 int hl_parse_redirect(const char *s, int *ask, unsigned *slot, char *host, size_t hostlen, int *port);
+/* A copy of a reply that outlives hiredis's callback (freeReplyObject
+ * frees it); NULL when out of memory. */
+redisReply *hl_reply_dup(const redisReply *in);
 /* Map an error reply to a code; keep its text as the last error. */
 int hl_reply_error(hl_loop *l, const redisReply *reply);
 /* Does an error pass with time (a server away, restarting, loading, a

@@ -322,6 +322,11 @@ void hl_req_on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
     }
     if (r->finished) { req_free(r); return; }
     if (r->net->loop->freeing) { hl_req_finish(r, NULL, HILOCK_ECANCELED); return; }
+    if (reply == NULL && r->at_most_once) { /* it may have run: never twice */
+        r->lost_reply = 1;
+        hl_req_finish(r, NULL, hl_conn_error(k));
+        return;
+    }
     if (reply == NULL) { /* send again once it is back */
         r->lost_reply = 1;
         hl_list_push(&k->queue, &r->link);
@@ -342,9 +347,7 @@ void hl_req_on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
     hl_req_finish(r, reply, 0);
 }
 
-/* A copy of a reply that outlives hiredis's callback (freeReplyObject
- * frees it); NULL when out of memory. */
-static redisReply *reply_dup(const redisReply *in) {
+redisReply *hl_reply_dup(const redisReply *in) {
     redisReply *r = malloc(sizeof(*r));
     if (r == NULL) return NULL;
     memcpy(r, in, sizeof(*r));
@@ -356,7 +359,7 @@ static redisReply *reply_dup(const redisReply *in) {
     if (in->elements > 0) {
         if ((r->element = calloc(in->elements, sizeof(*r->element))) == NULL) goto oom;
         for (; r->elements < in->elements; r->elements++)
-            if ((r->element[r->elements] = reply_dup(in->element[r->elements])) == NULL) goto oom;
+            if ((r->element[r->elements] = hl_reply_dup(in->element[r->elements])) == NULL) goto oom;
     }
     return r;
 oom:
@@ -369,7 +372,7 @@ oom:
 void hl_req_on_stash(redisAsyncContext *ac, void *reply, void *privdata) {
     hl_req *r = privdata;
     if (reply != NULL && ac->data != NULL) hl_conn_heard(ac->data);
-    if (reply != NULL && !r->finished) r->held = reply_dup(reply);
+    if (reply != NULL && !r->finished) r->held = hl_reply_dup(reply);
 }
 
 /* WAIT's reply: how many replicas have the write; then the request's own

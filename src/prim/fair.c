@@ -103,7 +103,14 @@ static void fair_abandon(hilock_wait *w) {
     if (!w->try_once) hl_release_token(w->name, hl_wait_token(w, tok), &w->terms, 0);
 }
 
+static const char *fair_guard(const hl_terms *terms, char *kind) {
+    (void)terms;
+    *kind = 's'; /* "TOKEN FENCE" */
+    return ":fair";
+}
+
 const hl_prim hl_fair = {
+    .guard = fair_guard,
     .channel_suffix = ":fair:ch:",
     .client_channel = 1,
     .try_req = fair_try_req,

@@ -165,7 +165,14 @@ static hl_req *mutex_fence_req(hl_name *n, uint64_t fence, hl_req_done done, voi
     return r;
 }
 
+static const char *mutex_guard(const hl_terms *terms, char *kind) {
+    (void)terms;
+    *kind = 's';
+    return "";
+}
+
 const hl_prim hl_mutex = {
+    .guard = mutex_guard,
     .channel_suffix = ":ch",
     .try_req = mutex_try_req,
     .try_parse = mutex_try_parse,

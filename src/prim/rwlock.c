@@ -189,7 +189,13 @@ static void rw_abandon(hilock_wait *w) {
 
 static int rw_admit(const hilock_wait *w, const hilock_hold *mine);
 
+static const char *rw_guard(const hl_terms *terms, char *kind) {
+    *kind = terms->write ? 'h' : 'z';
+    return terms->write ? ":rw" : ":rwr";
+}
+
 const hl_prim hl_rwlock = {
+    .guard = rw_guard,
     .channel_suffix = ":rw:ch",
     .try_req = rw_try_req,
     .try_parse = rw_try_parse,

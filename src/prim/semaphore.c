@@ -106,7 +106,14 @@ static hl_req *sem_renew_req(hl_name *n, const hilock_hold *h, uint32_t lease_ms
     return hl_prim_renew_req(n, &renew_cmd, h->token, lease_ms, done, owner);
 }
 
+static const char *sem_guard(const hl_terms *terms, char *kind) {
+    (void)terms;
+    *kind = 'z';
+    return ":sem";
+}
+
 const hl_prim hl_semaphore = {
+    .guard = sem_guard,
     .channel_suffix = ":sem:ch",
     .try_req = sem_try_req,
     .try_parse = sem_try_parse,
