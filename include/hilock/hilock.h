@@ -922,7 +922,7 @@ HILOCK_API int hilock_client_stats(const hilock_client *c, hilock_stats *out);
 HILOCK_API int hilock_stats_prometheus(char *buf, size_t len, const hilock_stats *const *stats,
                                        const char *const *labels, size_t n);
 
-/* ---- Breaking a lock (operators) --------------------------------------- */
+/* ---- Breaking and checking a lock (operators, resource servers) --------- */
 
 /* status 0: done; `fence` is the fence of the lock that was removed, or 0
  * if nobody held it (Redlock: the largest fence among the quorum of
@@ -942,6 +942,26 @@ typedef void (*hilock_break_cb)(int status, uint64_t fence, void *data);
  * then: fencing tokens are what protects the resource. Returns 0 (cb runs
  * once, deferred), or HILOCK_EINVAL / HILOCK_ENOMEM / HILOCK_ECLOSED at once. */
 HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb cb, void *data);
+
+/* status 0: `fence` is the fence of the mutex's current holder, or 0 if
+ * nobody holds it (1: held, but its fence is not known: the fence key was
+ * gone). Otherwise a connection or reply error, or HILOCK_ECANCELED if
+ * the client was freed first. */
+typedef void (*hilock_check_cb)(int status, uint64_t fence, void *data);
+
+/* Read the fence of the current holder of the mutex `name`, for a
+ * resource server that refuses a stale holder: a request that carries a
+ * fence lower than this comes from a holder whose lock has passed on; one
+ * that carries a fence while the lock is free (0) comes from a holder
+ * whose lease ran out. The answer is Redis's at one instant: the lock may
+ * change hands right after, so a server should also keep the largest
+ * fence it has accepted and refuse anything lower (the fencing check that
+ * needs no Redis at all). Reads only; the mutex only (the other
+ * primitives' holders carry their fences in their holds). Not over
+ * Redlock (HILOCK_EINVAL: each master counts its own fences). Returns 0
+ * (cb runs once, deferred), or HILOCK_EINVAL / HILOCK_ENOMEM /
+ * HILOCK_ECLOSED / HILOCK_EFORK at once. */
+HILOCK_API int hilock_check(hilock_client *c, const char *name, hilock_check_cb cb, void *data);
 
 /* ---- Keys (documented for interop and tooling) ------------------------ */
 

@@ -1,15 +1,18 @@
-/* Breaking a lock: an operator removes a mutex whoever holds it
- * (hilock_break, or `hilock unlock` in the CLI). Not part of any hold's life. */
+/* Breaking and checking a lock, from outside any hold's life: an operator
+ * removes a mutex whoever holds it (hilock_break, or `hilock unlock` in
+ * the CLI); a resource server reads the fence of its holder, to refuse a
+ * stale one (hilock_check, `hilock check`). */
 #include <stdlib.h>
 #include <string.h>
 #include "prim/prim.h"
 
 static const hl_cmd break_cmd = {&hl_script_mutex_break, 1, {""}};
+static const hl_cmd check_cmd = {&hl_script_mutex_check, 1, {""}};
 
 typedef struct hl_breakop {
     hl_defer defer;
     hilock_client *c;
-    hilock_break_cb cb;
+    void (*cb)(int status, uint64_t fence, void *data);
     void *data;
     int status;
     uint64_t fence;
@@ -35,15 +38,18 @@ static void on_broken(hl_req *r, redisReply *reply, int err) {
     else hl_defer_push(&op->c->loop, &op->defer);
 }
 
-int hilock_break(hilock_client *c, const char *name, hilock_break_cb cb, void *data) {
+/* cmd on the mutex `name`, whose reply is a fence for cb; a break also
+ * tells the waiters. */
+static int fence_op(hilock_client *c, const char *name, const hl_cmd *cmd, int tell,
+                    void (*cb)(int status, uint64_t fence, void *data), void *data) {
     if (c == NULL || name == NULL || cb == NULL) return HILOCK_EINVAL;
     if (hl_client_refuses(c)) return hl_client_refuses(c);
     size_t len = strnlen(name, HILOCK_NAME_MAX + 1);
     if (len == 0 || len > HILOCK_NAME_MAX) return HILOCK_EINVAL;
     hl_breakop *op = calloc(1, sizeof(*op));
     hl_name *n = op ? hl_name_get(c, &hl_mutex, name, len) : NULL;
-    hl_req *r = n ? hl_name_req(n, &break_cmd, n->chlen + 8, on_broken, op) : NULL;
-    if (r != NULL) {
+    hl_req *r = n ? hl_name_req(n, cmd, n->chlen + 8, on_broken, op) : NULL;
+    if (r != NULL && tell) {
         hl_req_arg(r, hl_name_channel(n), n->chlen, "", 0);
         r->publishes = 1; /* PUBLISH or SPUBLISH, as the client's pub/sub mode says */
         r->everywhere = 1;
@@ -61,4 +67,17 @@ int hilock_break(hilock_client *c, const char *name, hilock_break_cb cb, void *d
     hl_name_submit(n, r);
     hl_name_maybe_free(n); /* the request carries its own keys */
     return 0;
+}
+
+int hilock_break(hilock_client *c, const char *name, hilock_break_cb cb, void *data) {
+    return fence_op(c, name, &break_cmd, 1, cb, data);
+}
+
+int hilock_check(hilock_client *c, const char *name, hilock_check_cb cb, void *data) {
+    if (c != NULL && c->topo.net.quorum) {
+        hl_set_error(&c->loop, "hilock_check: not over Redlock (each master counts its own "
+                     "fences; the holder's is the largest of its quorum's)");
+        return HILOCK_EINVAL;
+    }
+    return fence_op(c, name, &check_cmd, 0, cb, data);
 }

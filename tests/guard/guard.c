@@ -12,7 +12,10 @@
  * guard_faults:  a reply lost with the connection: the script ran once,
  *                the caller is told the answer never came, and it is
  *                never sent twice.
- * guard_cluster: on a 3+3 cluster, the write goes to the slot's master. */
+ * guard_cluster: on a 3+3 cluster, the write goes to the slot's master.
+ * check:         hilock_check, the fence of a mutex's current holder (0 when
+ *                free) for a resource server; neither it nor a guarded
+ *                write runs over Redlock. */
 #include <unistd.h>
 #include "support/lockenv.h"
 #include "support/clusterenv.h"
@@ -374,6 +377,85 @@ Test(guard, a_client_freed_with_evals_in_flight_calls_each_back_once) {
     }
 }
 
+/* ---- check -------------------------------------------------------------- */
+
+typedef struct checkrec {
+    int calls;
+    int status;
+    uint64_t fence;
+} checkrec;
+
+static void check_cb(int status, uint64_t fence, void *data) {
+    checkrec *r = data;
+    r->calls++;
+    r->status = status;
+    r->fence = fence;
+}
+
+static checkrec check_now(struct event_base *base, hilock_client *c, const char *name) {
+    checkrec r = {0, 0, 0};
+    cr_assert_eq(hilock_check(c, name, check_cb, &r), 0);
+    test_loop_until(base, &r.calls, 5000);
+    cr_assert_eq(r.calls, 1);
+    return r;
+}
+
+TestSuite(check, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(check, reads_the_fence_of_the_current_holder) {
+    hilock_client *c = lockenv_client(&e), *d = lockenv_client(&e);
+    checkrec r = check_now(e.base, d, "res");
+    cr_expect_eq(r.status, 0);
+    cr_expect_eq(r.fence, 0, "free: 0, not %llu", (unsigned long long)r.fence);
+    got g = acquire_now(&e, c, "res", NULL);
+    r = check_now(e.base, d, "res");
+    cr_expect_eq(r.status, 0);
+    cr_expect_eq(r.fence, hilock_hold_fence(g.hold));
+    uint64_t stale = hilock_hold_fence(g.hold);
+    cr_assert_eq(release_now(&e, g.hold), 0);
+    r = check_now(e.base, d, "res");
+    cr_expect_eq(r.fence, 0, "released: free");
+    g = acquire_now(&e, c, "res", NULL);
+    r = check_now(e.base, d, "res");
+    cr_expect_gt(r.fence, stale, "the next holder's fence is larger");
+    /* Held, its fence key gone: 1, never a fence that was given. */
+    test_redis_int(&e.r, "DEL %s", prim_key("res", ":fence"));
+    r = check_now(e.base, d, "res");
+    cr_expect_eq(r.fence, 1);
+    release_now(&e, g.hold);
+    /* An older hilock's hold (a hash): its fence field. */
+    cr_assert_eq(test_redis_int(&e.r, "HSET %s token t fence 77", prim_key("old", "")), 2);
+    r = check_now(e.base, d, "old");
+    cr_expect_eq(r.status, 0);
+    cr_expect_eq(r.fence, 77);
+    cr_expect_eq(hilock_check(NULL, "x", check_cb, &r), HILOCK_EINVAL);
+    cr_expect_eq(hilock_check(d, "", check_cb, &r), HILOCK_EINVAL);
+    cr_expect_eq(hilock_check(d, "x", NULL, NULL), HILOCK_EINVAL);
+    hilock_client_free(c);
+    hilock_client_free(d);
+}
+
+Test(check, neither_a_check_nor_a_guarded_write_runs_over_redlock) {
+    char url[96];
+    snprintf(url, sizeof(url), "redlock://127.0.0.1:%d", e.r.port);
+    hilock_client *c = lockenv_client_url(&e, url, 0);
+    checkrec r = {0, 0, 0};
+    cr_expect_eq(hilock_check(c, "rl", check_cb, &r), HILOCK_EINVAL);
+    cr_expect(strstr(hilock_client_errstr(c), "Redlock"), "%s", hilock_client_errstr(c));
+    got g = acquire_now(&e, c, "rl", NULL);
+    cr_assert_eq(g.status, 0);
+    hilock_script *s = script(INCR);
+    char k[256];
+    hilock_hold_key(g.hold, "v", k, sizeof(k));
+    const char *keys[] = {k};
+    cr_expect_eq(hilock_hold_eval(g.hold, s, 1, keys, 0, NULL, NULL, eval_cb, NULL), HILOCK_EINVAL);
+    cr_expect(strstr(hilock_client_errstr(c), "Redlock"), "%s", hilock_client_errstr(c));
+    hilock_script_free(s);
+    release_now(&e, g.hold);
+    hilock_client_free(c);
+    cr_expect_eq(r.calls, 0);
+}
+
 /* ---- guard_faults ------------------------------------------------------- */
 
 TestSuite(guard_faults, .timeout = 60);
@@ -455,8 +537,13 @@ Test(guard_cluster, writes_on_the_slots_master_and_refuses_other_slots) {
         release_loop(ce.base, g.hold, 5000);
     }
     /* A key of another slot: refused before it is sent (Redis would say
-     * CROSSSLOT). */
+     * CROSSSLOT). And the holder's fence, read from the other client. */
     got g = acquire_loop(ce.base, a, "alpha", NULL, 10000);
+    checkrec cr = {0, 0, 0};
+    cr_assert_eq(hilock_check(b, "alpha", check_cb, &cr), 0);
+    test_loop_until(ce.base, &cr.calls, 5000);
+    cr_expect_eq(cr.status, 0);
+    cr_expect_eq(cr.fence, hilock_hold_fence(g.hold));
     const char *other[] = {"hilock:{beta}:u:n"};
     cr_expect_eq(hilock_hold_eval(g.hold, s, 1, other, 0, NULL, NULL, NULL, NULL), HILOCK_EINVAL);
     release_loop(ce.base, g.hold, 5000);
