@@ -23,6 +23,8 @@
  *   tls.c           the TLS scenario: handoff, throughput and PING over
  *                   the server's TLS port, each beside its plain port in
  *                   the same run
+ *   guard.c         the guarded_write scenario: hilock_hold_eval beside a
+ *                   plain EVALSHA of the same script, alternated
  *   fairness.c      the fairness scenario: P processes x W loops on one
  *                   name, the shares of the grants and the waits per
  *                   process, for the mutex (bounded waiting, and always
@@ -369,5 +371,7 @@ int scenario_redlock_handoff(void);
 int scenario_tls(void);
 /* fairness.c: P processes x W loops on one name, per primitive (see there). */
 int scenario_fairness(void);
+/* guard.c: hilock_hold_eval beside a plain EVALSHA of the same script. */
+int scenario_guarded_write(void);
 
 #endif

@@ -5,16 +5,15 @@
  * cut off while its lease ran out is answered HILOCK_ELOST, and its write
  * is not applied, with no fenced resource needed for data kept in Redis.
  *
- * The script sent is the guard, on one line, then the caller's text in a
- * function whose parameters are named KEYS and ARGV (so the caller's
- * script sees its own keys and arguments, and its line numbers in Redis's
- * errors are its own), then the call:
+ * The script sent is the guard, on one line, followed on that same line
+ * by the caller's text, so that the caller's line numbers in Redis's
+ * errors are its own. The guard takes its own key and arguments off the
+ * front of KEYS and ARGV (KEYS[1], the key its primitive names,
+ * hl_prim.guard; ARGV[1] the token, ARGV[2] how to read that key): the
+ * caller's script sees only its own. No function or table is made per
+ * call: the guard costs Redis one read of the lock and a comparison.
  *
- *   <guard: KEYS[1], ARGV[1] token, ARGV[2] kind> local function hl_run(KEYS, ARGV) <the caller's>
- *   end return hl_run(<KEYS from 2>, <ARGV from 3>)
- *
- * The guard reads the key the hold's primitive names (hl_prim.guard). The
- * caller's keys must share the lock's slot, on every server (a program
+ * The caller's keys must share the lock's slot, on every server (a program
  * that works on one server then works on a cluster): hilock_hold_key()
  * makes such keys. */
 #include <stdlib.h>
@@ -22,26 +21,22 @@
 #include "core/core.h"
 
 #define GUARD                                                                              \
-    "local function hl_holds(k, t, m) "                                                    \
-    "if m == 'h' then return redis.call('HGET', k, 'token') == t end "                     \
-    "if m == 'z' then local s, n = tonumber(redis.call('ZSCORE', k, t)), redis.call('TIME') " \
-    "return s ~= nil and s > tonumber(n[1]) * 1000 + math.floor(tonumber(n[2]) / 1000) end " \
-    "local v = redis.pcall('GET', k) "                                                     \
-    "return type(v) == 'string' and (v == t or string.sub(v, 1, #t + 1) == t .. ' ') end " \
-    "if not hl_holds(KEYS[1], ARGV[1], ARGV[2]) then "                                     \
-    "return redis.error_reply(\"" LOST_TEXT "\") end "                                       \
-    "local hl_keys, hl_argv = {}, {} "                                                     \
-    "for i = 2, #KEYS do hl_keys[i - 1] = KEYS[i] end "                                    \
-    "for i = 3, #ARGV do hl_argv[i - 2] = ARGV[i] end "                                    \
-    "local function hl_run(KEYS, ARGV) "
+    "local hl_k, hl_t, hl_m, hl_ok = table.remove(KEYS, 1), table.remove(ARGV, 1), "       \
+    "table.remove(ARGV, 1) "                                                               \
+    "if hl_m == 'h' then hl_ok = redis.call('HGET', hl_k, 'token') == hl_t "               \
+    "elseif hl_m == 'z' then "                                                             \
+    "local s, n = tonumber(redis.call('ZSCORE', hl_k, hl_t)), redis.call('TIME') "         \
+    "hl_ok = s ~= nil and s > tonumber(n[1]) * 1000 + math.floor(tonumber(n[2]) / 1000) "  \
+    "else local v = redis.pcall('GET', hl_k) "                                             \
+    "hl_ok = type(v) == 'string' and (v == hl_t or string.sub(v, 1, #hl_t + 1) == hl_t .. ' ') " \
+    "end if not hl_ok then return redis.error_reply(\"" LOST_TEXT "\") end "
 #define LOST_TEXT "HILOCK_LOST the lock is no longer this hold's: the script did not run"
-#define CALL "\nend return hl_run(hl_keys, hl_argv)\n"
 
 struct hilock_script {
     hl_script s;
     unsigned refs;   /* the caller's, and one per request in flight */
     char sha[41];
-    char body[];     /* GUARD, the caller's text, CALL */
+    char body[];     /* GUARD, then the caller's text */
 };
 
 int hilock_script_new(hilock_script **out, const char *body) {
@@ -51,12 +46,11 @@ int hilock_script_new(hilock_script **out, const char *body) {
     /* A shebang's flags (#!lua flags=no-writes) must be the script's first
      * line, which is the guard's: a guarded write writes. */
     if (strncmp(body, "#!", 2) == 0) return HILOCK_EINVAL;
-    size_t len = strlen(body), total = sizeof(GUARD) - 1 + len + sizeof(CALL) - 1;
+    size_t len = strlen(body), total = sizeof(GUARD) - 1 + len;
     hilock_script *s = malloc(sizeof(*s) + total + 1);
     if (s == NULL) return HILOCK_ENOMEM;
     memcpy(s->body, GUARD, sizeof(GUARD) - 1);
-    memcpy(s->body + sizeof(GUARD) - 1, body, len);
-    memcpy(s->body + sizeof(GUARD) - 1 + len, CALL, sizeof(CALL));
+    memcpy(s->body + sizeof(GUARD) - 1, body, len + 1);
     hl_sha1_hex(s->body, total, s->sha);
     s->s.name = "a caller's script (hilock_hold_eval)";
     s->s.body = s->body;
