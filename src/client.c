@@ -163,6 +163,7 @@ static int config_take(hilock_config *out, const hilock_config *cfg) {
     if (out->renew_batch > HL_RENEW_BATCH_MAX) return HILOCK_EINVAL;
     if (out->pubsub < HILOCK_PUBSUB_AUTO || out->pubsub > HILOCK_PUBSUB_CLASSIC) return HILOCK_EINVAL;
     if (out->wait_replicas > 64) return HILOCK_EINVAL;
+    if (out->lock_delay_ms > HILOCK_LOCK_DELAY_MAX) return HILOCK_EINVAL;
     return 0;
 }
 

@@ -333,10 +333,22 @@ typedef struct hilock_config {
      * 100; 1: every hold renews alone, at its own time. At most 1000.
      * Over Redlock, and for the other primitives, every hold renews alone. */
     uint32_t renew_batch;
+    /* Lock-delay (Chubby's, Consul's): a mutex or fair lock of this client
+     * that ends without a release (its lease ran out: the holder died, was
+     * paused, or was cut off) cannot be taken by anyone for this many ms
+     * more, so that a holder that is merely slow has time to see its loss
+     * before the next holder acts. A release frees the lock at once, and
+     * hilock_break() too. The holder believes its hold for its lease only;
+     * Redis keeps the key for the lease plus the delay (each renewal
+     * extends both), and waiters sleep until the key's end, woken then,
+     * not by polling. 0: the default, none; at most 60000. */
+    uint32_t lock_delay_ms;
 } hilock_config;
 
 /* hilock_config.starve_ms: never hand the lock over to a starving wait. */
 #define HILOCK_STARVE_NEVER UINT32_MAX
+/* hilock_config.lock_delay_ms: the most it takes (Chubby's and Consul's). */
+#define HILOCK_LOCK_DELAY_MAX 60000u
 /* hilock_config.health_ms: never drop a connection for its silence. */
 #define HILOCK_HEALTH_OFF UINT32_MAX
 

@@ -63,7 +63,7 @@ static hl_req *fair_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl
                             void *owner) {
     const hilock_wait *w = owner;
     char mode = w->try_once ? '1' : w->rejoining ? '2' : w->placed ? '3' : '0';
-    return hl_queue_try_req(n, &acquire_cmd, token, lease_ms, mode, done, owner);
+    return hl_queue_try_req(n, &acquire_cmd, token, hl_key_ttl(n, lease_ms), mode, done, owner);
 }
 
 /* Reentrancy: acquires by the same owner that queued behind the grantee
@@ -93,7 +93,8 @@ static hl_req *fair_release_lock_req(hl_name *n, const char *token, hl_req_done 
  * a renewal. */
 static hl_req *fair_renew_req(hl_name *n, const hilock_hold *h, uint32_t lease_ms, hl_req_done done,
                               void *owner) {
-    return hl_prim_renew_req(n, hl_hold_unclaimed(h) ? &claim_cmd : &renew_cmd, h->token, lease_ms, done, owner);
+    return hl_prim_renew_req(n, hl_hold_unclaimed(h) ? &claim_cmd : &renew_cmd, h->token,
+                             hl_key_ttl(n, lease_ms), done, owner);
 }
 
 /* A wait that ends without its own grant leaves the queue, and gives back

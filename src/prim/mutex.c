@@ -46,6 +46,7 @@ static const hl_cmd fence_cmd = {&hl_script_mutex_fence, 1, {":fence"}};
 static hl_req *mutex_try_req(hl_name *n, const char *token, uint32_t lease_ms,
                              hl_req_done done, void *owner) {
     const hilock_wait *w = owner;
+    lease_ms = hl_key_ttl(n, lease_ms);
     if (w->starving) return hl_queue_try_req(n, &join_cmd, token, lease_ms, '0', done, owner);
     hl_req *r = hl_name_req(n, &acquire_cmd, HL_TOKEN_LEN + 2 * 20, done, owner);
     if (r == NULL) return NULL;
@@ -135,7 +136,7 @@ static void mutex_abandon(hilock_wait *w) {
  * master. */
 static hl_req *mutex_renew_req(hl_name *n, const hilock_hold *h, uint32_t lease_ms, hl_req_done done,
                                void *owner) {
-    hl_req *r = hl_prim_renew_req(n, &renew_cmd, h->token, lease_ms, done, owner);
+    hl_req *r = hl_prim_renew_req(n, &renew_cmd, h->token, hl_key_ttl(n, lease_ms), done, owner);
     if (r != NULL && hl_topo_quorum(&n->c->topo)) hl_req_arg_u64(r, h->fence);
     return r;
 }
@@ -150,7 +151,7 @@ static hl_req *mutex_renew_many_req(hilock_hold *const *h, int count, hl_req_don
     for (int i = 0; i < count; i++) hl_req_arg(r, h[i]->name->buf, h[i]->name->keylen, "", 0);
     for (int i = 0; i < count; i++) {
         hl_req_arg(r, h[i]->token, HL_TOKEN_LEN, "", 0);
-        hl_req_arg_u64(r, h[i]->renew_lease);
+        hl_req_arg_u64(r, hl_key_ttl(h[i]->name, h[i]->renew_lease));
     }
     return r;
 }

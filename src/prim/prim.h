@@ -29,6 +29,13 @@ int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
 int hl_prim_try_reply(hilock_client *c, const redisReply *reply, const char *what, int third,
                       long long v[3]);
 
+/* The TTL of the lock key of a hold or try for lease_ms: the lease, and
+ * the client's lock-delay after it (hilock_config.lock_delay_ms; the mutex
+ * and the fair lock). The hold itself counts on the lease alone. */
+static inline uint32_t hl_key_ttl(const hl_name *n, uint32_t lease_ms) {
+    return lease_ms + n->c->cfg.lock_delay_ms;
+}
+
 /* The release every primitive sends: cmd(keys; token, channel, PUBLISH or
  * SPUBLISH (added by net)), to every node of a quorum. */
 hl_req *hl_prim_release_req(hl_name *n, const hl_cmd *cmd, const char *token, hl_req_done done,
