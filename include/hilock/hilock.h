@@ -768,6 +768,21 @@ HILOCK_API int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data);
 HILOCK_API int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb,
                                   void *data);
 
+/* A revoke (hilock_revoke) asks the holder of `h` to release it. The
+ * holder decides: release it (hilock_release), or not. */
+typedef void (*hilock_revoke_cb)(hilock_hold *h, void *data);
+
+/* Listen for revokes of the mutex hold `h`: cb(h, data) runs once, the
+ * first time a revoke asks for it (also one asked before this call), and
+ * never after the hold's release or loss. The hold's name stays
+ * subscribed while it listens, so the request comes at once; a request
+ * missed while a connection was down comes with the next renewal. cb
+ * NULL: stop listening. Set it in the acquire callback (a setting of the
+ * hold, not an acquire option: it costs waiters nothing). Returns 0, or
+ * HILOCK_EINVAL (NULL, a hold being released, not a mutex's, or over
+ * Redlock), HILOCK_ECLOSED or HILOCK_EFORK. */
+HILOCK_API int hilock_hold_on_revoke(hilock_hold *h, hilock_revoke_cb cb, void *data);
+
 /* ---- Guarded writes -------------------------------------------------------- */
 
 /* A Lua script of the caller's, for hilock_hold_eval(): made once (its
@@ -934,7 +949,7 @@ HILOCK_API int hilock_client_stats(const hilock_client *c, hilock_stats *out);
 HILOCK_API int hilock_stats_prometheus(char *buf, size_t len, const hilock_stats *const *stats,
                                        const char *const *labels, size_t n);
 
-/* ---- Breaking and checking a lock (operators, resource servers) --------- */
+/* ---- Breaking, checking and revoking a lock ------------------------------ */
 
 /* status 0: done; `fence` is the fence of the lock that was removed, or 0
  * if nobody held it (Redlock: the largest fence among the quorum of
@@ -959,7 +974,7 @@ HILOCK_API int hilock_break(hilock_client *c, const char *name, hilock_break_cb 
  * nobody holds it (1: held, but its fence is not known: the fence key was
  * gone). Otherwise a connection or reply error, or HILOCK_ECANCELED if
  * the client was freed first. */
-typedef void (*hilock_check_cb)(int status, uint64_t fence, void *data);
+typedef void (*hilock_fence_cb)(int status, uint64_t fence, void *data);
 
 /* Read the fence of the current holder of the mutex `name`, for a
  * resource server that refuses a stale holder: a request that carries a
@@ -973,7 +988,20 @@ typedef void (*hilock_check_cb)(int status, uint64_t fence, void *data);
  * Redlock (HILOCK_EINVAL: each master counts its own fences). Returns 0
  * (cb runs once, deferred), or HILOCK_EINVAL / HILOCK_ENOMEM /
  * HILOCK_ECLOSED / HILOCK_EFORK at once. */
-HILOCK_API int hilock_check(hilock_client *c, const char *name, hilock_check_cb cb, void *data);
+HILOCK_API int hilock_check(hilock_client *c, const char *name, hilock_fence_cb cb, void *data);
+
+/* Ask the holder of the mutex `name` to release it (cooperative
+ * revocation, Curator's Revoker): its hold's revoke callback
+ * (hilock_hold_on_revoke) decides. cb gets the fence of the holder asked,
+ * 0 if nobody held the lock (nothing is asked then), or an error. The
+ * request reaches the holder at once by a message on the lock's channel
+ * while its client listens, and in any case at its next renewal (a third
+ * of its lease at most), through a mark on the lock; a holder without a
+ * revoke callback is asked, and does nothing. The lock stays held until
+ * the holder releases it: a revoke never takes a lock away (hilock_break
+ * does). Not over Redlock. Returns 0 (cb runs once, deferred), or
+ * HILOCK_EINVAL / HILOCK_ENOMEM / HILOCK_ECLOSED / HILOCK_EFORK at once. */
+HILOCK_API int hilock_revoke(hilock_client *c, const char *name, hilock_fence_cb cb, void *data);
 
 /* ---- Keys (documented for interop and tooling) ------------------------ */
 

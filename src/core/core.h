@@ -88,6 +88,8 @@ struct hl_name {
     hl_link waiters;     /* FIFO of hilock_wait */
     size_t nwaiters;
     size_t refs;         /* holds and other users of its keys */
+    size_t listeners;    /* holds that listen for revokes (hilock_hold_on_revoke):
+                            the name stays subscribed for them */
     int sub;             /* HL_SUB_* */
     hl_node *sub_node;   /* where its subscription was last sent */
     uint64_t unsettled_until; /* a server ended its subscription (its slot
@@ -126,6 +128,9 @@ static inline const char *hl_name_channel(const hl_name *n) { return n->buf; }
 /* The channel without this client's id (hl_prim.client_channel): what the
  * scripts get, to name the channel of the client they write to. */
 size_t hl_name_channel_base_len(const hl_name *n);
+/* A hold of n starts (on) or stops listening for revokes on n's channel:
+ * the name is subscribed while any does, waiters or not (engine.c). */
+void hl_name_listen(hl_name *n, int on);
 /* The node that serves n's keys, and the one that carries its channel. */
 hl_node *hl_name_node(const hl_name *n);
 hl_node *hl_name_sub_node(const hl_name *n);
@@ -307,6 +312,9 @@ struct hl_prim {
      * hash whose field "token" is it; 'z', a sorted set of token -> end of
      * its lease (the server's Unix time in ms). Its key's suffix. */
     const char *(*guard)(const hl_terms *terms, char *kind);
+    /* Its holds may be asked to release (hilock_revoke: the mutex's
+     * scripts know the mark v). */
+    int revocable;
 };
 
 /* ---- Waits ---------------------------------------------------------------- */
@@ -410,8 +418,13 @@ struct hilock_hold {
     int lost_why;
     int renew_refused;     /* the last renewal's ACL refusal (HILOCK_EAUTH), or 0 */
     hl_link evals;         /* hilock_hold_eval() requests in flight (guard.c) */
+    hilock_revoke_cb revoke_cb; /* hilock_hold_on_revoke(), or NULL (revoke.c) */
+    void *revoke_data;
+    hl_defer revoke_defer;
     unsigned lost : 1;
     unsigned releasing : 1;
+    unsigned revoke_asked : 1; /* a revoke asked it to release (revoke.c) */
+    unsigned revoke_told : 1;  /* ... and its revoke_cb has been called */
     unsigned delivered : 1; /* an acquire callback has had it */
     char token[HL_TOKEN_LEN + 1];
 };
@@ -468,6 +481,13 @@ void hl_release_token(hl_name *n, const char *token, const hl_terms *terms, uint
 /* hl_release_token with the primitive's handover_req: a starving wait
  * that ends leaves its place (and hands on a lock granted to it meanwhile). */
 void hl_handover_token(hl_name *n, const char *token);
+/* A revoke asked hold h to release (a renewal answered so, or a message
+ * named its token): its revoke callback runs once, deferred (revoke.c). */
+void hl_hold_revoke_asked(hilock_hold *h);
+/* A revoke message on n's channel named `token`. */
+void hl_holds_revoke_msg(hl_name *n, const char *token, size_t len);
+/* The hold is going: it stops listening, its callback is not run. */
+void hl_hold_revoke_end(hilock_hold *h);
 /* The hold is going: its evals in flight forget it (guard.c). */
 void hl_hold_forget_evals(hilock_hold *h);
 /* Client close: release every hold in Redis. */

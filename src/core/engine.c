@@ -24,6 +24,10 @@ static int req_has_token(const hl_req *r, const hilock_wait *w);
 
 /* ---- Subscription state -------------------------------------------------- */
 
+/* Does n need its channel: waiters, or holds that listen for revokes
+ * (hl_name_listen)? */
+static int name_listens(const hl_name *n) { return n->nwaiters > 0 || n->listeners > 0; }
+
 static void subscribe(hl_name *n, int on) {
     if (on) n->sub_node = hl_name_sub_node(n);
     hl_node_subscribe(n->sub_node, hl_name_channel(n), n->chlen, on);
@@ -41,9 +45,10 @@ static void ensure_subscribed(hl_name *n) {
     }
 }
 
-/* The last waiter left: linger, then unsubscribe. */
+/* The last waiter left: linger, then unsubscribe (unless holds listen). */
 static void name_idle(hl_name *n) {
     hl_timer_stop(&n->c->loop, &n->fallback);
+    if (n->listeners > 0) return;
     if (n->sub == HL_SUB_PENDING || n->sub == HL_SUB_ACTIVE)
         hl_timer_start(&n->c->loop, &n->linger, n->c->cfg.linger_ms);
     else
@@ -52,7 +57,7 @@ static void name_idle(hl_name *n) {
 
 static void linger_fired(hl_timer *t) {
     hl_name *n = HL_CONTAINER(t, hl_name, linger);
-    if (n->nwaiters > 0) return;
+    if (name_listens(n)) return;
     /* A subscribe still unanswered a whole linger on a ready connection
      * was refused (an ACL without the channel: the error names no
      * channel) or is about to be acked: either way the server answers an
@@ -63,6 +68,15 @@ static void linger_fired(hl_timer *t) {
         subscribe(n, 0);
     } else if (n->sub == HL_SUB_PENDING) {
         hl_timer_start(&n->c->loop, &n->linger, n->c->cfg.linger_ms);
+    }
+}
+
+void hl_name_listen(hl_name *n, int on) {
+    if (on) {
+        n->listeners++;
+        ensure_subscribed(n);
+    } else if (--n->listeners == 0 && n->nwaiters == 0) {
+        name_idle(n);
     }
 }
 
@@ -97,7 +111,7 @@ static void sub_ended(hl_name *n) {
         n->unsettled_until = hl_now_ms() + UNSETTLED_MS;
     }
     n->sub = HL_SUB_NONE;
-    if (n->nwaiters > 0) {
+    if (name_listens(n)) {
         ensure_subscribed(n);
         hl_engine_kick(n);
     } else {
@@ -125,6 +139,10 @@ static void on_message(void *arg, const char *ch, size_t len, const char *data, 
     hl_name *n = hl_name_by_channel(arg, ch, len);
     hl_grant g;
     if (n == NULL) return;
+    if (dlen > 2 && data[0] == 'v' && data[1] == ' ') { /* a revoke: for a holder, not the waiters */
+        hl_holds_revoke_msg(n, data + 2, dlen - 2);
+        return;
+    }
     n->c->counts.wakeups++;
     if (n->nwaiters > 0) n->woke_us = hl_now_us();
     if (n->prim->grant_msg != NULL && n->prim->grant_msg(data, dlen, &g)) grant_message(n, &g);
@@ -141,7 +159,7 @@ static void on_sub_ready(void *arg, hl_node *node) {
     for (hl_name *n = hl_names_first(c); n; n = hl_names_next(c, n))
         /* Names whose try is in flight subscribe if it fails; the ack of the
          * others retries their head. */
-        if (n->nwaiters > 0 && !n->trying && hl_name_sub_node(n) == node) ensure_subscribed(n);
+        if (name_listens(n) && !n->trying && hl_name_sub_node(n) == node) ensure_subscribed(n);
 }
 
 static void on_sub_lost(void *arg, hl_node *node) {
@@ -178,7 +196,7 @@ static void on_replay(void *arg, hl_node *via, hl_node *to) {
  * holder's lease). The ack of the new subscription has the head try, for
  * a release that went by meanwhile. */
 static void sub_misplaced(hl_name *n) {
-    if (n->nwaiters == 0 || (n->sub != HL_SUB_ACTIVE && n->sub != HL_SUB_PENDING)) return;
+    if (!name_listens(n) || (n->sub != HL_SUB_ACTIVE && n->sub != HL_SUB_PENDING)) return;
     if (n->sub_node == hl_name_sub_node(n)) return;
     if (hl_node_sub_ready(n->sub_node)) subscribe(n, 0); /* its ack: no longer ours */
     n->sub = HL_SUB_NONE;
@@ -197,7 +215,7 @@ static void on_resubscribe(void *arg, hl_node *node, int slot) {
         }
         if (node == NULL) sub_misplaced(n);
         if (n->sub != HL_SUB_NONE || n->trying) continue;
-        if (n->nwaiters > 0) ensure_subscribed(n);
+        if (name_listens(n)) ensure_subscribed(n);
         else hl_name_maybe_free(n);
     }
 }

@@ -266,11 +266,13 @@ void hl_renewal_answer(hl_renewal *rn, hl_req *r, const redisReply *reply, int e
         return;
     }
     if (err == 0 && reply->type == REDIS_REPLY_INTEGER) {
-        if (reply->integer == 1 && r->acked < (int)r->wait_replicas) {
+        int renewed = reply->integer == 1 || reply->integer == 2;
+        if (reply->integer == 2) hl_hold_revoke_asked(h); /* a revoke (mutex_revoke.lua) */
+        if (renewed && r->acked < (int)r->wait_replicas) {
             /* Only the master has the new lease: not renewed yet. */
             hl_set_error(&h->c->loop, "WAIT: %d of %u replicas confirmed the renewal", r->acked,
                          (unsigned)r->wait_replicas);
-        } else if (reply->integer == 1) {
+        } else if (renewed) {
             h->renew_refused = 0;
             renewal_check(h);
             hold_confirmed(h, r->submitted_at, h->renew_lease);
@@ -362,6 +364,7 @@ hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence, uint64_t
     h->terms = w->terms;
     h->watchdog.cb = watchdog_fired;
     lost_defer_init(h);
+    hl_list_init(&h->revoke_defer.link);
     hl_list_push(&n->c->holds, &h->link);
     n->c->counts.holds++;
     if (h->terms.owner) hl_list_push(&h->terms.owner->holds, &h->olink);
@@ -387,6 +390,7 @@ void hl_hold_free(hilock_hold *h) {
         op->hold = NULL;
     }
     hl_hold_forget_evals(h);
+    hl_hold_revoke_end(h);
     hl_list_remove(&h->link);
     h->c->counts.holds--;
     if (hl_linked(&h->olink)) hl_list_remove(&h->olink);
@@ -472,6 +476,7 @@ void hl_hold_begin_release(hilock_hold *h) {
     h->releasing = 1;
     hl_timer_stop(&h->c->loop, &h->watchdog);
     hl_defer_cancel(&h->lost_defer);
+    hl_hold_revoke_end(h);
     if (hl_linked(&h->olink)) hl_list_remove(&h->olink);
 }
 
@@ -545,8 +550,10 @@ static int extend_apply(hl_extendop *op, hl_req *r, const redisReply *reply, int
     hilock_hold *h = op->hold;
     if (err == 0 && reply->type == REDIS_REPLY_ERROR) err = hl_reply_error(r->net->loop, reply);
     else if (err == 0 && reply->type != REDIS_REPLY_INTEGER) err = HILOCK_EPROTO;
-    if (h == NULL) return err == 0 && reply->integer != 1 ? HILOCK_ELOST : err;
-    if (err == 0 && (reply->integer != 1 || !hl_hold_live(h, hl_now_ms()))) err = HILOCK_ELOST;
+    int renewed = err == 0 && (reply->integer == 1 || reply->integer == 2);
+    if (h == NULL) return err == 0 && !renewed ? HILOCK_ELOST : err;
+    if (err == 0 && reply->integer == 2) hl_hold_revoke_asked(h);
+    if (err == 0 && (!renewed || !hl_hold_live(h, hl_now_ms()))) err = HILOCK_ELOST;
     if (err == 0 && r->acked < (int)r->wait_replicas) err = HILOCK_EREPLICAS; /* the old lease stands */
     if (err == HILOCK_ELOST) hl_hold_mark_lost(h, HILOCK_ELOST);
     if (err == 0 && !h->releasing) {

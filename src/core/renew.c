@@ -40,7 +40,8 @@ static int split_after_tryagain(hl_renew_batch *b, const redisReply *reply) {
     return 1;
 }
 
-/* The answer: one character per member, '1' renewed, '0' not ours. */
+/* The answer: one character per member, '1' renewed, '2' renewed and
+ * asked to release (a revoke), '0' not ours. */
 static void on_renewed_many(hl_req *r, redisReply *reply, int err) {
     hl_renew_batch *b = r->owner;
     redisReply one = {.type = REDIS_REPLY_INTEGER};
@@ -50,7 +51,7 @@ static void on_renewed_many(hl_req *r, redisReply *reply, int err) {
     for (int i = 0; i < b->n; i++) {
         const redisReply *ri = reply;
         if (err == 0 && reply->type == REDIS_REPLY_STRING) {
-            one.integer = reply->str[i] == '1';
+            one.integer = reply->str[i] == '1' ? 1 : reply->str[i] == '2' ? 2 : 0;
             ri = &one;
         }
         hl_renewal_answer(b->item[i], r, err == 0 ? ri : NULL, err);

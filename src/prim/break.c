@@ -1,13 +1,15 @@
-/* Breaking and checking a lock, from outside any hold's life: an operator
- * removes a mutex whoever holds it (hilock_break, or `hilock unlock` in
- * the CLI); a resource server reads the fence of its holder, to refuse a
- * stale one (hilock_check, `hilock check`). */
+/* Breaking, checking and revoking a lock, from outside any hold's life:
+ * an operator removes a mutex whoever holds it (hilock_break, or `hilock
+ * unlock` in the CLI); a resource server reads the fence of its holder,
+ * to refuse a stale one (hilock_check); anyone asks its holder to release
+ * it (hilock_revoke, `hilock revoke`; the holder's side is core/revoke.c). */
 #include <stdlib.h>
 #include <string.h>
 #include "prim/prim.h"
 
 static const hl_cmd break_cmd = {&hl_script_mutex_break, 1, {""}};
 static const hl_cmd check_cmd = {&hl_script_mutex_check, 1, {""}};
+static const hl_cmd revoke_cmd = {&hl_script_mutex_revoke, 1, {""}};
 
 typedef struct hl_breakop {
     hl_defer defer;
@@ -73,11 +75,19 @@ int hilock_break(hilock_client *c, const char *name, hilock_break_cb cb, void *d
     return fence_op(c, name, &break_cmd, 1, cb, data);
 }
 
-int hilock_check(hilock_client *c, const char *name, hilock_check_cb cb, void *data) {
+int hilock_check(hilock_client *c, const char *name, hilock_fence_cb cb, void *data) {
     if (c != NULL && c->topo.net.quorum) {
         hl_set_error(&c->loop, "hilock_check: not over Redlock (each master counts its own "
                      "fences; the holder's is the largest of its quorum's)");
         return HILOCK_EINVAL;
     }
     return fence_op(c, name, &check_cmd, 0, cb, data);
+}
+
+int hilock_revoke(hilock_client *c, const char *name, hilock_fence_cb cb, void *data) {
+    if (c != NULL && c->topo.net.quorum) {
+        hl_set_error(&c->loop, "hilock_revoke: not over Redlock");
+        return HILOCK_EINVAL;
+    }
+    return fence_op(c, name, &revoke_cmd, 1, cb, data);
 }

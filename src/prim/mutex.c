@@ -174,6 +174,7 @@ static const char *mutex_guard(const hl_terms *terms, char *kind) {
 
 const hl_prim hl_mutex = {
     .guard = mutex_guard,
+    .revocable = 1,
     .channel_suffix = ":ch",
     .try_req = mutex_try_req,
     .try_parse = mutex_try_parse,

@@ -8,7 +8,8 @@
 extern const hl_prim hl_mutex, hl_semaphore;
 extern const hl_script hl_script_mutex_acquire, hl_script_mutex_join, hl_script_mutex_release,
     hl_script_mutex_handover, hl_script_mutex_renew, hl_script_mutex_renew_many,
-    hl_script_mutex_break, hl_script_mutex_fence, hl_script_mutex_check;
+    hl_script_mutex_break, hl_script_mutex_fence, hl_script_mutex_check,
+    hl_script_mutex_revoke;
 extern const hl_script hl_script_sem_acquire, hl_script_sem_release, hl_script_sem_renew,
     hl_script_sem_join, hl_script_sem_leave;
 

@@ -1,5 +1,7 @@
 -- renew: KEYS[1] lock; ARGV[1] token, ARGV[2] lease_ms[, ARGV[3] fence]
--- Extend the lease only if the lock is still ours. Returns 1 or 0.
+-- Extend the lease only if the lock is still ours. Returns 1, or 2 when
+-- a revoke asks its holder to release it (the mark v, mutex_revoke.lua),
+-- or 0.
 -- Redlock passes the hold's fence: a master where the key is gone (it
 -- restarted empty, or the key expired there alone) gets it back, but the
 -- answer is still 0. Only the masters that kept the key count: if they
@@ -7,9 +9,10 @@
 -- lock meanwhile, and the key taken back counts from the next renewal on.
 -- Never where another token holds it.
 -- #include "_mutex_value.lua"
-local held = mutex_split(redis.pcall('GET', KEYS[1]))
+local held, marks = mutex_split(redis.pcall('GET', KEYS[1]))
 if held == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if marks ~= '' and string.find(marks, 'v', 1, true) then return 2 end
   return 1
 end
 if held == false and ARGV[3] then
