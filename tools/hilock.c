@@ -3,6 +3,7 @@
  *
  *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--starve MS] [--kill-after MS] [-p PREFIX] [-E CODE] [-n N | -s | -x | -f] [-v] NAME -- COMMAND [ARG...]
  *     hilock unlock [-u URL] [-p PREFIX] [-v] NAME
+ *     hilock revoke [-u URL] [-p PREFIX] [-v] NAME
  *     hilock inspect [-u URL] [-p PREFIX] [--json] NAME... | --scan PATTERN
  *
  * A subcommand's options go before its name or after it, with the same
@@ -37,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #ifdef __linux__
@@ -59,26 +61,27 @@
 
 /* Long options of our own, numbered after the TLS ones (tlsopt.h);
  * --json and --scan are inspect's. */
-enum { OPT_STARVE = OPT_INSECURE + 1, OPT_KILL_AFTER, OPT_JSON, OPT_SCAN };
+enum { OPT_STARVE = OPT_INSECURE + 1, OPT_KILL_AFTER, OPT_JSON, OPT_SCAN, OPT_ON_REVOKE };
 
 static const char usage_text[] =
 "Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--starve MS]\n"
-"              [--kill-after MS] [-p PREFIX] [-E CODE] [-n N | -s | -x | -f]\n"
-"              [TLS OPTIONS] [-v] NAME -- COMMAND [ARG...]\n"
+"              [--kill-after MS] [--on-revoke SIGNAL] [-p PREFIX] [-E CODE]\n"
+"              [-n N | -s | -x | -f] [TLS OPTIONS] [-v] NAME -- COMMAND [ARG...]\n"
 "       hilock unlock [-u URL] [-p PREFIX] [TLS OPTIONS] [-v] NAME\n"
+"       hilock revoke [-u URL] [-p PREFIX] [TLS OPTIONS] [-v] NAME\n"
 "       hilock inspect [-u URL] [-p PREFIX] [TLS OPTIONS] [--json]\n"
 "              NAME... | --scan PATTERN\n"
 "       hilock -h | --help | -V | --version\n"
 "Run COMMAND while holding the distributed lock NAME in Redis.\n"
 "\n"
-"The options of unlock and inspect go before or after the subcommand's name\n"
-"(and its NAMEs), with the same meaning: `hilock -u URL unlock NAME` is\n"
-"`hilock unlock -u URL NAME`. Those of NAME -- COMMAND go before NAME. An\n"
-"option that a form does not take is a usage error naming both: -w, -l,\n"
-"--starve, --kill-after, -E, -n, -s, -x and -f are for NAME -- COMMAND only,\n"
-"--json and --scan for inspect only, -v not for inspect. unlock and inspect\n"
-"are subcommands unless -- follows them: `hilock unlock -- COMMAND` runs\n"
-"COMMAND under a lock named \"unlock\".\n"
+"The options of unlock, revoke and inspect go before or after the\n"
+"subcommand's name (and its NAMEs), with the same meaning: `hilock -u URL\n"
+"unlock NAME` is `hilock unlock -u URL NAME`. Those of NAME -- COMMAND go\n"
+"before NAME. An option that a form does not take is a usage error naming\n"
+"both: -w, -l, --starve, --kill-after, --on-revoke, -E, -n, -s, -x and -f are\n"
+"for NAME -- COMMAND only, --json and --scan for inspect only, -v not for\n"
+"inspect. unlock, revoke and inspect are subcommands unless -- follows them:\n"
+"`hilock unlock -- COMMAND` runs COMMAND under a lock named \"unlock\".\n"
 "\n"
 "  -u URL         Redis URL (default: $HILOCK_URL, else " DEFAULT_URL ")\n"
 "  -w WAIT_MS     give up after waiting this long (default: wait forever;\n"
@@ -93,6 +96,12 @@ static const char usage_text[] =
 "                 if the lock is lost, COMMAND's process group gets SIGTERM,\n"
 "                 then SIGKILL MS ms later if any of it still runs (default\n"
 "                 5000; 0: SIGKILL at once)\n"
+"  --on-revoke SIGNAL\n"
+"                 when `hilock revoke NAME` asks for the lock, send SIGNAL\n"
+"                 (a name, as TERM or SIGUSR1, or a number) to COMMAND's\n"
+"                 process group, once: COMMAND decides whether to end (the\n"
+"                 lock is released when it exits). The mutex only, not over\n"
+"                 Redlock. Default: a revoke is ignored\n"
 "  -p PREFIX      prefix of the Redis keys (default " DEFAULT_PREFIX "; no braces,\n"
 "                 at most 256 bytes)\n"
 "  -E CODE        exit status when NAME is busy or not acquired within WAIT_MS\n"
@@ -149,6 +158,12 @@ static const char usage_text[] =
 "or that NAME was not held. It exits 0 either way (NAME is free), 64 (usage)\n"
 "or 69 (Redis could not be used).\n"
 "\n"
+"hilock revoke NAME asks the holder of the lock NAME to release it: a hilock\n"
+"that holds it with --on-revoke signals its COMMAND, others do nothing. It\n"
+"never takes the lock away. It prints the fence of the holder asked, or that\n"
+"NAME was not held, and exits 0 either way, 64 (usage) or 69 (Redis could\n"
+"not be used).\n"
+"\n"
 "hilock inspect NAME... shows, per NAME, whether its locks are held, by whom,\n"
 "their fences, leases and waiting processes; --scan PATTERN lists the held\n"
 "locks whose NAME matches; see hilock inspect --help. It exits 0, 64 (usage)\n"
@@ -162,7 +177,7 @@ static const char usage_text[] =
 "caught: a hilock stopped by it alone leaves COMMAND running and renews\n"
 "nothing. One that was ignored when hilock started (nohup, a shell's &) stays\n"
 "ignored, by hilock and by COMMAND. If hilock itself is killed, COMMAND gets\n"
-"SIGTERM. unlock does not catch them.\n"
+"SIGTERM. unlock and revoke do not catch them.\n"
 "\n"
 "Exit status:\n"
 "  COMMAND's  COMMAND ran: its own status; 128+N if signal N killed it,\n"
@@ -227,6 +242,7 @@ typedef struct cli {
     struct event *gone_timer;   /* check_gone's backstop */
     int eperm_said;         /* said that some of the group may not be signalled */
     int passed_sig;         /* the last signal we passed on to COMMAND's group */
+    int revoke_sig;         /* --on-revoke: for COMMAND's group when a revoke asks; 0: none */
     int reraise;            /* SIGINT: end with it, after the release (command_ended) */
     int stop_sig;           /* the signal that stopped the wait */
     int lost;               /* the library told us the lock was lost */
@@ -648,12 +664,28 @@ static void run_command(cli *c) {
     c->state = ST_RUNNING;
 }
 
+/* `hilock revoke NAME` asked for the lock (--on-revoke): COMMAND's group
+ * gets the signal, once, and decides; the lock goes when COMMAND exits. */
+static void on_revoke(hilock_hold *hold, void *arg) {
+    cli *c = arg;
+
+    (void)hold;
+    if (c->state != ST_RUNNING || c->reaped) return;
+    if (c->verbose)
+        fprintf(stderr, "hilock: a revoke asks for %s: signal %d to COMMAND\n", c->name, c->revoke_sig);
+    c->passed_sig = c->revoke_sig;
+    killpg(c->child, c->revoke_sig);
+    if (c->stopped) killpg(c->child, SIGCONT);
+}
+
 static void on_acquired(hilock_hold *hold, int status, void *arg) {
     cli *c = arg;
 
     c->wait = NULL; /* the handle is gone once its callback has run */
     if (status == 0) {
         c->hold = hold;
+        /* Checked before the wait: the mutex, not over Redlock. */
+        if (c->revoke_sig != 0) hilock_hold_on_revoke(hold, on_revoke, c);
         /* A signal came while the lock was being granted: give it back. */
         if (c->stop_sig) finish(c, 128 + c->stop_sig);
         else run_command(c);
@@ -802,6 +834,38 @@ static int start_unlock(cli *c) {
     return 0;
 }
 
+/* ---- revoke NAME ---------------------------------------------------------- */
+
+static int is_redlock(const char *url) {
+    return strncmp(url, "redlock://", 10) == 0 || strncmp(url, "redlocks://", 11) == 0;
+}
+
+/* As unlock's: the outcome on stdout, and either one a success (the holder
+ * was asked, or there was none to ask). */
+static void on_revoked(int status, uint64_t fence, void *arg) {
+    cli *c = arg;
+
+    if (status == 0 && fence > 0)
+        printf("hilock: asked the holder of %s (fence %" PRIu64 ") to release it\n", c->name, fence);
+    else if (status == 0)
+        printf("hilock: %s was not held\n", c->name);
+    else
+        report(c, "cannot revoke", status);
+    finish(c, status == 0 ? 0 : exit_for_error(status));
+}
+
+static int start_revoke(cli *c, const char *url) {
+    int rc;
+
+    if (is_redlock(url)) return usage_error("revoke does not work over Redlock (a redlock:// URL)");
+    rc = hilock_revoke(c->client, c->name, on_revoked, c);
+    if (rc != 0) {
+        fprintf(stderr, "hilock: cannot revoke %s: %s\n", c->name, hilock_strerror(rc));
+        return rc == HILOCK_EINVAL ? EX_USAGE : EX_SOFTWARE;
+    }
+    return 0;
+}
+
 /* ---- NAME -- COMMAND ------------------------------------------------------ */
 
 /* Catch the stop signals (and SIGCHLD) on the loop; see must_catch. */
@@ -837,15 +901,15 @@ static char mode_option(const cli *c) {
 
 /* Whether url is Redlock's (redlock:// or redlocks://), which serves the
  * mutex only: the library refuses the other primitives there. */
-static int is_redlock(const char *url) {
-    return strncmp(url, "redlock://", 10) == 0 || strncmp(url, "redlocks://", 11) == 0;
-}
-
 static int start_lock(cli *c, const char *url, long long wait_ms, long long lease_ms) {
     hilock_acquire_opts opts;
-    int rc = catch_signals(c);
+    int rc;
 
-    if (rc != 0) return rc;
+    if (c->revoke_sig != 0 && mode_option(c) != 0)
+        return usage_error("--on-revoke is for the mutex only, not -%c", mode_option(c));
+    if (c->revoke_sig != 0 && is_redlock(url))
+        return usage_error("--on-revoke does not work over Redlock (a redlock:// URL)");
+    if ((rc = catch_signals(c)) != 0) return rc;
     hilock_acquire_opts_init(&opts);
     opts.wait_ms = wait_ms;
     opts.lease_ms = (uint32_t)lease_ms;
@@ -884,7 +948,7 @@ static int start_lock(cli *c, const char *url, long long wait_ms, long long leas
  * operands too (GNU getopt permutes them); those of NAME -- COMMAND end at
  * NAME, since what follows -- is COMMAND's. */
 
-enum { FORM_LOCK = 1, FORM_UNLOCK = 2, FORM_INSPECT = 4 };
+enum { FORM_LOCK = 1, FORM_UNLOCK = 2, FORM_INSPECT = 4, FORM_REVOKE = 8 };
 
 #define SHORTOPTS ":hVu:w:l:p:E:n:svxf" /* ':' first: our own messages */
 
@@ -896,6 +960,7 @@ static const struct option longopts[] = {
     { "kill-after", required_argument, NULL, OPT_KILL_AFTER },
     { "json", no_argument, NULL, OPT_JSON },
     { "scan", required_argument, NULL, OPT_SCAN },
+    { "on-revoke", required_argument, NULL, OPT_ON_REVOKE },
     { NULL, 0, NULL, 0 },
 };
 
@@ -909,7 +974,7 @@ static const struct scope {
     { 'w', "-w", FORM_LOCK }, { 'l', "-l", FORM_LOCK }, { 'E', "-E", FORM_LOCK },
     { 'n', "-n", FORM_LOCK }, { 's', "-s", FORM_LOCK }, { 'x', "-x", FORM_LOCK }, { 'f', "-f", FORM_LOCK },
     { OPT_STARVE, "--starve", FORM_LOCK }, { OPT_KILL_AFTER, "--kill-after", FORM_LOCK },
-    { 'v', "-v", FORM_LOCK | FORM_UNLOCK },
+    { 'v', "-v", FORM_LOCK | FORM_UNLOCK | FORM_REVOKE }, { OPT_ON_REVOKE, "--on-revoke", FORM_LOCK },
     { OPT_JSON, "--json", FORM_INSPECT }, { OPT_SCAN, "--scan", FORM_INSPECT },
 };
 
@@ -932,7 +997,8 @@ typedef struct args {
 } args;
 
 static const char *form_name(int form) {
-    return form == FORM_UNLOCK ? "unlock" : form == FORM_INSPECT ? "inspect" : "NAME -- COMMAND";
+    return form == FORM_UNLOCK ? "unlock" : form == FORM_REVOKE ? "revoke"
+           : form == FORM_INSPECT ? "inspect" : "NAME -- COMMAND";
 }
 
 /* Where the operands begin in argv: getopt_long's own walk over the
@@ -951,6 +1017,7 @@ static int first_operand(int argc, char **argv) {
 static int find_form(int argc, char **argv, int k) {
     if (k >= argc || (k + 1 < argc && strcmp(argv[k + 1], "--") == 0)) return FORM_LOCK;
     if (strcmp(argv[k], "unlock") == 0) return FORM_UNLOCK;
+    if (strcmp(argv[k], "revoke") == 0) return FORM_REVOKE;
     if (strcmp(argv[k], "inspect") == 0) return FORM_INSPECT;
     return FORM_LOCK;
 }
@@ -1053,6 +1120,30 @@ static int parse_starve(const char *from, const char *s, uint32_t *out) {
     return -1;
 }
 
+/* --on-revoke SIGNAL: a name (TERM, SIGTERM, usr1...) or a number. Returns
+ * -1 to go on, or the usage status. */
+static int parse_signal(const char *s, int *out) {
+    static const struct { const char *name; int sig; } sigs[] = {
+        { "HUP", SIGHUP }, { "INT", SIGINT }, { "QUIT", SIGQUIT }, { "TERM", SIGTERM },
+        { "USR1", SIGUSR1 }, { "USR2", SIGUSR2 }, { "ALRM", SIGALRM }, { "KILL", SIGKILL },
+        { "WINCH", SIGWINCH }, { "CONT", SIGCONT },
+    };
+    const char *name = strncasecmp(s, "SIG", 3) == 0 ? s + 3 : s;
+    long long n;
+    size_t i;
+
+    for (i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+        if (strcasecmp(name, sigs[i].name) == 0) {
+            *out = sigs[i].sig;
+            return -1;
+        }
+    if (parse_num(s, 1, NSIG - 1, &n) != NULL)
+        return usage_error("bad --on-revoke SIGNAL '%s': want a signal's name (HUP, INT, QUIT, TERM, "
+                           "USR1, USR2, ALRM, KILL, WINCH, CONT) or number, 1 to %d", s, NSIG - 1);
+    *out = (int)n;
+    return -1;
+}
+
 /* -n N, -s, -x, -f: which primitive of NAME. One of them, as often as
  * wanted (the last -n's N counts). */
 static int take_mode(cli *c, args *a, int opt, const char *v) {
@@ -1125,6 +1216,7 @@ static int take_option(cli *c, args *a, int opt, char **argv) {
     case 'v': c->verbose = 1; return -1;
     case OPT_JSON: a->json = 1; return -1;
     case OPT_SCAN: a->scan = optarg; return -1;
+    case OPT_ON_REVOKE: return parse_signal(optarg, &c->revoke_sig);
     case 'n': case 's': case 'x': case 'f': return take_mode(c, a, opt, optarg);
     default: return take_number(c, a, opt, optarg);
     }
@@ -1177,10 +1269,10 @@ static int lock_operands(cli *c, int n, char **v, int ended) {
     return -1;
 }
 
-/* unlock's NAME, alone, in v[0..n-1]. */
-static int unlock_operands(cli *c, int n, char **v) {
-    if (n == 0) return usage_error("missing NAME after unlock");
-    if (n > 1) return usage_error("extra operand '%s' after unlock NAME: unlock takes one NAME", v[1]);
+/* unlock's or revoke's (`what`) NAME, alone, in v[0..n-1]. */
+static int name_operand(cli *c, const char *what, int n, char **v) {
+    if (n == 0) return usage_error("missing NAME after %s", what);
+    if (n > 1) return usage_error("extra operand '%s' after %s NAME: %s takes one NAME", v[1], what, what);
     c->name = v[0];
     return check_name(c->name);
 }
@@ -1220,7 +1312,8 @@ static int parse_subcommand(cli *c, args *a, int argc, char **argv, int k) {
     if ((rc = check_cert_pair(a)) >= 0) return rc;
     n = argc - k - optind;
     v = argv + k + optind;
-    return a->form == FORM_UNLOCK ? unlock_operands(c, n, v) : inspect_operands(a, n, v);
+    if (a->form == FORM_INSPECT) return inspect_operands(a, n, v);
+    return name_operand(c, form_name(a->form), n, v);
 }
 
 /* Fill c and a from the command line. Returns -1 to go on, or the status
@@ -1350,7 +1443,10 @@ int main(int argc, char **argv) {
     }
 
     rc = open_client(&c, &a);
-    if (rc == 0) rc = a.form == FORM_UNLOCK ? start_unlock(&c) : start_lock(&c, a.url, a.wait_ms, a.lease_ms);
+    if (rc == 0)
+        rc = a.form == FORM_UNLOCK   ? start_unlock(&c)
+             : a.form == FORM_REVOKE ? start_revoke(&c, a.url)
+                                     : start_lock(&c, a.url, a.wait_ms, a.lease_ms);
     if (rc == 0) {
         c.status = EX_SOFTWARE; /* finish() sets the real one; a loop that ran dry is a bug */
         event_base_dispatch(c.base);

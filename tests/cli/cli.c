@@ -1028,6 +1028,73 @@ Test(cli, unlock_without_redis_exits_69, .timeout = 30) {
     cr_assert_not_null(strstr(test_slurp(tmp("err"), err, sizeof(err)), "hilock: cannot unlock nope: "), "%s", err);
 }
 
+/* ---- revoke NAME, --on-revoke SIGNAL --------------------------------------- */
+
+/* Run `hilock -u URL revoke NAME`: its status; stdout in "out", stderr in "err". */
+static int revoke_run(const char *url, const char *name) {
+    return cli_wait(cli_start_io(NULL, "out", "err", NULL, ARGS("-u", url, "revoke", name)), 20000);
+}
+
+/* The holder's COMMAND gets the signal it asked for, and decides: here it
+ * ends, the lock is released, and a waiter gets it. */
+Test(cli, revoke_signals_the_holders_command_which_decides, .timeout = 30) {
+    char out[4096], want[256];
+    const char *at;
+
+    pid_t holder = cli_start("holder", NULL, ARGS("-u", srv.url, "-v", "--on-revoke", "USR1", "rv", "--",
+                                                  "sh", "-c", "trap 'echo asked > \"$0\"; exit 7' USR1; "
+                                                  "while :; do sleep 0.05; done", tmp("asked")));
+    WAIT_UNTIL(strstr(test_slurp(tmp("holder"), out, sizeof(out)), "acquired rv with fence ") != NULL, 5000);
+    at = strstr(out, "acquired rv with fence ");
+    cr_assert_not_null(at, "the holder did not get the lock: %s", out);
+    long long fence = atoll(at + strlen("acquired rv with fence "));
+    pid_t waiter = cli_start("waiter", NULL, ARGS("-u", srv.url, "rv", "--", FENCE_TO("w")));
+    WAIT_UNTIL(numsub("rv") >= 1, 5000);
+    cr_assert_eq(revoke_run(srv.url, "rv"), 0);
+    snprintf(want, sizeof(want), "hilock: asked the holder of rv (fence %lld) to release it\n", fence);
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), want);
+    cr_assert_eq(cli_wait(holder, 5000), 7, "COMMAND's own status");
+    cr_assert_str_eq(test_slurp(tmp("asked"), out, sizeof(out)), "asked\n");
+    cr_assert_eq(cli_wait(waiter, 5000), 0);
+    cr_assert_gt(fence_in("w"), fence);
+}
+
+/* Without --on-revoke a holder is asked and goes on; a free lock is asked
+ * nothing. */
+Test(cli, revoke_is_ignored_without_on_revoke_and_a_free_lock_is_not_held, .timeout = 30) {
+    char out[256];
+
+    cr_assert_eq(revoke_run(srv.url, "nobody"), 0);
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), "hilock: nobody was not held\n");
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("nobody")), 0);
+    pid_t holder = cli_start("holder", NULL, ARGS("-u", srv.url, "deaf", "--", "sleep", "30"));
+    WAIT_UNTIL(test_redis_int(&srv, "EXISTS %s", key("deaf")) == 1, 5000);
+    cr_assert_eq(revoke_run(srv.url, "deaf"), 0);
+    test_msleep(300);
+    cr_assert_eq(cli_wait(holder, 0), -1, "the holder stopped");
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s", key("deaf")), 1);
+    kill(holder, SIGTERM);
+    cr_assert_eq(cli_wait(holder, 5000), 128 + SIGTERM);
+}
+
+Test(cli, revoke_usage_errors, .timeout = 30) {
+    char err[1024];
+
+    cr_assert_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL, ARGS("-u", srv.url, "revoke")), 5000), 64);
+    cr_assert_not_null(strstr(test_slurp(tmp("err"), err, sizeof(err)), "missing NAME after revoke"), "%s", err);
+    cr_assert_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL,
+                                       ARGS("-u", srv.url, "--on-revoke", "NOPE", "x", "--", "true")), 5000), 64);
+    cr_assert_not_null(strstr(test_slurp(tmp("err"), err, sizeof(err)), "bad --on-revoke SIGNAL 'NOPE'"), "%s", err);
+    cr_assert_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL,
+                                       ARGS("-u", srv.url, "-x", "--on-revoke", "TERM", "x", "--", "true")), 5000), 64);
+    cr_assert_not_null(strstr(test_slurp(tmp("err"), err, sizeof(err)), "--on-revoke is for the mutex only"), "%s", err);
+    cr_assert_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL,
+                                       ARGS("-u", srv.url, "revoke", "--on-revoke", "TERM", "x")), 5000), 64);
+    cr_assert_not_null(strstr(test_slurp(tmp("err"), err, sizeof(err)), "--on-revoke does not apply to revoke"), "%s", err);
+    /* `revoke --` is a lock named "revoke". */
+    cr_assert_eq(RUN("-u", srv.url, "revoke", "--", "true"), 0);
+}
+
 /* ---- Redis not there ---------------------------------------------------- */
 
 Test(cli, unreachable_server_exits_69, .timeout = 30) {
