@@ -1010,7 +1010,8 @@ HILOCK_API int hilock_revoke(hilock_client *c, const char *name, hilock_fence_cb
  *     P{T}        the lock (a string: the holder's token, then, after a
  *                 space, its marks if any: w once a try found it taken,
  *                 so that its release publishes; q while a wait may
- *                 starve in the queue), with a TTL of the lease (of the
+ *                 starve in the queue; v once a revoke asked its holder
+ *                 to release it), with a TTL of the lease (of the
  *                 claim window, for a grant by message not yet claimed);
  *                 the holder's fence is P{T}:fence's value
  *     P{T}:fence  the last fence (an integer), with a TTL of fence_ttl_s
