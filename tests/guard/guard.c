@@ -379,32 +379,15 @@ Test(guard, a_client_freed_with_evals_in_flight_calls_each_back_once) {
 
 /* ---- check -------------------------------------------------------------- */
 
-typedef struct checkrec {
-    int calls;
-    int status;
-    uint64_t fence;
-} checkrec;
-
-static void check_cb(int status, uint64_t fence, void *data) {
-    checkrec *r = data;
-    r->calls++;
-    r->status = status;
-    r->fence = fence;
-}
-
-static checkrec check_now(struct event_base *base, hilock_client *c, const char *name) {
-    checkrec r = {0, 0, 0};
-    cr_assert_eq(hilock_check(c, name, check_cb, &r), 0);
-    test_loop_until(base, &r.calls, 5000);
-    cr_assert_eq(r.calls, 1);
-    return r;
+static fencerec check_now(struct event_base *base, hilock_client *c, const char *name) {
+    return fence_call(base, hilock_check, c, name);
 }
 
 TestSuite(check, .init = setup, .fini = teardown, .timeout = 60);
 
 Test(check, reads_the_fence_of_the_current_holder) {
     hilock_client *c = lockenv_client(&e), *d = lockenv_client(&e);
-    checkrec r = check_now(e.base, d, "res");
+    fencerec r = check_now(e.base, d, "res");
     cr_expect_eq(r.status, 0);
     cr_expect_eq(r.fence, 0, "free: 0, not %llu", (unsigned long long)r.fence);
     got g = acquire_now(&e, c, "res", NULL);
@@ -428,8 +411,8 @@ Test(check, reads_the_fence_of_the_current_holder) {
     r = check_now(e.base, d, "old");
     cr_expect_eq(r.status, 0);
     cr_expect_eq(r.fence, 77);
-    cr_expect_eq(hilock_check(NULL, "x", check_cb, &r), HILOCK_EINVAL);
-    cr_expect_eq(hilock_check(d, "", check_cb, &r), HILOCK_EINVAL);
+    cr_expect_eq(hilock_check(NULL, "x", fence_cb, &r), HILOCK_EINVAL);
+    cr_expect_eq(hilock_check(d, "", fence_cb, &r), HILOCK_EINVAL);
     cr_expect_eq(hilock_check(d, "x", NULL, NULL), HILOCK_EINVAL);
     hilock_client_free(c);
     hilock_client_free(d);
@@ -439,8 +422,8 @@ Test(check, neither_a_check_nor_a_guarded_write_runs_over_redlock) {
     char url[96];
     snprintf(url, sizeof(url), "redlock://127.0.0.1:%d", e.r.port);
     hilock_client *c = lockenv_client_url(&e, url, 0);
-    checkrec r = {0, 0, 0};
-    cr_expect_eq(hilock_check(c, "rl", check_cb, &r), HILOCK_EINVAL);
+    fencerec r = {0, 0, 0};
+    cr_expect_eq(hilock_check(c, "rl", fence_cb, &r), HILOCK_EINVAL);
     cr_expect(strstr(hilock_client_errstr(c), "Redlock"), "%s", hilock_client_errstr(c));
     got g = acquire_now(&e, c, "rl", NULL);
     cr_assert_eq(g.status, 0);
@@ -539,8 +522,8 @@ Test(guard_cluster, writes_on_the_slots_master_and_refuses_other_slots) {
     /* A key of another slot: refused before it is sent (Redis would say
      * CROSSSLOT). And the holder's fence, read from the other client. */
     got g = acquire_loop(ce.base, a, "alpha", NULL, 10000);
-    checkrec cr = {0, 0, 0};
-    cr_assert_eq(hilock_check(b, "alpha", check_cb, &cr), 0);
+    fencerec cr = {0, 0, 0};
+    cr_assert_eq(hilock_check(b, "alpha", fence_cb, &cr), 0);
     test_loop_until(ce.base, &cr.calls, 5000);
     cr_expect_eq(cr.status, 0);
     cr_expect_eq(cr.fence, hilock_hold_fence(g.hold));

@@ -28,25 +28,8 @@ static void on_asked(hilock_hold *h, void *data) {
     if (a->release) cr_assert_eq(hilock_release(h, rel_cb, &a->released), 0);
 }
 
-typedef struct fencerec {
-    int calls;
-    int status;
-    uint64_t fence;
-} fencerec;
-
-static void fence_cb(int status, uint64_t fence, void *data) {
-    fencerec *r = data;
-    r->calls++;
-    r->status = status;
-    r->fence = fence;
-}
-
 static fencerec revoke_now(struct event_base *base, hilock_client *c, const char *name) {
-    fencerec r = {0, 0, 0};
-    cr_assert_eq(hilock_revoke(c, name, fence_cb, &r), 0);
-    test_loop_until(base, &r.calls, 5000);
-    cr_assert_eq(r.calls, 1);
-    return r;
+    return fence_call(base, hilock_revoke, c, name);
 }
 
 TestSuite(revoke, .init = setup, .fini = teardown, .timeout = 60);

@@ -197,6 +197,31 @@ static inline void lost_cb(hilock_hold *h, int why, void *data) {
     l->at_ms = test_now_ms();
 }
 
+/* A record of a fence callback (hilock_check, hilock_revoke). */
+typedef struct fencerec {
+    int calls;
+    int status;
+    uint64_t fence;
+} fencerec;
+
+static inline void fence_cb(int status, uint64_t fence, void *data) {
+    fencerec *r = data;
+    r->calls++;
+    r->status = status;
+    r->fence = fence;
+}
+
+/* hilock_check or hilock_revoke of `name`, and base's loop run until its
+ * callback came. */
+typedef int (*fence_fn)(hilock_client *c, const char *name, hilock_fence_cb cb, void *data);
+static inline fencerec fence_call(struct event_base *base, fence_fn fn, hilock_client *c, const char *name) {
+    fencerec r = {0, 0, 0};
+    cr_assert_eq(fn(c, name, fence_cb, &r), 0);
+    test_loop_until(base, &r.calls, 5000);
+    cr_assert_eq(r.calls, 1);
+    return r;
+}
+
 static inline hilock_acquire_opts opts_wait(int64_t wait_ms) {
     hilock_acquire_opts o;
     hilock_acquire_opts_init(&o);
