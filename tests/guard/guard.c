@@ -13,6 +13,9 @@
  *                the caller is told the answer never came, and it is
  *                never sent twice.
  * guard_cluster: on a 3+3 cluster, the write goes to the slot's master.
+ * guard_sentinel: under Sentinel, on the master, WAITed for with
+ *                wait_replicas (HILOCK_EREPLICAS, with the reply, when the
+ *                replica is gone); a check and a revoke there too.
  * check:         hilock_check, the fence of a mutex's current holder (0 when
  *                free) for a resource server; neither it nor a guarded
  *                write runs over Redlock. */
@@ -20,6 +23,7 @@
 #include "support/lockenv.h"
 #include "support/clusterenv.h"
 #include "support/blackhole.h"
+#include "support/sentinelenv.h"
 
 typedef struct evalrec {
     int calls;
@@ -533,4 +537,52 @@ Test(guard_cluster, writes_on_the_slots_master_and_refuses_other_slots) {
     hilock_script_free(s);
     hilock_client_free(a);
     hilock_client_free(b);
+}
+
+/* ---- guard_sentinel ------------------------------------------------------ */
+
+static test_sentinel sn;
+static void ssetup(void) {
+    memset(&sn, 0, sizeof(sn));
+    e.base = event_base_new();
+    hilock_libevent_init(&e.loop, e.base);
+    cr_assert_eq(test_sentinel_start(&sn), 0, "the sentinels did not start");
+}
+static void steardown(void) {
+    test_sentinel_stop(&sn);
+    if (e.base) event_base_free(e.base);
+    e.base = NULL;
+}
+
+TestSuite(guard_sentinel, .init = ssetup, .fini = steardown, .timeout = 90);
+
+Test(guard_sentinel, writes_on_the_master_and_waits_for_the_replica) {
+    hilock_config cfg;
+    lockenv_config(&cfg, sn.url);
+    cfg.request_timeout_ms = 8000;
+    cfg.wait_replicas = 1;
+    cfg.wait_timeout_ms = 300;
+    hilock_client *c = lockenv_client_cfg(&e, &cfg);
+    got g = acquire_now(&e, c, "sg", NULL);
+    cr_assert_eq(g.status, 0, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(c));
+    char k[256];
+    hilock_hold_key(g.hold, "n", k, sizeof(k));
+    const char *keys[] = {k};
+    hilock_script *s = script(INCR);
+    evalrec r = eval_now(e.base, g.hold, s, 1, keys, 0, NULL);
+    cr_expect_eq(r.status, 0, "%s (%s)", hilock_strerror(r.status), hilock_client_errstr(c));
+    cr_expect_eq(get_num(&sn.node[0], k), 1, "not on the master");
+    cr_expect_eq(get_num(&sn.node[1], k), 1, "WAIT said the replica has it");
+    fencerec f = fence_call(e.base, hilock_check, c, "sg");
+    cr_expect_eq(f.fence, hilock_hold_fence(g.hold));
+    /* The replica gone: the write lands on the master, unconfirmed. */
+    test_redis_stop(&sn.node[1]);
+    r = eval_now(e.base, g.hold, s, 1, keys, 0, NULL);
+    cr_expect_eq(r.status, HILOCK_EREPLICAS, "%s", hilock_strerror(r.status));
+    cr_expect_eq(r.type, REDIS_REPLY_INTEGER, "its reply comes with it");
+    cr_expect_eq(r.integer, 2);
+    cr_expect_eq(get_num(&sn.node[0], k), 2);
+    hilock_script_free(s);
+    release_now(&e, g.hold);
+    hilock_client_free(c);
 }
