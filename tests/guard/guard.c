@@ -23,7 +23,6 @@
 #include "support/lockenv.h"
 #include "support/clusterenv.h"
 #include "support/blackhole.h"
-#include "support/sentinelenv.h"
 
 typedef struct evalrec {
     int calls;
@@ -542,17 +541,8 @@ Test(guard_cluster, writes_on_the_slots_master_and_refuses_other_slots) {
 /* ---- guard_sentinel ------------------------------------------------------ */
 
 static test_sentinel sn;
-static void ssetup(void) {
-    memset(&sn, 0, sizeof(sn));
-    e.base = event_base_new();
-    hilock_libevent_init(&e.loop, e.base);
-    cr_assert_eq(test_sentinel_start(&sn), 0, "the sentinels did not start");
-}
-static void steardown(void) {
-    test_sentinel_stop(&sn);
-    if (e.base) event_base_free(e.base);
-    e.base = NULL;
-}
+static void ssetup(void) { lockenv_start_sentinels(&e, &sn); }
+static void steardown(void) { lockenv_stop_sentinels(&e, &sn); }
 
 TestSuite(guard_sentinel, .init = ssetup, .fini = steardown, .timeout = 90);
 

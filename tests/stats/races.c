@@ -805,16 +805,8 @@ Test(stats_races, handoff_is_not_measured_from_a_stale_message) {
 /* ---- Sentinel: which nodes are listed ------------------------------------ */
 
 static test_sentinel sen;
-static void sen_setup(void) {
-    e.base = NULL;
-    lockenv_loop(&e);
-    cr_assert_eq(test_sentinel_start(&sen), 0, "the sentinels did not start");
-}
-static void sen_teardown(void) {
-    test_sentinel_stop(&sen);
-    if (e.base) event_base_free(e.base);
-    e.base = NULL;
-}
+static void sen_setup(void) { lockenv_start_sentinels(&e, &sen); }
+static void sen_teardown(void) { lockenv_stop_sentinels(&e, &sen); }
 
 TestSuite(stats_races_sentinel, .init = sen_setup, .fini = sen_teardown, .timeout = 40);
 

@@ -10,6 +10,7 @@
 #include "hilock/hilock.h"
 #include <hilock/adapters/libevent.h>
 #include "support/harness.h"
+#include "support/sentinelenv.h"
 
 typedef struct lockenv {
     test_redis r;
@@ -40,6 +41,20 @@ static inline void lockenv_start(lockenv *e) {
 static inline void lockenv_start_debuggable(lockenv *e) {
     cr_assert_eq(test_redis_start_debuggable(&e->r, 0), 0, "redis-server did not start");
     lockenv_loop(e);
+}
+
+/* A suite under Sentinel: a loop, and s (a master, its replica, three
+ * sentinels) started; e's own server is not. */
+static inline void lockenv_start_sentinels(lockenv *e, test_sentinel *s) {
+    memset(s, 0, sizeof(*s));
+    lockenv_loop(e);
+    cr_assert_eq(test_sentinel_start(s), 0, "the sentinels did not start");
+}
+
+static inline void lockenv_stop_sentinels(lockenv *e, test_sentinel *s) {
+    test_sentinel_stop(s);
+    if (e->base) event_base_free(e->base);
+    e->base = NULL;
 }
 
 static inline void lockenv_stop(lockenv *e) {
