@@ -130,7 +130,7 @@ static int eval_check(hilock_hold *h, const hilock_script *s, int nkeys, const c
     if (s == NULL || nkeys < 0 || nargs < 0 || nkeys + nargs > HILOCK_EVAL_ARGS_MAX ||
         (nkeys > 0 && keys == NULL) || (nargs > 0 && args == NULL) || h->releasing)
         return HILOCK_EINVAL;
-    if (c->topo.net.quorum) {
+    if (hl_topo_quorum(&c->topo)) {
         hl_set_error(&c->loop, "hilock_hold_eval: not over Redlock (the data would be on "
                      "one master of several)");
         return HILOCK_EINVAL;

@@ -40,12 +40,18 @@ static void on_broken(hl_req *r, redisReply *reply, int err) {
     else hl_defer_push(&op->c->loop, &op->defer);
 }
 
-/* cmd on the mutex `name`, whose reply is a fence for cb; a break also
- * tells the waiters. */
+/* cmd on the mutex `name`, whose reply is a fence for cb; a break and a
+ * revoke also tell the channel. `no_redlock`: why it is refused over
+ * Redlock, or NULL (it runs there). */
 static int fence_op(hilock_client *c, const char *name, const hl_cmd *cmd, int tell,
-                    void (*cb)(int status, uint64_t fence, void *data), void *data) {
+                    const char *no_redlock, void (*cb)(int status, uint64_t fence, void *data),
+                    void *data) {
     if (c == NULL || name == NULL || cb == NULL) return HILOCK_EINVAL;
     if (hl_client_refuses(c)) return hl_client_refuses(c);
+    if (no_redlock != NULL && hl_topo_quorum(&c->topo)) {
+        hl_set_error(&c->loop, "%s", no_redlock);
+        return HILOCK_EINVAL;
+    }
     size_t len = strnlen(name, HILOCK_NAME_MAX + 1);
     if (len == 0 || len > HILOCK_NAME_MAX) return HILOCK_EINVAL;
     hl_breakop *op = calloc(1, sizeof(*op));
@@ -72,22 +78,15 @@ static int fence_op(hilock_client *c, const char *name, const hl_cmd *cmd, int t
 }
 
 int hilock_break(hilock_client *c, const char *name, hilock_break_cb cb, void *data) {
-    return fence_op(c, name, &break_cmd, 1, cb, data);
+    return fence_op(c, name, &break_cmd, 1, NULL, cb, data);
 }
 
 int hilock_check(hilock_client *c, const char *name, hilock_fence_cb cb, void *data) {
-    if (c != NULL && c->topo.net.quorum) {
-        hl_set_error(&c->loop, "hilock_check: not over Redlock (each master counts its own "
-                     "fences; the holder's is the largest of its quorum's)");
-        return HILOCK_EINVAL;
-    }
-    return fence_op(c, name, &check_cmd, 0, cb, data);
+    return fence_op(c, name, &check_cmd, 0,
+                    "hilock_check: not over Redlock (each master counts its own fences; the "
+                    "holder's is the largest of its quorum's)", cb, data);
 }
 
 int hilock_revoke(hilock_client *c, const char *name, hilock_fence_cb cb, void *data) {
-    if (c != NULL && c->topo.net.quorum) {
-        hl_set_error(&c->loop, "hilock_revoke: not over Redlock");
-        return HILOCK_EINVAL;
-    }
-    return fence_op(c, name, &revoke_cmd, 1, cb, data);
+    return fence_op(c, name, &revoke_cmd, 1, "hilock_revoke: not over Redlock", cb, data);
 }
