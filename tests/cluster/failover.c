@@ -483,8 +483,10 @@ Test(cluster_failover, the_fair_queue_keeps_its_order_through_failovers) {
         test_redis *m = test_cluster_master_of(&e.cl, slot);
         cr_assert_eq(test_redis_int(m, "ZCARD %s", prim_key(name, ":fair:q")), i + 1, "wait %d did not join", i);
     }
+    long long quiet0 = test_now_ms();
     fail_over(slot, NULL);
     test_loop_for(e.base, 300);
+    long long quiet_ms = test_now_ms() - quiet0;
     cr_expect_eq(ch.served, 0, "served while held");
     cr_expect_eq(cluster_give_back(&e, g.hold), 0, "the release after the failover");
     long long t0 = test_now_ms();
@@ -513,8 +515,15 @@ Test(cluster_failover, the_fair_queue_keeps_its_order_through_failovers) {
                      ch.order[i], last[ch.order[i] % 2]);
         last[ch.order[i] % 2] = ch.order[i];
     }
-    cr_expect_eq(first3, 3, "the first three served out of the order of joining: %d %d %d", ch.order[0], ch.order[1],
-                 ch.order[2]);
+    /* A client's places count for 5 s after its last word (_queue.lua's
+     * ALIVE_MS); a failover whose write pause silenced both clients
+     * longer (a loaded machine: Redis pauses up to 10 s) lost them, which
+     * hilock.h allows: only each client's own order is promised then. */
+    if (quiet_ms < 4000)
+        cr_expect_eq(first3, 3, "the first three served out of the order of joining: %d %d %d", ch.order[0],
+                     ch.order[1], ch.order[2]);
+    else
+        cr_log_warn("the graceful failover silenced the clients for %lld ms: places may be lost", quiet_ms);
     char s[8], left[256];
     snprintf(s, sizeof(s), "%u", slot);
     cr_expect_eq(cluster_leftovers(test_cluster_master_of(&e.cl, slot), s, left, sizeof(left)), 0, "%s left behind", left);

@@ -202,6 +202,7 @@ typedef struct shared {
     int inside[8], overlaps, granted, errors, done;
     unsigned long long last[8];
     int regressions;
+    unsigned char overlapped[8], regressed[8], lost[8]; /* per name */
     int hold_ms;       /* keep each grant this long (contention) */
     int first_error;
     char first_errstr[256];
@@ -218,6 +219,7 @@ typedef struct turn {
 static inline void turn_released(int status, void *data) {
     turn *t = data;
     shared *s = t->s;
+    if (status == HILOCK_ELOST) s->lost[t->idx] = 1;
     if (status != 0 && s->errors++ == 0 && s->ca) {
         s->first_error = status;
         snprintf(s->first_errstr, sizeof(s->first_errstr), "release: %s", hilock_client_errstr(s->ca));
@@ -244,8 +246,8 @@ static inline void turn_granted(hilock_hold *h, int status, void *data) {
         return;
     }
     s->granted++;
-    if (s->inside[t->idx]++) s->overlaps++;
-    if (hilock_hold_fence(h) <= s->last[t->idx]) s->regressions++;
+    if (s->inside[t->idx]++) s->overlaps++, s->overlapped[t->idx] = 1;
+    if (hilock_hold_fence(h) <= s->last[t->idx]) s->regressions++, s->regressed[t->idx] = 1;
     s->last[t->idx] = hilock_hold_fence(h);
     t->h = h;
     if (s->hold_ms == 0) { turn_release(-1, 0, t); return; }
@@ -369,8 +371,15 @@ static inline void cluster_failover_contended(clusterenv *e, hilock_client *a, h
     if (!hard)
         cr_expect_eq(s.errors, 0, "%d errors, the first %s: %s", s.errors, hilock_strerror(s.first_error),
                      s.first_errstr);
-    cr_expect_eq(s.overlaps, 0);
-    cr_expect_eq(s.regressions, 0, "fences out of order");
+    /* A grant lost so takes its fence with it: the promoted replica counts
+     * from the last fence it had, and may grant the name while the lost
+     * holder still thinks it holds it (guarantees.md). Either is allowed on
+     * a name only when a hold of it was reported lost; never otherwise. */
+    for (int i = 0; i < 8; i++) {
+        int excused = hard && s.lost[i];
+        cr_expect(!s.overlapped[i] || excused, "two holders at once of ex-%d, with no loss reported", i);
+        cr_expect(!s.regressed[i] || excused, "fences of ex-%d out of order, with no loss reported", i);
+    }
     /* Afterwards every name works, on the promoted replica too. */
     for (int i = 0; i < 8; i++) {
         char name[32];
