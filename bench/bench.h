@@ -25,6 +25,8 @@
  *                   the same run
  *   guard.c         the guarded_write scenario: hilock_hold_eval beside a
  *                   plain EVALSHA of the same script, alternated
+ *   election.c      the election scenario: a leader killed or resigned,
+ *                   to the new leader observed
  *   fairness.c      the fairness scenario: P processes x W loops on one
  *                   name, the shares of the grants and the waits per
  *                   process, for the mutex (bounded waiting, and always
@@ -373,5 +375,7 @@ int scenario_tls(void);
 int scenario_fairness(void);
 /* guard.c: hilock_hold_eval beside a plain EVALSHA of the same script. */
 int scenario_guarded_write(void);
+/* election.c: a leader's end (killed, resigned) to its successor observed. */
+int scenario_election(void);
 
 #endif

@@ -86,7 +86,8 @@ static void usage(FILE *f) {
             "                    [-n HANDOFFS] [-w WAITERS] [-N NAMES] [-k IN_FLIGHT]\n"
             "                    [-t SECONDS] [-r REPS] [-b REDIS_BENCHMARK]\n"
             "  SCENARIOS: comma-separated of handoff,fair_handoff,herd,fair_herd,waiters,\n"
-            "             throughput,redis_cost,renewals,primitives,guarded_write,fairness,polling,\n"
+            "             throughput,redis_cost,renewals,primitives,guarded_write,election,\n"
+            "             fairness,polling,\n"
             "             cluster (= cluster_handoff,cluster_throughput,cluster_bus),\n"
             "             redlock (= redlock_acquire,redlock_handoff), tls\n"
             "             (default all; the cluster ones need -c, the Redlock ones -r URL,\n"
@@ -292,7 +293,7 @@ static void targets(void) {
 
 int main(int argc, char **argv) {
     const char *url = "redis://127.0.0.1:6379";
-    const char *scen = "handoff,fair_handoff,herd,fair_herd,waiters,throughput,redis_cost,renewals,primitives,guarded_write,fairness,polling,"
+    const char *scen = "handoff,fair_handoff,herd,fair_herd,waiters,throughput,redis_cost,renewals,primitives,guarded_write,election,fairness,polling,"
                        "cluster,redlock,tls";
     int scen_given = 0;
     g_opts.redis_benchmark = getenv("REDIS_BENCHMARK") ? getenv("REDIS_BENCHMARK") : "redis-benchmark";
@@ -472,6 +473,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "== guarded_write: hilock_hold_eval beside a plain EVALSHA, %d blocks alternated\n",
                 g_opts.reps);
         failed |= scenario_guarded_write();
+    }
+    if (has(scen, "election")) {
+        fprintf(stderr, "== election: a leader killed or resigned, to the new leader observed, %d rounds\n",
+                g_opts.reps);
+        failed |= scenario_election();
     }
     if (has(scen, "fairness")) {
         fprintf(stderr, "== fairness: %d processes x %d loops on one name, hold %d ms, %.1f s per "

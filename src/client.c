@@ -6,6 +6,7 @@
 #include <string.h>
 #include <uuid/uuid.h>
 #include "core/core.h"
+#include "prim/prim.h"
 
 const char *hilock_strerror(int err) {
     switch (err) {
@@ -247,6 +248,7 @@ static int client_init(hilock_client *c, const hilock_config *cfg, const hilock_
     c->prefix_len = strlen(cfg->prefix);
     hl_list_init(&c->holds);
     hl_list_init(&c->owners);
+    hl_list_init(&c->observers);
     hl_list_init(&c->closers);
     hl_list_init(&c->topo.nodes);
     c->close_defer.run = close_run;
@@ -314,8 +316,9 @@ void hilock_client_free(hilock_client *c) {
     if (c == NULL || c->loop.freeing) return;
     c->loop.freeing = 1;
     /* End every request that has not had its callback, now and in order:
-     * the waits still in line, then every queued callback. */
+     * the waits still in line, the observers, then every queued callback. */
     hl_waits_cancel_all(c);
+    hl_observers_end(c);
     hl_defer_cancel_all(&c->loop);
     hl_topo_cancel_queues(&c->topo);
     hl_topo_teardown(&c->topo); /* in-flight requests end here */
@@ -329,6 +332,7 @@ static void client_destroy(hl_loop *l) {
     hl_fork_unwatch(c);
     hl_renew_batches_free(c);
     hl_holds_free_all(c);
+    hl_observers_free_all(c);
     hl_names_free_all(c);
     hl_loop_close(&c->loop);
     hl_topo_free(&c->topo);
@@ -368,6 +372,7 @@ int hilock_client_close(hilock_client *c, hilock_close_cb cb, void *data) {
     if (c->closing) return 0; /* under way: this cb runs with the first's */
     c->closing = 1;
     hl_waits_cancel_all(c);
+    hl_observers_end(c);
     hl_holds_release_all(c);
     hl_topo_close_begin(&c->topo);
     hl_close_progress(c);

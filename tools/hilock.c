@@ -4,6 +4,9 @@
  *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--starve MS] [--kill-after MS] [-p PREFIX] [-E CODE] [-n N | -s | -x | -f] [-v] NAME -- COMMAND [ARG...]
  *     hilock unlock [-u URL] [-p PREFIX] [-v] NAME
  *     hilock revoke [-u URL] [-p PREFIX] [-v] NAME
+ *     hilock elect [OPTIONS] NAME [--value V] -- COMMAND [ARG...]
+ *     hilock leader [-u URL] [-p PREFIX] NAME
+ *     hilock observe [-u URL] [-p PREFIX] NAME
  *     hilock inspect [-u URL] [-p PREFIX] [--json] NAME... | --scan PATTERN
  *
  * A subcommand's options go before its name or after it, with the same
@@ -61,7 +64,7 @@
 
 /* Long options of our own, numbered after the TLS ones (tlsopt.h);
  * --json and --scan are inspect's. */
-enum { OPT_STARVE = OPT_INSECURE + 1, OPT_KILL_AFTER, OPT_JSON, OPT_SCAN, OPT_ON_REVOKE };
+enum { OPT_STARVE = OPT_INSECURE + 1, OPT_KILL_AFTER, OPT_JSON, OPT_SCAN, OPT_ON_REVOKE, OPT_VALUE };
 
 static const char usage_text[] =
 "Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--starve MS]\n"
@@ -69,6 +72,11 @@ static const char usage_text[] =
 "              [-n N | -s | -x | -f] [TLS OPTIONS] [-v] NAME -- COMMAND [ARG...]\n"
 "       hilock unlock [-u URL] [-p PREFIX] [TLS OPTIONS] [-v] NAME\n"
 "       hilock revoke [-u URL] [-p PREFIX] [TLS OPTIONS] [-v] NAME\n"
+"       hilock elect [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--kill-after MS]\n"
+"              [-p PREFIX] [-E CODE] [TLS OPTIONS] [-v] NAME [--value V]\n"
+"              -- COMMAND [ARG...]\n"
+"       hilock leader [-u URL] [-p PREFIX] [TLS OPTIONS] NAME\n"
+"       hilock observe [-u URL] [-p PREFIX] [TLS OPTIONS] NAME\n"
 "       hilock inspect [-u URL] [-p PREFIX] [TLS OPTIONS] [--json]\n"
 "              NAME... | --scan PATTERN\n"
 "       hilock -h | --help | -V | --version\n"
@@ -164,6 +172,14 @@ static const char usage_text[] =
 "NAME was not held, and exits 0 either way, 64 (usage) or 69 (Redis could\n"
 "not be used).\n"
 "\n"
+"hilock elect NAME -- COMMAND campaigns in the election NAME (not the lock\n"
+"NAME), standing with --value V (default: empty), and runs COMMAND while it\n"
+"leads, as NAME -- COMMAND runs it while it holds the lock; COMMAND finds the\n"
+"leader's epoch, which grows with every new leader, in $HILOCK_EPOCH (and\n"
+"$HILOCK_FENCE). hilock leader NAME prints \"EPOCH VALUE\" of the leader, and\n"
+"exits 1 when nobody leads. hilock observe NAME prints such a line now and at\n"
+"every change of leader (\"0\" when nobody leads), until it is killed.\n"
+"\n"
 "hilock inspect NAME... shows, per NAME, whether its locks are held, by whom,\n"
 "their fences, leases and waiting processes; --scan PATTERN lists the held\n"
 "locks whose NAME matches; see hilock inspect --help. It exits 0, 64 (usage)\n"
@@ -182,6 +198,7 @@ static const char usage_text[] =
 "Exit status:\n"
 "  COMMAND's  COMMAND ran: its own status; 128+N if signal N killed it,\n"
 "             127 if it was not found, 126 if it could not be run\n"
+"  1          hilock leader: nobody leads NAME\n"
 "  64         usage error\n"
 "  69         Redis could not be used: HILOCK_ECONN (unreachable, connection\n"
 "             broke), HILOCK_EDEADLINE (no answer in time), HILOCK_EPROTO (not\n"
@@ -243,6 +260,8 @@ typedef struct cli {
     int eperm_said;         /* said that some of the group may not be signalled */
     int passed_sig;         /* the last signal we passed on to COMMAND's group */
     int revoke_sig;         /* --on-revoke: for COMMAND's group when a revoke asks; 0: none */
+    const char *value;      /* elect --value V */
+    hilock_observer *observer; /* observe NAME */
     int reraise;            /* SIGINT: end with it, after the release (command_ended) */
     int stop_sig;           /* the signal that stopped the wait */
     int lost;               /* the library told us the lock was lost */
@@ -638,7 +657,8 @@ static void run_command(cli *c) {
 
     snprintf(fence, sizeof(fence), "%" PRIu64, hilock_hold_fence(c->hold));
     if (c->verbose) fprintf(stderr, "hilock: acquired %s with fence %s\n", c->name, fence);
-    if (setenv("HILOCK_NAME", c->name, 1) != 0 || setenv("HILOCK_FENCE", fence, 1) != 0) {
+    if (setenv("HILOCK_NAME", c->name, 1) != 0 || setenv("HILOCK_FENCE", fence, 1) != 0 ||
+        (c->mode == 'e' && setenv("HILOCK_EPOCH", fence, 1) != 0)) {
         fprintf(stderr, "hilock: setenv: %s\n", strerror(errno));
         finish(c, EX_OSERR);
         return;
@@ -866,6 +886,55 @@ static int start_revoke(cli *c, const char *url) {
     return 0;
 }
 
+/* ---- leader NAME, observe NAME ---------------------------------------------- */
+
+/* "EPOCH VALUE", or "0" when nobody leads. */
+static void print_leader(uint64_t epoch, const char *value, size_t len) {
+    if (epoch == 0) printf("0\n");
+    else printf("%" PRIu64 " %.*s\n", epoch, (int)len, value);
+    fflush(stdout);
+}
+
+static void on_leader_read(int status, uint64_t epoch, const char *value, size_t len, void *arg) {
+    cli *c = arg;
+
+    if (status != 0) {
+        report(c, "cannot read the leader of", status);
+        finish(c, exit_for_error(status));
+        return;
+    }
+    if (epoch != 0) print_leader(epoch, value, len);
+    else if (c->verbose) fprintf(stderr, "hilock: nobody leads %s\n", c->name);
+    finish(c, epoch != 0 ? 0 : 1);
+}
+
+static void on_leader_change(int status, uint64_t epoch, const char *value, size_t len, void *arg) {
+    cli *c = arg;
+
+    if (status == HILOCK_ECANCELED) return; /* our own close */
+    if (status != 0) {
+        report(c, "cannot observe", status);
+        finish(c, exit_for_error(status));
+        return;
+    }
+    print_leader(epoch, value, len);
+}
+
+static int start_read(cli *c, const char *url, int observe) {
+    int rc;
+
+    if (is_redlock(url)) return usage_error("%s does not work over Redlock (a redlock:// URL)",
+                                            observe ? "observe" : "leader");
+    rc = observe ? hilock_observe(c->client, c->name, on_leader_change, c, &c->observer)
+                 : hilock_leader(c->client, c->name, on_leader_read, c);
+    if (rc != 0) {
+        fprintf(stderr, "hilock: cannot %s %s: %s\n", observe ? "observe" : "read the leader of",
+                c->name, hilock_strerror(rc));
+        return rc == HILOCK_EINVAL ? EX_USAGE : EX_SOFTWARE;
+    }
+    return 0;
+}
+
 /* ---- NAME -- COMMAND ------------------------------------------------------ */
 
 /* Catch the stop signals (and SIGCHLD) on the loop; see must_catch. */
@@ -915,7 +984,9 @@ static int start_lock(cli *c, const char *url, long long wait_ms, long long leas
     opts.lease_ms = (uint32_t)lease_ms;
     opts.lost_cb = on_lost;
     opts.lost_data = c;
-    if (c->permits_total > 0)
+    if (c->mode == 'e')
+        rc = hilock_campaign(c->client, c->name, c->value ? c->value : "", &opts, on_acquired, c, &c->wait);
+    else if (c->permits_total > 0)
         rc = hilock_semaphore_acquire(c->client, c->name, c->permits_total, 1, &opts, on_acquired, c,
                                       &c->wait);
     else if (c->mode == 's')
@@ -926,6 +997,8 @@ static int start_lock(cli *c, const char *url, long long wait_ms, long long leas
         rc = hilock_fair_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
     else
         rc = hilock_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
+    if (rc == HILOCK_EINVAL && c->mode == 'e' && is_redlock(url))
+        return usage_error("elect does not work over Redlock (a redlock:// URL)");
     if (rc == HILOCK_EINVAL && mode_option(c) != 0 && is_redlock(url))
         return usage_error("-%c does not work over Redlock (a redlock:// URL): only the plain "
                            "mutex does", mode_option(c));
@@ -948,7 +1021,8 @@ static int start_lock(cli *c, const char *url, long long wait_ms, long long leas
  * operands too (GNU getopt permutes them); those of NAME -- COMMAND end at
  * NAME, since what follows -- is COMMAND's. */
 
-enum { FORM_LOCK = 1, FORM_UNLOCK = 2, FORM_INSPECT = 4, FORM_REVOKE = 8 };
+enum { FORM_LOCK = 1, FORM_UNLOCK = 2, FORM_INSPECT = 4, FORM_REVOKE = 8, FORM_ELECT = 16,
+       FORM_LEADER = 32, FORM_OBSERVE = 64 };
 
 #define SHORTOPTS ":hVu:w:l:p:E:n:svxf" /* ':' first: our own messages */
 
@@ -961,6 +1035,7 @@ static const struct option longopts[] = {
     { "json", no_argument, NULL, OPT_JSON },
     { "scan", required_argument, NULL, OPT_SCAN },
     { "on-revoke", required_argument, NULL, OPT_ON_REVOKE },
+    { "value", required_argument, NULL, OPT_VALUE },
     { NULL, 0, NULL, 0 },
 };
 
@@ -971,10 +1046,12 @@ static const struct scope {
     const char *name;
     int forms;
 } scopes[] = {
-    { 'w', "-w", FORM_LOCK }, { 'l', "-l", FORM_LOCK }, { 'E', "-E", FORM_LOCK },
+    { 'w', "-w", FORM_LOCK | FORM_ELECT }, { 'l', "-l", FORM_LOCK | FORM_ELECT },
+    { 'E', "-E", FORM_LOCK | FORM_ELECT },
     { 'n', "-n", FORM_LOCK }, { 's', "-s", FORM_LOCK }, { 'x', "-x", FORM_LOCK }, { 'f', "-f", FORM_LOCK },
-    { OPT_STARVE, "--starve", FORM_LOCK }, { OPT_KILL_AFTER, "--kill-after", FORM_LOCK },
-    { 'v', "-v", FORM_LOCK | FORM_UNLOCK | FORM_REVOKE }, { OPT_ON_REVOKE, "--on-revoke", FORM_LOCK },
+    { OPT_STARVE, "--starve", FORM_LOCK }, { OPT_KILL_AFTER, "--kill-after", FORM_LOCK | FORM_ELECT },
+    { 'v', "-v", FORM_LOCK | FORM_UNLOCK | FORM_REVOKE | FORM_ELECT | FORM_LEADER | FORM_OBSERVE },
+    { OPT_ON_REVOKE, "--on-revoke", FORM_LOCK }, { OPT_VALUE, "--value", FORM_ELECT },
     { OPT_JSON, "--json", FORM_INSPECT }, { OPT_SCAN, "--scan", FORM_INSPECT },
 };
 
@@ -998,7 +1075,8 @@ typedef struct args {
 
 static const char *form_name(int form) {
     return form == FORM_UNLOCK ? "unlock" : form == FORM_REVOKE ? "revoke"
-           : form == FORM_INSPECT ? "inspect" : "NAME -- COMMAND";
+           : form == FORM_INSPECT ? "inspect" : form == FORM_ELECT ? "elect"
+           : form == FORM_LEADER ? "leader" : form == FORM_OBSERVE ? "observe" : "NAME -- COMMAND";
 }
 
 /* Where the operands begin in argv: getopt_long's own walk over the
@@ -1018,6 +1096,9 @@ static int find_form(int argc, char **argv, int k) {
     if (k >= argc || (k + 1 < argc && strcmp(argv[k + 1], "--") == 0)) return FORM_LOCK;
     if (strcmp(argv[k], "unlock") == 0) return FORM_UNLOCK;
     if (strcmp(argv[k], "revoke") == 0) return FORM_REVOKE;
+    if (strcmp(argv[k], "elect") == 0) return FORM_ELECT;
+    if (strcmp(argv[k], "leader") == 0) return FORM_LEADER;
+    if (strcmp(argv[k], "observe") == 0) return FORM_OBSERVE;
     if (strcmp(argv[k], "inspect") == 0) return FORM_INSPECT;
     return FORM_LOCK;
 }
@@ -1217,6 +1298,11 @@ static int take_option(cli *c, args *a, int opt, char **argv) {
     case OPT_JSON: a->json = 1; return -1;
     case OPT_SCAN: a->scan = optarg; return -1;
     case OPT_ON_REVOKE: return parse_signal(optarg, &c->revoke_sig);
+    case OPT_VALUE:
+        if (strlen(optarg) > HILOCK_VALUE_MAX)
+            return usage_error("--value V of %zu bytes is too long: at most %d", strlen(optarg), HILOCK_VALUE_MAX);
+        c->value = optarg;
+        return -1;
     case 'n': case 's': case 'x': case 'f': return take_mode(c, a, opt, optarg);
     default: return take_number(c, a, opt, optarg);
     }
@@ -1316,6 +1402,34 @@ static int parse_subcommand(cli *c, args *a, int argc, char **argv, int k) {
     return name_operand(c, form_name(a->form), n, v);
 }
 
+/* elect: the lock form's options before `elect` and after it, and the
+ * election's after NAME too, up to -- (`hilock elect NAME --value V --
+ * COMMAND`). argv[k] is "elect". */
+static int parse_elect(cli *c, args *a, int argc, char **argv, int k) {
+    int rc, ended, n, at;
+    char **v;
+
+    c->mode = 'e';
+    if ((rc = read_options(c, a, k, argv, 0, &ended)) >= 0) return rc;
+    if ((rc = read_options(c, a, argc - k, argv + k, 0, &ended)) >= 0) return rc;
+    n = argc - k - optind;
+    v = argv + k + optind;
+    if (ended || n < 2 || strcmp(v[1], "--") == 0) {
+        if ((rc = check_cert_pair(a)) >= 0) return rc;
+        return lock_operands(c, n, v, ended);
+    }
+    /* Options between NAME (v[0]) and --. */
+    if ((rc = read_options(c, a, n, v, 0, &ended)) >= 0) return rc;
+    if ((rc = check_cert_pair(a)) >= 0) return rc;
+    if (!ended) return lock_operands(c, n, v, 0); /* says what is wrong */
+    at = optind;
+    c->name = v[0];
+    if ((rc = check_name(c->name)) >= 0) return rc;
+    if (at >= n) return usage_error("missing COMMAND after --");
+    c->cmd = v + at;
+    return -1;
+}
+
 /* Fill c and a from the command line. Returns -1 to go on, or the status
  * to exit with at once (-h, -V, a usage error). */
 static int parse_args(cli *c, args *a, int argc, char **argv) {
@@ -1324,6 +1438,7 @@ static int parse_args(cli *c, args *a, int argc, char **argv) {
 
     a->form = find_form(argc, argv, k);
     if (a->form == FORM_INSPECT) help_cmd = "hilock inspect --help";
+    if (a->form == FORM_ELECT) return parse_elect(c, a, argc, argv, k);
     if (a->form != FORM_LOCK) return parse_subcommand(c, a, argc, argv, k);
     if ((rc = read_options(c, a, argc, argv, 0, &ended)) >= 0) return rc;
     if ((rc = check_cert_pair(a)) >= 0) return rc;
@@ -1444,9 +1559,11 @@ int main(int argc, char **argv) {
 
     rc = open_client(&c, &a);
     if (rc == 0)
-        rc = a.form == FORM_UNLOCK   ? start_unlock(&c)
-             : a.form == FORM_REVOKE ? start_revoke(&c, a.url)
-                                     : start_lock(&c, a.url, a.wait_ms, a.lease_ms);
+        rc = a.form == FORM_UNLOCK    ? start_unlock(&c)
+             : a.form == FORM_REVOKE  ? start_revoke(&c, a.url)
+             : a.form == FORM_LEADER  ? start_read(&c, a.url, 0)
+             : a.form == FORM_OBSERVE ? start_read(&c, a.url, 1)
+                                      : start_lock(&c, a.url, a.wait_ms, a.lease_ms);
     if (rc == 0) {
         c.status = EX_SOFTWARE; /* finish() sets the real one; a loop that ran dry is a bug */
         event_base_dispatch(c.base);

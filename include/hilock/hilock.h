@@ -768,6 +768,63 @@ HILOCK_API int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data);
 HILOCK_API int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb,
                                   void *data);
 
+/* ---- Leader election --------------------------------------------------------- */
+
+/* The longest value a campaign stands with (hilock_campaign). */
+#define HILOCK_VALUE_MAX 4096
+
+/* Become the leader of the election `name`, standing with `value` (e.g.
+ * the leader's address; up to HILOCK_VALUE_MAX bytes, NUL-terminated):
+ * a wait, as hilock_acquire's (same options, callback and statuses),
+ * whose hold is the leadership. Its fence (hilock_hold_fence) is the
+ * leader's epoch, which strictly increases with every new leader. The
+ * leadership is renewed and lost as a hold is (lost_cb), and ends with
+ * hilock_resign(). The election NAME is not the mutex NAME. One value per
+ * election per client at a time: a campaign with another value while
+ * this client campaigns or leads is HILOCK_EINVAL. Not over Redlock. */
+HILOCK_API int hilock_campaign(hilock_client *c, const char *name, const char *value,
+                               const hilock_acquire_opts *opts, hilock_acquire_cb cb, void *data,
+                               hilock_wait **wait_out);
+
+/* Resign a leadership (hilock_release of a campaign's hold): the
+ * election's observers and campaigns hear it at once. HILOCK_EINVAL for
+ * a hold that is not a campaign's. */
+HILOCK_API int hilock_resign(hilock_hold *h, hilock_release_cb cb, void *data);
+
+/* status 0: `epoch` and `value` (len bytes, NUL-terminated, valid during
+ * the call) are the leader's; epoch 0 and "" when nobody leads. Otherwise
+ * an error, or HILOCK_ECANCELED (the client was freed or closed). */
+typedef void (*hilock_leader_cb)(int status, uint64_t epoch, const char *value, size_t len,
+                                 void *data);
+
+/* Read who leads the election `name`, once: cb runs once, deferred.
+ * Returns 0, or HILOCK_EINVAL (NULL, a bad name, over Redlock) /
+ * HILOCK_ENOMEM / HILOCK_ECLOSED / HILOCK_EFORK at once. */
+HILOCK_API int hilock_leader(hilock_client *c, const char *name, hilock_leader_cb cb, void *data);
+
+/* An observer of an election (hilock_observe). */
+typedef struct hilock_observer hilock_observer;
+
+/* Observe the election `name`: cb runs first with who leads now, then at
+ * every change of leader (a new epoch, or nobody), deferred, in order,
+ * without polling: the name stays subscribed and each change comes in
+ * its message (a leader elected and resigned at once is reported, then
+ * nobody). The leader is read only at every resubscription after a
+ * reconnect or a failover (a change missed meanwhile is reported then:
+ * tenures that came and went while the connection was down are reported
+ * as the latest) and at the end of the leader's lease (a leader that
+ * died publishes nothing). Epochs only grow: a skipped one is a leader
+ * nobody saw while connected. Until hilock_observe_stop();
+ * if the client is closed or freed first, a last call with
+ * HILOCK_ECANCELED. Returns 0 and *out, or HILOCK_EINVAL / HILOCK_ENOMEM /
+ * HILOCK_ECLOSED / HILOCK_EFORK at once. */
+HILOCK_API int hilock_observe(hilock_client *c, const char *name, hilock_leader_cb cb, void *data,
+                              hilock_observer **out);
+
+/* Stop observing: no call after this; `o` is freed. Not after the last
+ * call (HILOCK_EINVAL). */
+HILOCK_API int hilock_observe_stop(hilock_observer *o);
+
 /* A revoke (hilock_revoke) asks the holder of `h` to release it. The
  * holder decides: release it (hilock_release), or not. */
 typedef void (*hilock_revoke_cb)(hilock_hold *h, void *data);
@@ -1046,6 +1103,13 @@ HILOCK_API int hilock_revoke(hilock_client *c, const char *name, hilock_fence_cb
  *                 1023 as its claim window) and their clients (as the
  *                 fair lock's :fair:q and :fair:p)
  *     P{T}:rw:ch  the channel of its releases
+ * and the election NAME (hilock_campaign) in these:
+ *     P{T}:el       the leader: a string "TOKEN EPOCH VALUE", with a TTL
+ *                   of its lease
+ *     P{T}:el:fence the last epoch, with a TTL of fence_ttl_s from when it
+ *                   was made
+ *     P{T}:el:ch    the channel that hears "l EPOCH LEASE_MS VALUE" (a
+ *                   leader elected) and "r EPOCH" (one resigned)
  * and the fair lock NAME in these (none shared with the mutex NAME):
  *     P{T}:fair        the lock (a string "TOKEN FENCE"), with a TTL of
  *                      the lease (of the claim window, for a grant by

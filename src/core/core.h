@@ -46,6 +46,7 @@ struct hilock_client {
     hl_defer close_defer;
     hl_link holds;               /* every live hold */
     hl_link owners;
+    hl_link observers;           /* every hilock_observer (prim/election.c) */
     uint64_t token_id, token_salt, token_seq; /* see hl_token_new */
     hl_counts counts;
     uint64_t late_warned_at;     /* the last late renewal logged (hl_log_due) */
@@ -88,8 +89,12 @@ struct hl_name {
     hl_link waiters;     /* FIFO of hilock_wait */
     size_t nwaiters;
     size_t refs;         /* holds and other users of its keys */
-    size_t listeners;    /* holds that listen for revokes (hilock_hold_on_revoke):
-                            the name stays subscribed for them */
+    size_t listeners;    /* holds that listen for revokes (hilock_hold_on_revoke),
+                            and observers (hilock_observe): the name stays
+                            subscribed for them */
+    hl_link observers;   /* the election's observers (prim/election.c) */
+    char *payload;       /* the election's value for this client's campaigns */
+    size_t payload_len;
     int sub;             /* HL_SUB_* */
     hl_node *sub_node;   /* where its subscription was last sent */
     uint64_t unsettled_until; /* a server ended its subscription (its slot
@@ -315,6 +320,10 @@ struct hl_prim {
     /* Its holds may be asked to release (hilock_revoke: the mutex's
      * scripts know the mark v). */
     int revocable;
+    /* Optional: the name's channel carried `msg` (len bytes), or the name
+     * was (re)subscribed (msg NULL: what went by meanwhile was not heard;
+     * the election's observers read the leader again). */
+    void (*heard)(hl_name *n, const char *msg, size_t len);
 };
 
 /* ---- Waits ---------------------------------------------------------------- */

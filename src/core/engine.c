@@ -127,6 +127,7 @@ static void sub_acked(hl_name *n, int subscribed) {
     }
     if (n->sub != HL_SUB_PENDING) return;
     n->sub = HL_SUB_ACTIVE;
+    if (n->prim->heard != NULL) n->prim->heard(n, NULL, 0); /* what went by meanwhile */
     if (n->nwaiters > 0) hl_engine_kick(n); /* close the release-before-subscribe gap */
     else name_idle(n);
 }
@@ -144,6 +145,7 @@ static void on_message(void *arg, const char *ch, size_t len, const char *data, 
         return;
     }
     n->c->counts.wakeups++;
+    if (n->prim->heard != NULL) n->prim->heard(n, data, dlen);
     if (n->nwaiters > 0) n->woke_us = hl_now_us();
     if (n->prim->grant_msg != NULL && n->prim->grant_msg(data, dlen, &g)) grant_message(n, &g);
     else hl_engine_kick(n);

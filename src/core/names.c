@@ -54,6 +54,7 @@ static hl_name *name_new(hilock_client *c, const hl_prim *p, const char *ch, siz
     /* Every key of the name carries the same hash tag: one slot for all. */
     n->slot = hl_crc16(ch + c->prefix_len + 1, keylen - c->prefix_len - 2) & 16383;
     hl_list_init(&n->waiters);
+    hl_list_init(&n->observers);
     hl_engine_name_init(n);
     n->next_in_bucket = t->buckets[h & (t->nbuckets - 1)];
     t->buckets[h & (t->nbuckets - 1)] = n;
@@ -105,6 +106,7 @@ static void name_unlink_free(hl_name *n) {
     hl_timer_stop(&n->c->loop, &n->fallback);
     hl_timer_stop(&n->c->loop, &n->linger);
     free(n->ride_why);
+    free(n->payload);
     free(n);
 }
 
@@ -137,6 +139,7 @@ void hl_names_free_all(hilock_client *c) {
     for (; n; n = next) {
         next = hl_names_next(c, n);
         free(n->ride_why);
+        free(n->payload);
         free(n);
     }
     free(c->names.buckets);

@@ -48,6 +48,13 @@ extern const hl_prim hl_rwlock;
 extern const hl_script hl_script_rw_acquire, hl_script_rw_release, hl_script_rw_renew,
     hl_script_rw_join, hl_script_rw_read_join, hl_script_rw_handover, hl_script_rw_leave;
 extern const hl_prim hl_fair;
+extern const hl_prim hl_election;
+extern const hl_script hl_script_election_acquire, hl_script_election_release,
+    hl_script_election_renew, hl_script_election_leader;
+/* The client closes or is freed: every observer's last call (HILOCK_ECANCELED)
+ * is queued; then, at the end, what is left of them is freed. */
+void hl_observers_end(hilock_client *c);
+void hl_observers_free_all(hilock_client *c);
 
 /* ---- The queue in Redis (queue.c, lua/_queue.lua) ---------------------------
  * The fair lock's waits, and the starving ones of the mutex, the

@@ -1095,6 +1095,64 @@ Test(cli, revoke_usage_errors, .timeout = 30) {
     cr_assert_eq(RUN("-u", srv.url, "revoke", "--", "true"), 0);
 }
 
+/* ---- elect, leader, observe ----------------------------------------------- */
+
+/* Two campaigns: the first leads and runs its COMMAND with its epoch; the
+ * second leads when it ends, with a larger one; `leader` prints who leads
+ * (exit 1 when nobody does), `observe` a line per change. */
+Test(cli, elect_runs_command_while_leading_and_leader_and_observe_say_who, .timeout = 30) {
+    char out[4096];
+
+    cr_assert_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL, ARGS("-u", srv.url, "leader", "el")), 5000), 1);
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), "");
+    pid_t obs = cli_start_io(NULL, "obs", "obs.err", NULL, ARGS("-u", srv.url, "observe", "el"));
+    WAIT_UNTIL(strcmp(test_slurp(tmp("obs"), out, sizeof(out)), "0\n") == 0, 5000);
+    cr_assert_str_eq(out, "0\n", "observe did not say nobody leads");
+    pid_t a = cli_start("a", NULL, ARGS("-u", srv.url, "elect", "el", "--value", "host-a", "--", "sh", "-c",
+                                        "echo \"$HILOCK_EPOCH\" > \"$0\"; sleep 1", tmp("epoch-a")));
+    WAIT_UNTIL(file_exists(tmp("epoch-a")) && test_slurp(tmp("epoch-a"), out, sizeof(out))[0] != '\0', 5000);
+    long long ea = atoll(test_slurp(tmp("epoch-a"), out, sizeof(out)));
+    cr_assert_gt(ea, 0);
+    char want[256];
+    snprintf(want, sizeof(want), "%lld host-a\n", ea);
+    cr_assert_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL, ARGS("-u", srv.url, "leader", "el")), 5000), 0);
+    cr_assert_str_eq(test_slurp(tmp("out"), out, sizeof(out)), want);
+    pid_t b = cli_start("b", NULL, ARGS("-u", srv.url, "-w", "5000", "elect", "--value", "host-b", "el", "--",
+                                        "sh", "-c", "echo \"$HILOCK_EPOCH\" > \"$0\"", tmp("epoch-b")));
+    cr_assert_eq(cli_wait(a, 5000), 0);
+    cr_assert_eq(cli_wait(b, 5000), 0);
+    long long eb = atoll(test_slurp(tmp("epoch-b"), out, sizeof(out)));
+    cr_assert_gt(eb, ea, "epochs grow");
+    /* Every change, in order: b's tenure lasts one echo, which a read
+     * would miss; the messages carry it. */
+    snprintf(want, sizeof(want), "0\n%lld host-a\n0\n%lld host-b\n0\n", ea, eb);
+    WAIT_UNTIL(strcmp(test_slurp(tmp("obs"), out, sizeof(out)), want) == 0, 5000);
+    cr_assert_str_eq(out, want, "observe printed:\n%s", out);
+    kill(obs, SIGTERM);
+    cli_wait(obs, 5000);
+    /* Nobody leads: the election is not the lock of the same name. */
+    cr_assert_eq(RUN("-u", srv.url, "-w", "0", "el", "--", "true"), 0);
+}
+
+Test(cli, elect_usage_errors, .timeout = 30) {
+    char err[1024];
+
+    cr_assert_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL,
+                                       ARGS("-u", srv.url, "elect", "el", "extra", "--", "true")), 5000), 64);
+    cr_assert_not_null(strstr(test_slurp(tmp("err"), err, sizeof(err)), "extra operand 'extra'"), "%s", err);
+    cr_assert_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL,
+                                       ARGS("-u", srv.url, "elect", "-s", "el", "--", "true")), 5000), 64);
+    cr_assert_not_null(strstr(test_slurp(tmp("err"), err, sizeof(err)), "-s does not apply to elect"), "%s", err);
+    cr_assert_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL,
+                                       ARGS("-u", srv.url, "--value", "v", "el", "--", "true")), 5000), 64);
+    cr_assert_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL, ARGS("-u", srv.url, "elect", "el", "--")), 5000), 64);
+    cr_assert_not_null(strstr(test_slurp(tmp("err"), err, sizeof(err)), "missing COMMAND"), "%s", err);
+    cr_assert_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL, ARGS("-u", srv.url, "leader")), 5000), 64);
+    cr_assert_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL, ARGS("-u", srv.url, "observe", "a", "b")), 5000), 64);
+    /* `elect --` is a lock named "elect". */
+    cr_assert_eq(RUN("-u", srv.url, "elect", "--", "true"), 0);
+}
+
 /* ---- Redis not there ---------------------------------------------------- */
 
 Test(cli, unreachable_server_exits_69, .timeout = 30) {
@@ -1496,7 +1554,7 @@ static void error_names(const char *text, char *out, size_t n) {
  * the CLI maps (unreachable_server_exits_69 and the tests after it check
  * the mapping itself). */
 Test(cli, exit_statuses_agree_in_help_man_and_readme, .timeout = 60) {
-    static const char *const tags[] = { "COMMAND's", "64", "69", "70", "71", "74", "75", "78", "128+N" };
+    static const char *const tags[] = { "COMMAND's", "1", "64", "69", "70", "71", "74", "75", "78", "128+N" };
     static const char want69[] = "HILOCK_EAUTH HILOCK_ECONN HILOCK_EDEADLINE HILOCK_EEVICTION "
                                  "HILOCK_ELOADING HILOCK_EOOM HILOCK_EPROTO HILOCK_EREADONLY "
                                  "HILOCK_EREPLY HILOCK_ESCRIPT HILOCK_ETLS ";
@@ -1534,8 +1592,8 @@ Test(cli, exit_statuses_agree_in_help_man_and_readme, .timeout = 60) {
             cr_assert_not_null(strstr(t[k].text[0], own[i]), "%s: COMMAND's row lacks %s: %s",
                                t[k].what, own[i], t[k].text[0]);
         }
-        cr_assert_not_null(strstr(t[k].text[6], "-E"), "%s: 75 does not mention -E: %s",
-                           t[k].what, t[k].text[6]);
+        cr_assert_not_null(strstr(t[k].text[7], "-E"), "%s: 75 does not mention -E: %s",
+                           t[k].what, t[k].text[7]);
     }
     free(help);
     free(md);
