@@ -25,6 +25,8 @@
  *                   the same run
  *   guard.c         the guarded_write scenario: hilock_hold_eval beside a
  *                   plain EVALSHA of the same script, alternated
+ *   multi.c         the multi_lock scenario: a multi-lock of 2 and 8 names
+ *                   beside that many single locks
  *   election.c      the election scenario: a leader killed or resigned,
  *                   to the new leader observed
  *   fairness.c      the fairness scenario: P processes x W loops on one
@@ -377,5 +379,7 @@ int scenario_fairness(void);
 int scenario_guarded_write(void);
 /* election.c: a leader's end (killed, resigned) to its successor observed. */
 int scenario_election(void);
+/* multi.c: a multi-lock of 2 and 8 names beside that many single locks. */
+int scenario_multi_lock(void);
 
 #endif

@@ -86,7 +86,7 @@ static void usage(FILE *f) {
             "                    [-n HANDOFFS] [-w WAITERS] [-N NAMES] [-k IN_FLIGHT]\n"
             "                    [-t SECONDS] [-r REPS] [-b REDIS_BENCHMARK]\n"
             "  SCENARIOS: comma-separated of handoff,fair_handoff,herd,fair_herd,waiters,\n"
-            "             throughput,redis_cost,renewals,primitives,guarded_write,election,\n"
+            "             throughput,redis_cost,renewals,primitives,guarded_write,election,multi_lock,\n"
             "             fairness,polling,\n"
             "             cluster (= cluster_handoff,cluster_throughput,cluster_bus),\n"
             "             redlock (= redlock_acquire,redlock_handoff), tls\n"
@@ -293,7 +293,7 @@ static void targets(void) {
 
 int main(int argc, char **argv) {
     const char *url = "redis://127.0.0.1:6379";
-    const char *scen = "handoff,fair_handoff,herd,fair_herd,waiters,throughput,redis_cost,renewals,primitives,guarded_write,election,fairness,polling,"
+    const char *scen = "handoff,fair_handoff,herd,fair_herd,waiters,throughput,redis_cost,renewals,primitives,guarded_write,election,multi_lock,fairness,polling,"
                        "cluster,redlock,tls";
     int scen_given = 0;
     g_opts.redis_benchmark = getenv("REDIS_BENCHMARK") ? getenv("REDIS_BENCHMARK") : "redis-benchmark";
@@ -478,6 +478,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "== election: a leader killed or resigned, to the new leader observed, %d rounds\n",
                 g_opts.reps);
         failed |= scenario_election();
+    }
+    if (has(scen, "multi_lock")) {
+        fprintf(stderr, "== multi_lock: a multi-lock of 2 and 8 names beside that many single locks, "
+                "%d blocks alternated\n", g_opts.reps);
+        failed |= scenario_multi_lock();
     }
     if (has(scen, "fairness")) {
         fprintf(stderr, "== fairness: %d processes x %d loops on one name, hold %d ms, %.1f s per "

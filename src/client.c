@@ -249,6 +249,7 @@ static int client_init(hilock_client *c, const hilock_config *cfg, const hilock_
     hl_list_init(&c->holds);
     hl_list_init(&c->owners);
     hl_list_init(&c->observers);
+    hl_list_init(&c->multis);
     hl_list_init(&c->closers);
     hl_list_init(&c->topo.nodes);
     c->close_defer.run = close_run;
@@ -333,6 +334,7 @@ static void client_destroy(hl_loop *l) {
     hl_renew_batches_free(c);
     hl_holds_free_all(c);
     hl_observers_free_all(c);
+    hl_multis_free_all(c);
     hl_names_free_all(c);
     hl_loop_close(&c->loop);
     hl_topo_free(&c->topo);

@@ -2,6 +2,7 @@
  * machines that share one Redis.
  *
  *     hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--starve MS] [--kill-after MS] [-p PREFIX] [-E CODE] [-n N | -s | -x | -f] [-v] NAME -- COMMAND [ARG...]
+ *     hilock [OPTIONS] -m NAME [-m NAME...] -- COMMAND [ARG...]
  *     hilock unlock [-u URL] [-p PREFIX] [-v] NAME
  *     hilock revoke [-u URL] [-p PREFIX] [-v] NAME
  *     hilock elect [OPTIONS] NAME [--value V] -- COMMAND [ARG...]
@@ -70,6 +71,9 @@ static const char usage_text[] =
 "Usage: hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--starve MS]\n"
 "              [--kill-after MS] [--on-revoke SIGNAL] [-p PREFIX] [-E CODE]\n"
 "              [-n N | -s | -x | -f] [TLS OPTIONS] [-v] NAME -- COMMAND [ARG...]\n"
+"       hilock [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--starve MS] [--kill-after MS]\n"
+"              [-p PREFIX] [-E CODE] [TLS OPTIONS] [-v] -m NAME [-m NAME...]\n"
+"              -- COMMAND [ARG...]\n"
 "       hilock unlock [-u URL] [-p PREFIX] [TLS OPTIONS] [-v] NAME\n"
 "       hilock revoke [-u URL] [-p PREFIX] [TLS OPTIONS] [-v] NAME\n"
 "       hilock elect [-u URL] [-w WAIT_MS] [-l LEASE_MS] [--kill-after MS]\n"
@@ -86,8 +90,8 @@ static const char usage_text[] =
 "subcommand's name (and its NAMEs), with the same meaning: `hilock -u URL\n"
 "unlock NAME` is `hilock unlock -u URL NAME`. Those of NAME -- COMMAND go\n"
 "before NAME. An option that a form does not take is a usage error naming\n"
-"both: -w, -l, --starve, --kill-after, --on-revoke, -E, -n, -s, -x and -f are\n"
-"for NAME -- COMMAND only, --json and --scan for inspect only, -v not for\n"
+"both: -w, -l, --starve, --kill-after, --on-revoke, -E, -n, -s, -x, -f and -m\n"
+"are for NAME -- COMMAND only, --json and --scan for inspect only, -v not for\n"
 "inspect. unlock, revoke and inspect are subcommands unless -- follows them:\n"
 "`hilock unlock -- COMMAND` runs COMMAND under a lock named \"unlock\".\n"
 "\n"
@@ -123,6 +127,10 @@ static const char usage_text[] =
 "                 alone (a waiting -x holds off new -s holders)\n"
 "  -f             fair: hold the fair lock NAME, granted to its waiters in the\n"
 "                 order they asked, over all machines (first come, first served)\n"
+"  -m NAME        hold the lock NAME too, as many times as there are locks to\n"
+"                 hold (then no NAME before --): all of them or none, taken in\n"
+"                 one order on every machine so that no two hilocks deadlock,\n"
+"                 released together; losing one is losing them all\n"
 "  -v             report progress on stderr\n"
 "\n"
 "TLS options, for rediss://, rediss-sentinel:// and redlocks:// URLs (each\n"
@@ -142,7 +150,9 @@ static const char usage_text[] =
 "\n"
 "COMMAND finds the lock name in $HILOCK_NAME and the fencing token, a number\n"
 "that grows with every acquisition of NAME, in $HILOCK_FENCE (with -s: the\n"
-"fence of the last -x holder, 0 if none).\n"
+"fence of the last -x holder, 0 if none). With -m, $HILOCK_NAME and\n"
+"$HILOCK_FENCE are the first -m NAME's, and $HILOCK_FENCES has every NAME's\n"
+"fence, in the order of the -m options, separated by spaces.\n"
 "\n"
 "COMMAND runs in a process group of its own. If hilock is in the foreground\n"
 "of a terminal, that group gets the terminal while COMMAND runs: Ctrl-C and\n"
@@ -240,6 +250,9 @@ typedef struct cli {
     struct event *sigev[NCAUGHT];
     hilock_client *client;
     hilock_wait *wait;      /* valid until on_acquired runs */
+    hilock_multi *mwait;    /* -m's, likewise */
+    const char *multi[HILOCK_MULTI_MAX]; /* -m NAME, in their order */
+    size_t nmulti;
     hilock_hold *hold;      /* valid until on_released runs */
     const char *name;
     char **cmd;
@@ -652,13 +665,29 @@ static void end_group(cli *c) {
 
 /* ---- Events ------------------------------------------------------------- */
 
+/* -m: $HILOCK_FENCES, each NAME's fence in the order of the -m options. */
+static int set_fences(const cli *c) {
+    char *all = malloc(c->nmulti * 21 + 1);
+    size_t i, len = 0;
+    int rc;
+
+    if (all == NULL) return -1;
+    all[0] = '\0';
+    for (i = 0; i < c->nmulti; i++)
+        len += (size_t)sprintf(all + len, "%s%" PRIu64, i ? " " : "", hilock_hold_fence_at(c->hold, i));
+    rc = setenv("HILOCK_FENCES", all, 1);
+    free(all);
+    return rc;
+}
+
 static void run_command(cli *c) {
     char fence[24];
 
     snprintf(fence, sizeof(fence), "%" PRIu64, hilock_hold_fence(c->hold));
     if (c->verbose) fprintf(stderr, "hilock: acquired %s with fence %s\n", c->name, fence);
-    if (setenv("HILOCK_NAME", c->name, 1) != 0 || setenv("HILOCK_FENCE", fence, 1) != 0 ||
-        (c->mode == 'e' && setenv("HILOCK_EPOCH", fence, 1) != 0)) {
+    if (setenv("HILOCK_NAME", c->nmulti ? c->multi[0] : c->name, 1) != 0 ||
+        setenv("HILOCK_FENCE", fence, 1) != 0 || (c->mode == 'e' && setenv("HILOCK_EPOCH", fence, 1) != 0) ||
+        (c->nmulti && set_fences(c) != 0)) {
         fprintf(stderr, "hilock: setenv: %s\n", strerror(errno));
         finish(c, EX_OSERR);
         return;
@@ -702,6 +731,7 @@ static void on_acquired(hilock_hold *hold, int status, void *arg) {
     cli *c = arg;
 
     c->wait = NULL; /* the handle is gone once its callback has run */
+    c->mwait = NULL;
     if (status == 0) {
         c->hold = hold;
         /* Checked before the wait: the mutex, not over Redlock. */
@@ -805,6 +835,7 @@ static void on_signal(evutil_socket_t fd, short what, void *arg) {
         if (c->verbose) fprintf(stderr, "hilock: signal %d, giving up on %s\n", sig, c->name);
         c->stop_sig = sig;
         if (c->wait != NULL) hilock_wait_cancel(c->wait);
+        if (c->mwait != NULL) hilock_multi_cancel(c->mwait);
     } else if (c->state == ST_RUNNING) {
         /* COMMAND decides; we hold the lock until it exits. A ^C typed at
          * a terminal goes to COMMAND's group alone, the terminal's
@@ -995,6 +1026,8 @@ static int start_lock(cli *c, const char *url, long long wait_ms, long long leas
         rc = hilock_write_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
     else if (c->mode == 'f')
         rc = hilock_fair_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
+    else if (c->nmulti > 0)
+        rc = hilock_acquire_multi(c->client, c->multi, c->nmulti, &opts, on_acquired, c, &c->mwait);
     else
         rc = hilock_acquire(c->client, c->name, &opts, on_acquired, c, &c->wait);
     if (rc == HILOCK_EINVAL && c->mode == 'e' && is_redlock(url))
@@ -1024,7 +1057,7 @@ static int start_lock(cli *c, const char *url, long long wait_ms, long long leas
 enum { FORM_LOCK = 1, FORM_UNLOCK = 2, FORM_INSPECT = 4, FORM_REVOKE = 8, FORM_ELECT = 16,
        FORM_LEADER = 32, FORM_OBSERVE = 64 };
 
-#define SHORTOPTS ":hVu:w:l:p:E:n:svxf" /* ':' first: our own messages */
+#define SHORTOPTS ":hVu:w:l:p:E:n:svxfm:" /* ':' first: our own messages */
 
 static const struct option longopts[] = {
     { "help", no_argument, NULL, 'h' },
@@ -1052,6 +1085,7 @@ static const struct scope {
     { OPT_STARVE, "--starve", FORM_LOCK }, { OPT_KILL_AFTER, "--kill-after", FORM_LOCK | FORM_ELECT },
     { 'v', "-v", FORM_LOCK | FORM_UNLOCK | FORM_REVOKE | FORM_ELECT | FORM_LEADER | FORM_OBSERVE },
     { OPT_ON_REVOKE, "--on-revoke", FORM_LOCK }, { OPT_VALUE, "--value", FORM_ELECT },
+    { 'm', "-m", FORM_LOCK },
     { OPT_JSON, "--json", FORM_INSPECT }, { OPT_SCAN, "--scan", FORM_INSPECT },
 };
 
@@ -1082,10 +1116,13 @@ static const char *form_name(int form) {
 /* Where the operands begin in argv: getopt_long's own walk over the
  * options, silent (the real reading, with the messages, comes once the
  * form is known). glibc starts afresh at optind 0. */
-static int first_operand(int argc, char **argv) {
+static int first_operand(int argc, char **argv, int *multi) {
+    int opt;
+
     optind = 0;
     opterr = 0;
-    while (getopt_long(argc, argv, "+" SHORTOPTS, longopts, NULL) != -1) {}
+    *multi = 0;
+    while ((opt = getopt_long(argc, argv, "+" SHORTOPTS, longopts, NULL)) != -1) *multi |= opt == 'm';
     return optind;
 }
 
@@ -1304,6 +1341,12 @@ static int take_option(cli *c, args *a, int opt, char **argv) {
         c->value = optarg;
         return -1;
     case 'n': case 's': case 'x': case 'f': return take_mode(c, a, opt, optarg);
+    case 'm':
+        if (c->nmulti == HILOCK_MULTI_MAX) return usage_error("more than %d -m NAMEs", HILOCK_MULTI_MAX);
+        for (size_t i = 0; i < c->nmulti; i++)
+            if (strcmp(c->multi[i], optarg) == 0) return usage_error("-m NAME '%s' given twice", optarg);
+        c->multi[c->nmulti++] = optarg;
+        return check_name(optarg);
     default: return take_number(c, a, opt, optarg);
     }
 }
@@ -1352,6 +1395,27 @@ static int lock_operands(cli *c, int n, char **v, int ended) {
     if (sep > 1) return extra_before_dashdash(v[1]);
     if (n == 2) return usage_error("missing COMMAND after --");
     c->cmd = v + 2;
+    return -1;
+}
+
+/* -- COMMAND [ARG...] in v[0..n-1] after -m NAME...: no NAME operand, the
+ * mutexes only. c->name says them all, for the messages. */
+static int multi_operands(cli *c, const args *a, int n, char **v, int ended) {
+    static char names[512];
+    size_t i, len = 0;
+
+    if (a->mode_opt != NULL) return usage_error("-m and %s exclude each other: -m NAME takes mutexes", a->mode_opt);
+    if (c->revoke_sig != 0) return usage_error("--on-revoke is for a lock of one NAME, not -m");
+    if (!ended && n > 0 && strcmp(v[0], "--") != 0)
+        return usage_error("NAME '%s' beside -m: give every name with -m NAME", v[0]);
+    if (!ended) return usage_error("missing -- and COMMAND after the -m NAMEs");
+    if (n == 0) return usage_error("missing COMMAND after --");
+    for (i = 0; i < c->nmulti && len + 8 < sizeof(names); i++)
+        len += (size_t)snprintf(names + len, sizeof(names) - len, "%s%.*s", i ? ", " : "",
+                                (int)(sizeof(names) - len - 6), c->multi[i]);
+    if (i < c->nmulti) snprintf(names + sizeof(names) - 4, 4, "...");
+    c->name = names;
+    c->cmd = v;
     return -1;
 }
 
@@ -1434,15 +1498,18 @@ static int parse_elect(cli *c, args *a, int argc, char **argv, int k) {
  * to exit with at once (-h, -V, a usage error). */
 static int parse_args(cli *c, args *a, int argc, char **argv) {
     const char *env_starve;
-    int k = first_operand(argc, argv), rc, ended;
+    int multi, k = first_operand(argc, argv, &multi), rc, ended;
 
-    a->form = find_form(argc, argv, k);
+    /* With -m NAME, what follows -- is COMMAND: `hilock -m a -- unlock` runs unlock. */
+    a->form = multi ? FORM_LOCK : find_form(argc, argv, k);
     if (a->form == FORM_INSPECT) help_cmd = "hilock inspect --help";
     if (a->form == FORM_ELECT) return parse_elect(c, a, argc, argv, k);
     if (a->form != FORM_LOCK) return parse_subcommand(c, a, argc, argv, k);
     if ((rc = read_options(c, a, argc, argv, 0, &ended)) >= 0) return rc;
     if ((rc = check_cert_pair(a)) >= 0) return rc;
-    if ((rc = lock_operands(c, argc - optind, argv + optind, ended)) >= 0) return rc;
+    rc = c->nmulti ? multi_operands(c, a, argc - optind, argv + optind, ended)
+                   : lock_operands(c, argc - optind, argv + optind, ended);
+    if (rc >= 0) return rc;
     /* The environment's default, read only where it would be used: a bad
      * one must not stop an unlock or an inspect, which never wait, nor a
      * --starve that overrides it. An empty variable is unset, as

@@ -711,6 +711,55 @@ HILOCK_API int hilock_fair_acquire(hilock_client *c, const char *name,
                                    hilock_acquire_cb cb, void *data,
                                    hilock_wait **wait_out);
 
+/* ---- Multi-locks ----------------------------------------------------------- */
+
+/* The most names in one multi-lock. */
+#define HILOCK_MULTI_MAX 256
+
+/* A multi-lock's wait (hilock_acquire_multi). */
+typedef struct hilock_multi hilock_multi;
+
+/* Take the mutexes of the n names (1..HILOCK_MULTI_MAX, distinct), all
+ * or none: cb runs once, deferred, with one hold for them all, or with
+ * NULL and the status of the part that failed (as hilock_acquire's: EBUSY,
+ * ETIMEDOUT, ECANCELED, a connection error...), after whatever was taken
+ * has been given back. Every client takes the names of a multi-lock in
+ * one global order (by Cluster slot, then by name), one wait at a time,
+ * each woken by its release as any wait is: two multi-locks never
+ * deadlock, whatever their names' order in the call. wait_ms counts for
+ * them all (0: each is tried once); lease_ms, no_renew and lost_cb apply
+ * to each; an owner is refused (a multi-lock is not reentrant). Works on
+ * every topology the mutex does.
+ *
+ * The hold: hilock_release() releases every name (its callback once,
+ * HILOCK_ELOST if any had been lost), hilock_hold_extend() extends every
+ * lease, hilock_hold_lost() says whether any is lost, and lost_cb runs
+ * once, with this hold, when any is. hilock_hold_name() and
+ * hilock_hold_fence() are names[0]'s; hilock_hold_fence_at() gives each
+ * name's fence. Not for hilock_hold_eval() or hilock_hold_on_revoke()
+ * (HILOCK_EINVAL): each name has its own lock, in its own slot.
+ *
+ * While it waits for a name it holds the names before it in the order, as
+ * Redisson's and Curator's multi-locks do; a name lost on the way (an
+ * earlier one's renewals failing during a long wait for a later one) is
+ * not handed over: all are given back and taken again within wait_ms.
+ * Returns 0 and, if out is not NULL, the wait's handle; or at once
+ * HILOCK_EINVAL (no names, too many, a bad name or one twice, no cb, an
+ * owner, bad opts), HILOCK_ENOMEM, HILOCK_ECLOSED or HILOCK_EFORK. */
+HILOCK_API int hilock_acquire_multi(hilock_client *c, const char *const names[], size_t n,
+                                    const hilock_acquire_opts *opts, hilock_acquire_cb cb,
+                                    void *data, hilock_multi **out);
+
+/* Cancel a multi-lock's wait: its callback runs (deferred) with
+ * HILOCK_ECANCELED, and what it took is given back. Returns 0, or
+ * HILOCK_EINVAL once its callback has had the hold or the cancel was
+ * asked already. The handle is valid until its callback has returned. */
+HILOCK_API int hilock_multi_cancel(hilock_multi *m);
+
+/* The fence of names[i] of a multi-lock's hold (0 past the last); of any
+ * other hold, hilock_hold_fence() for i 0 and 0 for the rest. */
+HILOCK_API uint64_t hilock_hold_fence_at(const hilock_hold *h, size_t i);
+
 /* ---- Holds -------------------------------------------------------------- */
 
 /* The fencing token of this acquisition: strictly increasing per name (a

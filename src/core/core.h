@@ -47,6 +47,7 @@ struct hilock_client {
     hl_link holds;               /* every live hold */
     hl_link owners;
     hl_link observers;           /* every hilock_observer (prim/election.c) */
+    hl_link multis;              /* every multi-lock not yet released (prim/multi.c) */
     uint64_t token_id, token_salt, token_seq; /* see hl_token_new */
     hl_counts counts;
     uint64_t late_warned_at;     /* the last late renewal logged (hl_log_due) */
@@ -406,6 +407,16 @@ extern const hl_sub_events hl_engine_sub_events;
 
 /* ---- Holds ---------------------------------------------------------------- */
 
+/* A hold that stands for several: hilock_acquire_multi's (prim/multi.c)
+ * hands the caller the hold of its first name, whose group takes the
+ * public calls that concern them all. */
+typedef struct hl_group hl_group;
+struct hl_group {
+    int (*release)(hl_group *g, hilock_release_cb cb, void *data);
+    int (*extend)(hl_group *g, uint32_t lease_ms, hilock_release_cb cb, void *data);
+    int (*lost)(const hl_group *g); /* is any of them lost? */
+};
+
 struct hilock_hold {
     hl_link link;          /* in client->holds */
     hl_link olink;         /* in owner->holds */
@@ -430,6 +441,7 @@ struct hilock_hold {
     hilock_revoke_cb revoke_cb; /* hilock_hold_on_revoke(), or NULL (revoke.c) */
     void *revoke_data;
     hl_defer revoke_defer;
+    hl_group *group;       /* the multi-lock it stands for, or NULL */
     unsigned lost : 1;
     unsigned releasing : 1;
     unsigned revoke_asked : 1; /* a revoke asked it to release (revoke.c) */
@@ -449,6 +461,10 @@ struct hilock_owner {
 hilock_hold *hl_hold_new(hl_name *n, const char *token, uint64_t fence, uint64_t sent_at,
                          uint32_t lease_ms, const hilock_wait *w);
 void hl_hold_free(hilock_hold *h);
+/* hilock_release() and hilock_hold_extend() of this hold alone (a part
+ * of a group, or the group's first). */
+int hl_hold_release(hilock_hold *h, hilock_release_cb cb, void *data);
+int hl_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb, void *data);
 /* The instant after which the key may be another client's: the send time of
  * the last acquire or renewal that Redis confirmed, plus the lease. */
 /* When the hold stops believing it holds: its last confirmed lease, less

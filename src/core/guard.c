@@ -153,6 +153,11 @@ int hilock_hold_eval(hilock_hold *h, hilock_script *s, int nkeys, const char *co
                      hilock_eval_cb cb, void *data) {
     if (h == NULL) return HILOCK_EINVAL;
     if (hl_client_refuses(h->c)) return hl_client_refuses(h->c);
+    if (h->group != NULL) {
+        hl_set_error(&h->c->loop, "hilock_hold_eval: a multi-lock's names are in several slots; "
+                     "guard with a lock of one name");
+        return HILOCK_EINVAL;
+    }
     int rc = eval_check(h, s, nkeys, keys, nargs, args);
     if (rc != 0) return rc;
     if (!hl_hold_live(h, hl_now_ms())) return HILOCK_ELOST;

@@ -499,6 +499,11 @@ static hl_req *release_first(hilock_hold *h, hl_relop *op) {
 }
 
 int hilock_release(hilock_hold *h, hilock_release_cb cb, void *data) {
+    if (h != NULL && h->group != NULL) return h->group->release(h->group, cb, data);
+    return hl_hold_release(h, cb, data);
+}
+
+int hl_hold_release(hilock_hold *h, hilock_release_cb cb, void *data) {
     if (h == NULL) return HILOCK_EINVAL;
     if (h->c->loop.forked) return HILOCK_EFORK;
     if (h->releasing) return HILOCK_EINVAL;
@@ -530,7 +535,10 @@ uint64_t hilock_hold_waited_ms(const hilock_hold *h) { return h ? h->waited_ms :
 const char *hilock_hold_name(const hilock_hold *h) { return h ? h->name->name : NULL; }
 /* Computed, not only flagged: a hold is lost from the instant its lease may
  * have run out, even before the watchdog's timer has had its turn. */
-int hilock_hold_lost(const hilock_hold *h) { return h ? !hl_hold_live(h, hl_now_ms()) : 0; }
+int hilock_hold_lost(const hilock_hold *h) {
+    if (h != NULL && h->group != NULL) return h->group->lost(h->group);
+    return h ? !hl_hold_live(h, hl_now_ms()) : 0;
+}
 unsigned hilock_hold_count(const hilock_hold *h) { return h ? h->count : 0; }
 
 /* ---- Extending by hand ------------------------------------------------- */
@@ -577,6 +585,11 @@ static void on_extended(hl_req *r, redisReply *reply, int err) {
 }
 
 int hilock_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb, void *data) {
+    if (h != NULL && h->group != NULL) return h->group->extend(h->group, lease_ms, cb, data);
+    return hl_hold_extend(h, lease_ms, cb, data);
+}
+
+int hl_hold_extend(hilock_hold *h, uint32_t lease_ms, hilock_release_cb cb, void *data) {
     if (h == NULL) return HILOCK_EINVAL;
     if (hl_client_refuses(h->c)) return hl_client_refuses(h->c);
     if (h->releasing || lease_ms < HILOCK_LEASE_MIN || lease_ms > INT32_MAX) return HILOCK_EINVAL;

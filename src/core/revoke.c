@@ -43,9 +43,9 @@ int hilock_hold_on_revoke(hilock_hold *h, hilock_revoke_cb cb, void *data) {
     if (h == NULL) return HILOCK_EINVAL;
     if (hl_client_refuses(h->c)) return hl_client_refuses(h->c);
     if (h->releasing) return HILOCK_EINVAL;
-    if (!h->name->prim->revocable || hl_topo_quorum(&h->c->topo)) {
+    if (!h->name->prim->revocable || h->group != NULL || hl_topo_quorum(&h->c->topo)) {
         hl_set_error(&h->c->loop, "hilock_hold_on_revoke: %s", hl_topo_quorum(&h->c->topo)
-                     ? "not over Redlock" : "only a mutex's hold can be revoked");
+                     ? "not over Redlock" : "only a mutex's hold of one name can be revoked");
         return HILOCK_EINVAL;
     }
     if (cb != NULL && h->revoke_cb == NULL) hl_name_listen(h->name, 1);

@@ -9,7 +9,7 @@ extern const hl_prim hl_mutex, hl_semaphore;
 extern const hl_script hl_script_mutex_acquire, hl_script_mutex_join, hl_script_mutex_release,
     hl_script_mutex_handover, hl_script_mutex_renew, hl_script_mutex_renew_many,
     hl_script_mutex_break, hl_script_mutex_fence, hl_script_mutex_check,
-    hl_script_mutex_revoke;
+    hl_script_mutex_revoke, hl_script_mutex_acquire_all;
 extern const hl_script hl_script_sem_acquire, hl_script_sem_release, hl_script_sem_renew,
     hl_script_sem_join, hl_script_sem_leave;
 
@@ -55,6 +55,8 @@ extern const hl_script hl_script_election_acquire, hl_script_election_release,
  * is queued; then, at the end, what is left of them is freed. */
 void hl_observers_end(hilock_client *c);
 void hl_observers_free_all(hilock_client *c);
+/* The client is freed: the multi-locks left (their holds go with it). */
+void hl_multis_free_all(hilock_client *c);
 
 /* ---- The queue in Redis (queue.c, lua/_queue.lua) ---------------------------
  * The fair lock's waits, and the starving ones of the mutex, the

@@ -1095,6 +1095,68 @@ Test(cli, revoke_usage_errors, .timeout = 30) {
     cr_assert_eq(RUN("-u", srv.url, "revoke", "--", "true"), 0);
 }
 
+/* ---- -m NAME: multi-locks ------------------------------------------------- */
+
+/* COMMAND runs holding every -m NAME, with the first's name and fence and
+ * every fence in the -m order; all are released at its exit. */
+Test(cli, multi_runs_command_holding_every_name, .timeout = 30) {
+    char out[1024], b[64], a[64], c[64], want[512];
+
+    pid_t p = cli_start("log", NULL, ARGS("-u", srv.url, "-m", "mb", "-m", "ma", "-m", "mc", "--", "sh", "-c",
+                                          "echo \"$HILOCK_NAME $HILOCK_FENCE $HILOCK_FENCES\" > \"$0.tmp\"; "
+                                          "mv \"$0.tmp\" \"$0\"; sleep 0.5", tmp("env")));
+    WAIT_UNTIL(file_exists(tmp("env")), 5000);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s %s %s", key("ma"), key("mb"), key("mc")), 3, "held while it runs");
+    cr_assert_eq(cli_wait(p, 5000), 0);
+    test_slurp(tmp("env"), out, sizeof(out));
+    redis_str(b, sizeof(b), "GET %s:fence", key("mb"));
+    redis_str(a, sizeof(a), "GET %s:fence", key("ma"));
+    redis_str(c, sizeof(c), "GET %s:fence", key("mc"));
+    snprintf(want, sizeof(want), "mb %s %s %s %s\n", b, b, a, c);
+    cr_assert_str_eq(out, want);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s %s %s", key("ma"), key("mb"), key("mc")), 0, "released");
+}
+
+/* A name held elsewhere: -w 0 exits 75 (or -E's) and leaves the others
+ * free; a wait is served at the release. */
+Test(cli, multi_busy_leaves_nothing_and_a_wait_is_served, .timeout = 30) {
+    pid_t holder = cli_start("holder", NULL, ARGS("-u", srv.url, "-m", "hb", "--", "sleep", "30"));
+    WAIT_UNTIL(test_redis_int(&srv, "EXISTS %s", key("hb")) == 1, 5000);
+    cr_assert_eq(RUN("-u", srv.url, "-w", "0", "-E", "9", "-m", "ha", "-m", "hb", "-m", "hc", "--", "true"), 9);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s %s", key("ha"), key("hc")), 0, "a name left behind");
+    pid_t waiter = cli_start("waiter", NULL, ARGS("-u", srv.url, "-m", "hc", "-m", "hb", "--", "true"));
+    test_msleep(200);
+    cr_assert_eq(cli_wait(waiter, 0), -1, "served while a name is held");
+    kill(holder, SIGTERM);
+    cr_assert_eq(cli_wait(holder, 5000), 128 + SIGTERM);
+    cr_assert_eq(cli_wait(waiter, 5000), 0);
+    cr_assert_eq(test_redis_int(&srv, "EXISTS %s %s", key("hb"), key("hc")), 0);
+}
+
+Test(cli, multi_usage_errors, .timeout = 30) {
+    char err[1024];
+    const struct { const char *const *args; const char *says; } bad[] = {
+        {ARGS("-m", "a", "x", "--", "true"), "NAME 'x' beside -m"},
+        {ARGS("-m", "a", "-s", "--", "true"), "-m and -s exclude each other"},
+        {ARGS("-m", "a", "-m", "a", "--", "true"), "-m NAME 'a' given twice"},
+        {ARGS("-m", "a", "--on-revoke", "TERM", "--", "true"), "--on-revoke is for a lock of one NAME"},
+        {ARGS("-m", "a"), "missing -- and COMMAND after the -m NAMEs"},
+        {ARGS("-m", "a", "--"), "missing COMMAND after --"},
+        {ARGS("-m", "", "--", "true"), "empty lock NAME"},
+        {ARGS("unlock", "-m", "a", "x"), "-m does not apply to unlock"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *argv[16] = {"-u", srv.url};
+        size_t n = 2;
+        for (const char *const *p = bad[i].args; *p && n < 15; p++) argv[n++] = *p;
+        argv[n] = NULL;
+        cr_expect_eq(cli_wait(cli_start_io(NULL, "out", "err", NULL, argv), 5000), 64, "case %zu", i);
+        cr_expect_not_null(strstr(test_slurp(tmp("err"), err, sizeof(err)), bad[i].says), "case %zu: %s", i, err);
+    }
+    /* After -m, -- ends the options: COMMAND may be called unlock. */
+    cr_assert_eq(RUN("-u", srv.url, "-m", "a", "--", "sh", "-c", "exit 3"), 3);
+}
+
 /* ---- elect, leader, observe ----------------------------------------------- */
 
 /* Two campaigns: the first leads and runs its COMMAND with its epoch; the

@@ -480,6 +480,7 @@ Test(cli_grammar, grammar_is_documented, .timeout = 30) {
     static const char *const in_help[] = {
         "       hilock unlock [-u URL] [-p PREFIX] [TLS OPTIONS] [-v] NAME\n",
         "       hilock revoke [-u URL] [-p PREFIX] [TLS OPTIONS] [-v] NAME\n",
+        "[-v] -m NAME [-m NAME...]\n",
         "The options of unlock, revoke and inspect go before or after the\nsubcommand's name (and its NAMEs)",
         "`hilock -u URL\nunlock NAME` is `hilock unlock -u URL NAME`",
         "or that NAME was not held. It exits 0 either way (NAME is free), 64 (usage)\n",
@@ -488,7 +489,7 @@ Test(cli_grammar, grammar_is_documented, .timeout = 30) {
         ".B hilock unlock\n", ".SH DIAGNOSTICS\n", "before or after the name of its subcommand",
         "does not apply to", "braces are not allowed", "missing NAME before \\-\\-",
         "It exits 0 whether it removed a lock or", "only when it removed a lock",
-        ".SH REVOKE\n", "It never takes the lock away",
+        ".SH REVOKE\n", "It never takes the lock away", ".B HILOCK_FENCES\n", ".BI \\-m \" NAME\"\n",
     };
     char *page = src_file("man/hilock.1");
 
