@@ -183,8 +183,7 @@ static void batch_answered(hl_req *r, redisReply *reply, int err) {
         w.terms.lease_ms = m->lease_ms;
         w.terms.no_renew = m->opts.no_renew != 0;
         w.started_us = m->started_ms * 1000u;
-        w.token = m->batch_token;
-        hl_wait_token(&w, tok);
+        hl_token_text(c, m->batch_token, tok);
         for (size_t i = 0; i < g; i++) {
             const char *name = m->name[m->order[k + i]];
             hl_name *n = hl_name_get(c, &hl_mutex, name, strlen(name));
@@ -197,6 +196,19 @@ static void batch_answered(hl_req *r, redisReply *reply, int err) {
             }
             h->delivered = 1;
             m->part[m->order[m->taken++]] = h;
+        }
+    } else if (err != 0 && !c->loop.freeing) {
+        /* Unanswered: it may have run. What it may have taken goes back,
+         * in the background, before the names are waited for one by one. */
+        hl_terms terms = {.lease_ms = m->lease_ms};
+        char tok[HL_TOKEN_LEN + 1];
+        hl_token_text(c, m->batch_token, tok);
+        for (size_t i = 0; i < g; i++) {
+            const char *name = m->name[m->order[k + i]];
+            hl_name *n = hl_name_get(c, &hl_mutex, name, strlen(name));
+            if (n == NULL) continue;
+            hl_release_token(n, tok, &terms, m->lease_ms);
+            hl_name_maybe_free(n);
         }
     }
     int status = c->loop.freeing || c->closing || m->cancelled ? HILOCK_ECANCELED
@@ -233,12 +245,10 @@ static int batch_send(hilock_multi *m, size_t g) {
         hl_req_arg(r, key, len, ":fence", 6);
     }
     free(key);
-    hilock_wait w;
     char tok[HL_TOKEN_LEN + 1];
-    memset(&w, 0, sizeof(w));
-    w.c = c;
-    w.token = m->batch_token = hl_token_new(c);
-    hl_req_arg(r, hl_wait_token(&w, tok), HL_TOKEN_LEN, "", 0);
+    m->batch_token = hl_token_new(c);
+    hl_token_text(c, m->batch_token, tok);
+    hl_req_arg(r, tok, HL_TOKEN_LEN, "", 0);
     hl_req_arg_u64(r, hl_key_ttl(first, m->lease_ms));
     hl_req_arg_u64(r, c->cfg.fence_ttl_s);
     m->batch = g;
