@@ -279,7 +279,7 @@ int hl_info_sharded_pubsub(const char *info) {
 /* HILOCK_PUBSUB_AUTO: sharded pub/sub as hl_info_sharded_pubsub says,
  * decided by the first server that answers (every client of a cluster
  * decides the same). */
-static void pubsub_decide(hl_net *net, const redisReply *info) {
+void hl_net_pubsub_decide(hl_net *net, const redisReply *info) {
     if (net->sharded_known) return;
     net->sharded_known = 1;
     if (net->pubsub == HILOCK_PUBSUB_AUTO)
@@ -322,7 +322,7 @@ static void on_info(redisAsyncContext *ac, void *reply_, void *privdata) {
      * (require_noeviction refuses that), and so is the pub/sub mode. */
     net->cluster_enabled = reply->type == REDIS_REPLY_ERROR ? -1
                            : info_number(reply, "cluster_enabled:") == 1;
-    pubsub_decide(net, reply);
+    hl_net_pubsub_decide(net, reply);
     info_policy(reply, policy, sizeof(policy));
     if (strcmp(policy, "noeviction") != 0) {
         warn_eviction(net, policy, reply->type == REDIS_REPLY_ERROR ? reply->str : "no such field");

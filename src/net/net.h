@@ -120,6 +120,9 @@ void hl_net_init(hl_net *net, hl_loop *loop);
  * or later, or Valkey's (7.2 on; Valkey 8 also reports redis_version
  * 7.2.4, its compatibility version, which later ones may drop). */
 int hl_info_sharded_pubsub(const char *info);
+/* HILOCK_PUBSUB_AUTO: decide sharded or classic pub/sub from an INFO reply
+ * (an error: classic), once per client, by the first that answers. */
+void hl_net_pubsub_decide(hl_net *net, const redisReply *info);
 /* The next number of the client's jitter source (xorshift64). */
 uint64_t hl_net_random(hl_net *net);
 
@@ -155,6 +158,8 @@ typedef struct hl_conn {
     int is_sub;
     int bare;           /* a sentinel's: no handshake (AUTH, SELECT, INFO are the
                            master's), classic SUBSCRIBE */
+    int sub_info;       /* sub.c: the handshake's last step is an INFO that
+                           decides the pub/sub mode (hl_net_pubsub_decide) */
     int state;
     int failures;       /* consecutive failed attempts, for the backoff */
     int last_err;       /* HILOCK_ECONN, HILOCK_EPROTO, HILOCK_EAUTH... */

@@ -79,16 +79,27 @@ static void sub_fail(hl_conn *k, int err) {
 static void sub_greet(hl_conn *k) {
     const hl_url *u = &k->net->url;
     int auth = u->pass != NULL && !k->bare;
+    /* Until a server said whether pub/sub is sharded (the first INFO to
+     * answer, a command connection's or this one's), a subscription would
+     * go out classic, and stay so on a node that also serves its slot in
+     * sharded mode, deaf to SPUBLISH: ask here too, before the first. */
+    int info = !k->bare && !k->net->sharded_known;
     k->handshake_left = 0;
-    if (!auth && k->ssl == NULL) {
+    k->sub_info = 0;
+    if (!auth && k->ssl == NULL && !info) {
         sub_watch(k);
         hl_conn_ready(k);
         return;
     }
-    if (!auth) sub_append(k, "HELLO 2");
-    else if (u->user) sub_append(k, "AUTH %s %s", u->user, u->pass);
-    else sub_append(k, "AUTH %s", u->pass);
-    k->handshake_left = 1;
+    if (auth && u->user) sub_append(k, "AUTH %s %s", u->user, u->pass);
+    else if (auth) sub_append(k, "AUTH %s", u->pass);
+    else if (k->ssl != NULL) sub_append(k, "HELLO 2");
+    k->handshake_left = auth || k->ssl != NULL;
+    if (info) {
+        sub_append(k, "INFO");
+        k->handshake_left++;
+        k->sub_info = 1;
+    }
 }
 
 /* One step of the TLS handshake, which sub.c drives itself: hiredis's
@@ -138,7 +149,12 @@ static void sub_connected(hl_conn *k) {
 /* One reply: the handshake's, or a push for the owner. */
 static void sub_dispatch(hl_conn *k, const redisReply *r) {
     if (k->state == HL_CONN_HANDSHAKE) {
-        if (r->type == REDIS_REPLY_ERROR) {
+        if (k->sub_info && k->handshake_left == 1) { /* the INFO, last: refused is classic */
+            k->sub_info = 0;
+            k->handshake_left = 0;
+            hl_net_pubsub_decide(k->net, r);
+            hl_conn_ready(k);
+        } else if (r->type == REDIS_REPLY_ERROR) {
             hl_reply_error(k->net->loop, r);
             sub_drop(k, HILOCK_EAUTH, r->str);
         } else if (--k->handshake_left == 0) {

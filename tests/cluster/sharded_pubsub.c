@@ -64,6 +64,63 @@ static void release_wakes(hilock_client *a, hilock_hold *h, got *gb) {
     if (gb->status == 0) cr_expect_eq(give_back(gb->hold), 0);
 }
 
+/* Observer record: calls, the last epoch, when. */
+typedef struct heard {
+    int calls;
+    uint64_t epoch;
+    long long at_ms;
+} heard;
+
+static void heard_cb(int status, uint64_t epoch, const char *value, size_t len, void *data) {
+    heard *h = data;
+    (void)status; (void)value; (void)len;
+    h->calls++;
+    h->epoch = epoch;
+    h->at_ms = test_now_ms();
+}
+
+/* A fresh client whose first seed is the master of an election's slot
+ * observes it at once, before any server told it the pub/sub mode: its
+ * subscription is sharded all the same (its subscriber connection asks
+ * INFO first), so the election's message reaches it. Once, a classic
+ * SUBSCRIBE sent before that answer stayed on that node, deaf to the
+ * SPUBLISH, and the observer learned of the leader only at its lease's
+ * end. */
+Test(sharded, a_fresh_client_seeded_at_the_master_subscribes_sharded_at_once) {
+    const char *name = NULL;
+    char buf[32];
+    test_redis *m = NULL;
+    for (int i = 0; i < 200 && m == NULL; i++) {
+        snprintf(buf, sizeof(buf), "fresh-%d", i);
+        if (test_cluster_master_of(&e.cl, cluster_slot_of(buf)) == &e.cl.node[0]) m = &e.cl.node[0], name = buf;
+    }
+    cr_assert_not_null(m, "no name on the first seed");
+    hilock_client *a = client(HILOCK_PUBSUB_AUTO), *b = client(HILOCK_PUBSUB_AUTO);
+    heard h = {0, 0, 0};
+    hilock_observer *ob = NULL;
+    cr_assert_eq(hilock_observe(b, name, heard_cb, &h, &ob), 0); /* b's first request */
+    test_loop_until(e.base, &h.calls, 5000);
+    cr_assert_eq(h.calls, 1);
+    test_loop_for(e.base, 200);
+    cr_expect_eq(subscribed_nodes(name, 1), 0, "a classic subscription");
+    got g = {0, 0, NULL, 0};
+    hilock_acquire_opts o;
+    hilock_acquire_opts_init(&o);
+    o.lease_ms = 20000;
+    long long t0 = test_now_ms();
+    cr_assert_eq(hilock_campaign(a, name, "a", &o, got_cb, &g, NULL), 0);
+    test_loop_until(e.base, &g.calls, 5000);
+    cr_assert_eq(g.status, 0);
+    while (h.calls < 2 && test_now_ms() - t0 < 3000) test_loop_for(e.base, 10);
+    cr_expect_eq(h.calls, 2, "the election not heard");
+    cr_expect_eq(h.epoch, hilock_hold_fence(g.hold));
+    cr_expect_lt(h.at_ms - t0, 1000, "heard %lld ms after", h.at_ms - t0);
+    cr_assert_eq(hilock_observe_stop(ob), 0);
+    give_back(g.hold);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
 /* Auto picks sharded on a Redis 7 cluster: each waiter's channel is
  * subscribed on the master of its slot only, none classically. */
 Test(sharded, channels_live_on_the_master_of_their_slot) {

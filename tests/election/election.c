@@ -8,7 +8,8 @@
  *                   order, every tenure however short, also one missed
  *                   while its connection was down;
  *                   stop and the client's end; the bad cases.
- * election_cluster: campaigns and an observer on a 3+3 cluster.
+ * election_cluster: campaigns and an observer on a 3+3 cluster, and
+ *                   through a failover of the election's master.
  * election_sentinel: a campaign, the leader read and observed, under
  *                   Sentinel. */
 #include "support/lockenv.h"
@@ -320,8 +321,10 @@ Test(election_cluster, campaigns_and_an_observer) {
         cr_assert_eq(hilock_resign(g.hold, NULL, NULL), 0);
         test_loop_until(ce.base, &w.calls, 5000);
         cr_assert_eq(w.status, 0, "%s", names[i]);
-        /* a's resign and b's election: one change or two. */
+        /* a's resign, then b's election: two changes, in order. */
         wait_value(ce.base, &s, "b", 5000);
+        cr_expect_eq(s.calls, 4, "%s: %d reports", names[i], s.calls);
+        cr_expect_eq(s.epoch[2], 0, "%s: a's resign", names[i]);
         cr_expect_str_eq(s.value[s.calls - 1], "b", "%s", names[i]);
         cr_expect_eq(s.epoch[s.calls - 1], hilock_hold_fence(w.hold), "%s", names[i]);
         cr_assert_eq(hilock_observe_stop(ob), 0);
@@ -329,6 +332,61 @@ Test(election_cluster, campaigns_and_an_observer) {
     }
     hilock_client_free(a);
     hilock_client_free(b);
+}
+
+/* The master of the election's slot fails over (graceful) under a
+ * leader, a waiting campaign and an observer: the leader keeps leading,
+ * the observer reports nothing new (its resubscription's read finds the
+ * same leader), and a resign after it hands over, seen in order. */
+Test(election_cluster, a_failover_under_a_leader_a_campaign_and_an_observer) {
+    hilock_client *cs[3];
+    for (int i = 0; i < 3; i++) {
+        hilock_config cfg;
+        cluster_config(&cfg, ce.cl.node[i].url);
+        cfg.request_timeout_ms = 15000;
+        cr_assert_eq(hilock_client_new(&cs[i], &cfg, &ce.loop), 0);
+    }
+    const char *name = "el-failover";
+    unsigned slot = cluster_slot_of(name);
+    test_redis *m = NULL, *r = NULL;
+    cr_assert(cluster_settled_pair(&ce.cl, slot, 20000, &m, &r));
+    seen s;
+    memset(&s, 0, sizeof(s));
+    hilock_observer *ob = NULL;
+    cr_assert_eq(hilock_observe(cs[2], name, seen_cb, &s, &ob), 0);
+    wait_calls(ce.base, &s, 1, 5000);
+    lostrec lr = {0, 0, 0};
+    hilock_acquire_opts o = opts_wait_lease(-1, 20000);
+    o.lost_cb = lost_cb;
+    o.lost_data = &lr;
+    got g = campaign_now(ce.base, cs[0], name, "a", &o);
+    cr_assert_eq(g.status, 0);
+    got w = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_campaign(cs[1], name, "b", NULL, got_cb, &w, NULL), 0);
+    wait_calls(ce.base, &s, 2, 5000);
+    cr_assert_eq(s.calls, 2, "the leader not observed: %d reports, the last epoch %llu", s.calls,
+                 (unsigned long long)s.epoch[s.calls ? s.calls - 1 : 0]);
+    test_loop_for(ce.base, 300);
+    cr_assert(cluster_fail_over_to(&ce, slot, m, r, 30000), "slot %u did not fail over to its replica", slot);
+    test_loop_for(ce.base, 2000);
+    cr_expect_eq(hilock_hold_lost(g.hold), 0, "the leader lost its lease in the failover");
+    cr_expect_eq(lr.calls, 0);
+    cr_expect_eq(w.calls, 0, "the standby led beside the leader");
+    cr_expect_eq(s.calls, 2, "%d reports: a failover is no change of leader", s.calls);
+    seen now = leader_now(ce.base, cs[2], name);
+    uint64_t first = hilock_hold_fence(g.hold);
+    cr_expect_eq(now.epoch[0], first, "the promoted replica names the leader");
+    cr_assert_eq(hilock_resign(g.hold, NULL, NULL), 0); /* g.hold is gone once it is done */
+    test_loop_until(ce.base, &w.calls, 10000);
+    cr_assert_eq(w.status, 0, "%s", hilock_strerror(w.status));
+    cr_expect_gt(hilock_hold_fence(w.hold), first, "epochs grow across the failover");
+    wait_value(ce.base, &s, "b", 5000);
+    cr_expect_eq(s.calls, 4, "%d reports", s.calls);
+    cr_expect_eq(s.epoch[2], 0);
+    cr_expect_eq(s.epoch[3], hilock_hold_fence(w.hold));
+    cr_assert_eq(hilock_observe_stop(ob), 0);
+    release_loop(ce.base, w.hold, 10000);
+    for (int i = 0; i < 3; i++) hilock_client_free(cs[i]);
 }
 
 /* ---- election_sentinel ------------------------------------------------------ */

@@ -423,11 +423,7 @@ Test(multi_cluster, a_failover_under_held_and_waiting_multi_locks) {
     for (int i = 0; i < 3; i++)
         cr_assert_eq(hilock_acquire_multi(cs[1], names + i, 2, NULL, got_and_give_back, &w[i], NULL), 0);
     test_loop_for(ce.base, 200);
-    cr_assert(test_redis_caught_up(m, r, 5000), "the replica did not catch up");
-    cluster_run_on(r, "CLUSTER FAILOVER", NULL, NULL);
-    long long t0 = test_now_ms();
-    while (test_cluster_master_of(&ce.cl, slot) != r && test_now_ms() - t0 < 20000) test_loop_for(ce.base, 20);
-    cr_assert_eq(test_cluster_master_of(&ce.cl, slot), r, "no failover");
+    cr_assert(cluster_fail_over_to(&ce, slot, m, r, 30000), "slot %u did not fail over to its replica", slot);
     test_loop_for(ce.base, 1000);
     cr_expect_eq(hilock_hold_lost(g.hold), 0, "the hold lived through the failover");
     cr_expect_eq(lr.calls, 0);

@@ -194,6 +194,25 @@ static inline int cluster_leftovers(test_redis *r, const char *slot, char *first
     return left;
 }
 
+/* A graceful CLUSTER FAILOVER of `slot` from master m to its replica r,
+ * once r has every byte of m's (the tests' holds must survive it), asked
+ * again every 5 s while r's link is up (a loaded machine lets one lapse:
+ * Redis gives up after cluster-manual-failover-timeout), the loop running.
+ * 1 when r serves the slot within ms. */
+static inline int cluster_fail_over_to(clusterenv *e, unsigned slot, test_redis *m, test_redis *r, int ms) {
+    if (!test_redis_caught_up(m, r, 5000)) return 0;
+    long long t0 = test_now_ms(), sent = 0;
+    while (test_cluster_master_of(&e->cl, slot) != r && test_now_ms() - t0 < ms) {
+        if ((sent == 0 || test_now_ms() - sent > 5000) &&
+            test_redis_says(r, "INFO replication", "master_link_status:up", NULL)) {
+            cluster_run_on(r, "CLUSTER FAILOVER", NULL, NULL);
+            sent = test_now_ms();
+        }
+        test_loop_for(e->base, 20);
+    }
+    return test_cluster_master_of(&e->cl, slot) == r;
+}
+
 /* ---- Contention with the exclusion invariant ------------------------------ */
 
 /* Turns of acquire-hold-release on up to 8 names: two holders of one name
