@@ -7,7 +7,8 @@
  *                     timer, after a try or two (no polling); a release
  *                     frees it at once; renewals extend lease + delay; the
  *                     fair lock the same; the config's bounds.
- * lock_delay_cluster: the same lapse on a 3+3 cluster. */
+ * lock_delay_cluster: the same lapse on a 3+3 cluster, and through a
+ *                     failover of the name's master during the delay. */
 #include "support/lockenv.h"
 #include "support/clusterenv.h"
 
@@ -178,6 +179,46 @@ Test(lock_delay_cluster, a_lapsed_hold_keeps_the_name_for_the_delay) {
     cr_expect_eq(lost.calls, 1);
     cr_expect_geq(at, 1700, "granted %lld ms after the lapsed grant (lease 300 + delay 1500)", at);
     cr_expect_lt(at, 3000, "granted %lld ms after", at);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* A lapsed hold's delay lives in its key's TTL, which the replica has: a
+ * graceful failover of the slot during the delay keeps the name taken
+ * until lease + delay, and the waiter is granted then. */
+Test(lock_delay_cluster, the_delay_outlives_a_failover) {
+    hilock_config cfg;
+    cluster_config(&cfg, ce.cl.url);
+    cfg.lock_delay_ms = 8000;
+    cfg.request_timeout_ms = 15000;
+    hilock_client *a = cluster_client_cfg(&ce, &cfg);
+    cluster_config(&cfg, ce.cl.node[3].url);
+    cfg.request_timeout_ms = 15000;
+    hilock_client *b = cluster_client_cfg(&ce, &cfg);
+    const char *name = "cl-delay-failover";
+    unsigned slot = cluster_slot_of(name);
+    test_redis *m = NULL, *r = NULL;
+    cr_assert(cluster_settled_pair(&ce.cl, slot, 20000, &m, &r));
+    hilock_acquire_opts o = opts_wait_lease(0, 300);
+    o.no_renew = 1;
+    got ga = acquire_loop(ce.base, a, name, &o, 5000);
+    cr_assert_eq(ga.status, 0);
+    long long t0 = test_now_ms();
+    got gb = {0, 0, NULL, 0};
+    hilock_acquire_opts w = opts_wait(30000);
+    cr_assert_eq(hilock_acquire(b, name, &w, got_cb, &gb, NULL), 0);
+    test_loop_for(ce.base, 500); /* lapsed: the delay runs */
+    cr_assert(cluster_fail_over_to(&ce, slot, m, r, 30000), "slot %u did not fail over to its replica", slot);
+    long long failed_over = test_now_ms() - t0;
+    test_loop_until(ce.base, &gb.calls, 20000);
+    cr_assert_eq(gb.status, 0, "%s", hilock_strerror(gb.status));
+    long long at = gb.at_ms - t0;
+    cr_log_info("lock-delay through a failover (%lld ms after the grant): granted at %lld ms", failed_over, at);
+    if (failed_over < 7500) /* the failover ended inside the delay */
+        cr_expect_geq(at, 8200, "granted %lld ms after the lapsed grant (lease 300 + delay 8000)", at);
+    cr_expect_lt(at, 12000, "granted %lld ms after: not woken at the delay's end", at);
+    release_loop(ce.base, gb.hold, 10000);
+    release_loop(ce.base, ga.hold, 10000);
     hilock_client_free(a);
     hilock_client_free(b);
 }

@@ -6,7 +6,8 @@
  *                   once, or at a dead leader's lease end; the leader read
  *                   once; an observer reports every change once, in epoch
  *                   order, every tenure however short, also one missed
- *                   while its connection was down;
+ *                   while its connection was down; a cancel racing
+ *                   the grant leaves no leader;
  *                   stop and the client's end; the bad cases.
  * election_cluster: campaigns and an observer on a 3+3 cluster, and
  *                   through a failover of the election's master.
@@ -221,6 +222,42 @@ Test(election, every_tenure_is_reported_however_short) {
     hilock_client_free(a);
     hilock_client_free(b);
     hilock_client_free(o);
+}
+
+/* A standby's campaign cancelled `turns` loop turns after the leader
+ * resigned, at every point of its race for the leadership: its callback
+ * runs once, ECANCELED unless it led first, and a cancelled campaign
+ * leaves no leader behind. */
+Test(election, a_cancel_racing_the_grant_leaves_no_leader_behind) {
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
+    int cancelled = 0, led = 0;
+    for (int turns = 0; turns < 12; turns++) {
+        got ga = campaign_now(e.base, a, "race", "a", NULL);
+        cr_assert_eq(ga.status, 0);
+        got gb = {0, 0, NULL, 0};
+        hilock_wait *w = NULL;
+        cr_assert_eq(hilock_campaign(b, "race", "b", NULL, got_cb, &gb, &w), 0);
+        test_loop_for(e.base, 50);
+        cr_assert_eq(hilock_resign(ga.hold, NULL, NULL), 0);
+        for (int i = 0; i < turns && gb.calls == 0; i++) event_base_loop(e.base, EVLOOP_ONCE);
+        int rc = gb.calls ? HILOCK_EINVAL : hilock_wait_cancel(w);
+        test_loop_until(e.base, &gb.calls, 5000);
+        test_loop_for(e.base, 100);
+        cr_expect_eq(gb.calls, 1, "turn %d: %d callbacks", turns, gb.calls);
+        if (rc == 0) {
+            cr_expect_eq(gb.status, HILOCK_ECANCELED, "turn %d: %s", turns, hilock_strerror(gb.status));
+            seen now = leader_now(e.base, a, "race");
+            cr_expect_eq(now.epoch[0], 0, "turn %d: a cancelled campaign leads", turns);
+            cancelled++;
+        } else if (gb.status == 0) {
+            led++;
+            cr_expect_eq(release_now(&e, gb.hold), 0);
+        }
+    }
+    cr_log_info("campaign cancels: %d cancelled, %d led first", cancelled, led);
+    cr_expect_gt(cancelled, 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
 }
 
 /* A change while the observer's subscriber connection is down: read

@@ -538,6 +538,47 @@ Test(guard_cluster, writes_on_the_slots_master_and_refuses_other_slots) {
     hilock_client_free(b);
 }
 
+/* The master of the hold's slot fails over (graceful): the hold lives
+ * on, and its guarded writes go to the promoted replica (which had the
+ * data and the lock, but not the script: NOSCRIPT, then EVAL); a lock
+ * taken over there refuses them. */
+Test(guard_cluster, writes_follow_the_slot_through_a_failover) {
+    hilock_config cfg;
+    cluster_config(&cfg, ce.cl.url);
+    cfg.request_timeout_ms = 15000;
+    hilock_client *a = cluster_client_cfg(&ce, &cfg);
+    const char *name = "gw-failover";
+    unsigned slot = cluster_slot_of(name);
+    test_redis *m = NULL, *r = NULL;
+    cr_assert(cluster_settled_pair(&ce.cl, slot, 20000, &m, &r));
+    hilock_script *s = script(INCR);
+    hilock_acquire_opts o = opts_wait_lease(-1, 20000);
+    got g = acquire_loop(ce.base, a, name, &o, 10000);
+    cr_assert_eq(g.status, 0);
+    char k[256];
+    hilock_hold_key(g.hold, "n", k, sizeof(k));
+    const char *keys[] = {k};
+    evalrec e1 = eval_now(ce.base, g.hold, s, 1, keys, 0, NULL);
+    cr_expect_eq(e1.status, 0, "%s", hilock_strerror(e1.status));
+    cr_assert(cluster_fail_over_to(&ce, slot, m, r, 30000), "slot %u did not fail over to its replica", slot);
+    cr_assert(cmd_ok(r, "SCRIPT FLUSH", NULL), "the new master forgets the scripts");
+    evalrec e2 = eval_now(ce.base, g.hold, s, 1, keys, 0, NULL);
+    cr_expect_eq(e2.status, 0, "%s (%s)", hilock_strerror(e2.status), hilock_client_errstr(a));
+    cr_expect_eq(e2.integer, 2, "the write before the failover was kept");
+    cr_expect_eq(get_num(r, k), 2, "not on the new master");
+    cr_expect_eq(hilock_hold_lost(g.hold), 0);
+    char lock[256];
+    hilock_key("hilock:", name, lock, sizeof(lock));
+    cr_assert(cmd_ok(r, "SET %s someone-else", lock));
+    evalrec e3 = eval_now(ce.base, g.hold, s, 1, keys, 0, NULL);
+    cr_expect_eq(e3.status, HILOCK_ELOST, "%s", hilock_strerror(e3.status));
+    cr_expect_eq(get_num(r, k), 2, "written while taken over");
+    test_redis_int(r, "DEL %s", lock);
+    release_loop(ce.base, g.hold, 10000);
+    hilock_script_free(s);
+    hilock_client_free(a);
+}
+
 /* ---- guard_sentinel ------------------------------------------------------ */
 
 static test_sentinel sn;

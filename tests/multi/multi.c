@@ -10,7 +10,9 @@
  *                cancels racing the grants at every point; a name lost
  *                reported once; extend; the client's end; the bad cases.
  * multi_cluster: the same on a 3+3 cluster, names over the three masters,
- *                and through a master's failover. */
+ *                and through a master's failover.
+ * multi_sentinel: one script on the master; one by one, confirmed, with
+ *                wait_replicas. (Over Redlock: one by one, in multi.) */
 #include "support/lockenv.h"
 #include "support/clusterenv.h"
 
@@ -358,6 +360,23 @@ Test(multi, bad_cases_are_refused) {
     hilock_client_free(a);
 }
 
+/* Over Redlock (here one master) the names are taken one at a time, each
+ * through its quorum: all of them, released together. */
+Test(multi, over_redlock_the_names_are_taken_one_at_a_time) {
+    char url[96];
+    snprintf(url, sizeof(url), "redlock://127.0.0.1:%d", e.r.port);
+    hilock_client *a = lockenv_client_url(&e, url, 0);
+    const char *names[] = {"rl-1", "rl-2", "rl-3"};
+    long long scripts = script_calls_of(&e.r);
+    got g = multi_now(e.base, a, names, 3, NULL, 5000);
+    cr_assert_eq(g.status, 0, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(a));
+    cr_expect_eq(held_count(&e.r, names, 3), 3);
+    cr_expect_geq(script_calls_of(&e.r) - scripts, 3, "one try per name");
+    cr_expect_eq(release_now(&e, g.hold), 0);
+    cr_expect_eq(held_count(&e.r, names, 3), 0);
+    hilock_client_free(a);
+}
+
 /* ---- multi_cluster ------------------------------------------------------------ */
 
 static clusterenv ce;
@@ -439,4 +458,41 @@ Test(multi_cluster, a_failover_under_held_and_waiting_multi_locks) {
         cr_expect_eq(lock_exists(at, names[i]), 0, "%s left behind", names[i]);
     }
     for (int i = 0; i < 2; i++) hilock_client_free(cs[i]);
+}
+
+/* ---- multi_sentinel ----------------------------------------------------------- */
+
+static test_sentinel sn;
+static void ssetup(void) { lockenv_start_sentinels(&e, &sn); }
+static void steardown(void) { lockenv_stop_sentinels(&e, &sn); }
+
+TestSuite(multi_sentinel, .init = ssetup, .fini = steardown, .timeout = 90);
+
+/* Under Sentinel the master is one node: free names are taken by one
+ * script there; and with wait_replicas, one at a time, each confirmed. */
+Test(multi_sentinel, on_the_master_at_once_or_one_by_one_with_wait_replicas) {
+    hilock_config cfg;
+    lockenv_config(&cfg, sn.url);
+    cfg.request_timeout_ms = 8000;
+    hilock_client *a = lockenv_client_cfg(&e, &cfg);
+    const char *names[] = {"sn-1", "sn-2", "sn-3"};
+    got warm = multi_now(e.base, a, names, 1, NULL, 8000); /* the client knows its master */
+    cr_assert_eq(warm.status, 0, "%s (%s)", hilock_strerror(warm.status), hilock_client_errstr(a));
+    cr_assert_eq(release_now(&e, warm.hold), 0);
+    long long scripts = script_calls_of(&sn.node[0]);
+    got g = multi_now(e.base, a, names, 3, NULL, 8000);
+    cr_assert_eq(g.status, 0);
+    cr_expect_eq(script_calls_of(&sn.node[0]) - scripts, 1, "one script for the three");
+    cr_expect_eq(held_count(&sn.node[0], names, 3), 3);
+    cr_expect_eq(release_now(&e, g.hold), 0);
+    cr_expect_eq(held_count(&sn.node[0], names, 3), 0);
+    cfg.wait_replicas = 1;
+    cfg.wait_timeout_ms = 1000;
+    hilock_client *b = lockenv_client_cfg(&e, &cfg);
+    got h = multi_now(e.base, b, names, 3, NULL, 8000);
+    cr_assert_eq(h.status, 0, "%s (%s)", hilock_strerror(h.status), hilock_client_errstr(b));
+    cr_expect_eq(held_count(&sn.node[1], names, 3), 3, "the replica has every name");
+    cr_expect_eq(release_now(&e, h.hold), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
 }

@@ -198,3 +198,39 @@ Test(revoke_cluster, a_listening_holder_is_asked_at_once) {
     hilock_client_free(a);
     hilock_client_free(b);
 }
+
+/* The master of the lock's slot fails over (graceful) under a listening
+ * holder: its subscription follows the slot to the promoted replica, so a
+ * revoke after it is heard at once, and the waiter gets the lock. */
+Test(revoke_cluster, a_listening_holder_is_asked_after_its_masters_failover) {
+    hilock_client *a = NULL, *b = NULL;
+    cluster_client_pair(&ce.cl, &ce.loop, &a, &b);
+    const char *name = "rv-failover";
+    unsigned slot = cluster_slot_of(name);
+    test_redis *m = NULL, *r = NULL;
+    cr_assert(cluster_settled_pair(&ce.cl, slot, 20000, &m, &r));
+    hilock_acquire_opts o = opts_wait_lease(-1, 20000);
+    got g = acquire_loop(ce.base, a, name, &o, 10000);
+    cr_assert_eq(g.status, 0);
+    asked k = {0, 0, 1, {0, 0}};
+    cr_assert_eq(hilock_hold_on_revoke(g.hold, on_asked, &k), 0);
+    got w = {0, 0, NULL, 0};
+    cr_assert_eq(hilock_acquire(b, name, NULL, got_cb, &w, NULL), 0);
+    test_loop_for(ce.base, 200);
+    cr_assert(cluster_fail_over_to(&ce, slot, m, r, 30000), "slot %u did not fail over to its replica", slot);
+    test_loop_for(ce.base, 1500); /* the subscriptions move to the new master */
+    cr_expect_eq(k.calls, 0, "asked by the failover");
+    cr_expect_eq(w.calls, 0, "the waiter took the lock in the failover");
+    long long t0 = test_now_ms();
+    fencerec f = revoke_now(ce.base, b, name);
+    cr_expect_eq(f.status, 0, "%s", hilock_strerror(f.status));
+    cr_expect_eq(f.fence, hilock_hold_fence(g.hold));
+    test_loop_until(ce.base, &k.released.calls, 5000);
+    cr_expect_eq(k.calls, 1);
+    cr_expect_lt(k.at_ms - t0, 1000, "asked %lld ms after", k.at_ms - t0);
+    test_loop_until(ce.base, &w.calls, 5000);
+    cr_expect_eq(w.status, 0, "%s", hilock_strerror(w.status));
+    if (w.status == 0) release_loop(ce.base, w.hold, 10000);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
