@@ -69,6 +69,10 @@ int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
     return 0;
 }
 
+int hl_prim_same_owner(const hilock_wait *w, const hilock_wait *o) {
+    return w->terms.owner != NULL && o->terms.owner == w->terms.owner;
+}
+
 int hl_prim_try_reply(hilock_client *c, const redisReply *reply, const char *what, int third,
                       long long v[3]) {
     if (reply->type == REDIS_REPLY_ERROR) return hl_reply_error(&c->loop, reply);

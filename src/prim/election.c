@@ -62,11 +62,6 @@ static int el_try_parse(hilock_client *c, const redisReply *reply, hl_try *out) 
     return 0;
 }
 
-/* Reentrancy: campaigns of the leader's owner. */
-static int el_shares(const hilock_wait *w, const hilock_wait *o) {
-    return w->terms.owner != NULL && o->terms.owner == w->terms.owner;
-}
-
 static hl_req *el_release_req(hl_name *n, const char *token, const hl_terms *terms, hl_req_done done,
                               void *owner) {
     (void)terms;
@@ -90,7 +85,7 @@ const hl_prim hl_election = {
     .channel_suffix = ":el:ch",
     .try_req = el_try_req,
     .try_parse = el_try_parse,
-    .shares = el_shares,
+    .shares = hl_prim_same_owner, /* reentrancy */
     .release_req = el_release_req,
     .renew_req = el_renew_req,
     .guard = el_guard,

@@ -66,12 +66,6 @@ static hl_req *fair_try_req(hl_name *n, const char *token, uint32_t lease_ms, hl
     return hl_queue_try_req(n, &acquire_cmd, token, hl_key_ttl(n, lease_ms), mode, done, owner);
 }
 
-/* Reentrancy: acquires by the same owner that queued behind the grantee
- * (they leave the queue: hl_prim.joins). */
-static int fair_shares(const hilock_wait *w, const hilock_wait *o) {
-    return w->terms.owner != NULL && o->terms.owner == w->terms.owner;
-}
-
 /* release(lock, queue, clients, fence; token, fence_ttl_s, the channel
  * without a client's id, PUBLISH or SPUBLISH (added by net)): also how a
  * waiter leaves. */
@@ -116,7 +110,7 @@ const hl_prim hl_fair = {
     .client_channel = 1,
     .try_req = fair_try_req,
     .try_parse = hl_queue_try_parse,
-    .shares = fair_shares,
+    .shares = hl_prim_same_owner, /* reentrancy: they leave the queue (hl_prim.joins) */
     .release_req = fair_release_req,
     .release_lock_req = fair_release_lock_req,
     .renew_req = fair_renew_req,

@@ -85,11 +85,6 @@ static int mutex_try_parse(hilock_client *c, const redisReply *reply, hl_try *ou
     return 0;
 }
 
-/* Reentrancy: acquires by the same owner that queued behind the winner. */
-static int mutex_shares(const hilock_wait *w, const hilock_wait *o) {
-    return w->terms.owner != NULL && o->terms.owner == w->terms.owner;
-}
-
 /* release(lock; token, channel, mode, PUBLISH or SPUBLISH (added by net)) */
 static hl_req *release_req_of(hl_name *n, const char *token, const char *mode, hl_req_done done,
                               void *owner) {
@@ -178,7 +173,7 @@ const hl_prim hl_mutex = {
     .channel_suffix = ":ch",
     .try_req = mutex_try_req,
     .try_parse = mutex_try_parse,
-    .shares = mutex_shares,
+    .shares = hl_prim_same_owner, /* reentrancy */
     .release_req = mutex_release_req,
     .release_lock_req = mutex_release_lock_req,
     .handover_req = mutex_handover_req,

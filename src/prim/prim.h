@@ -22,6 +22,11 @@ int hl_prim_acquire(hilock_client *c, const hl_prim *p, const char *name,
                     const hilock_acquire_opts *opts, const hl_terms *ask,
                     hilock_acquire_cb cb, void *data, hilock_wait **wait_out);
 
+/* hl_prim.shares for a primitive whose waits share a hold with its
+ * owner's (the mutex, the fair lock, the election): o is served by w's
+ * grant when both have w's owner. */
+int hl_prim_same_owner(const hilock_wait *w, const hilock_wait *o);
+
 /* A try's reply, {a, b[, c]}: a and b integers, and c, when `third` is
  * set and it is there, an integer too (the mutex's third is the holder's
  * token, left alone). Fills v[0..2] (v[2] = 0 when absent). 0, the error

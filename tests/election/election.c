@@ -377,12 +377,7 @@ Test(election_cluster, campaigns_and_an_observer) {
  * same leader), and a resign after it hands over, seen in order. */
 Test(election_cluster, a_failover_under_a_leader_a_campaign_and_an_observer) {
     hilock_client *cs[3];
-    for (int i = 0; i < 3; i++) {
-        hilock_config cfg;
-        cluster_config(&cfg, ce.cl.node[i].url);
-        cfg.request_timeout_ms = 15000;
-        cr_assert_eq(hilock_client_new(&cs[i], &cfg, &ce.loop), 0);
-    }
+    for (int i = 0; i < 3; i++) cs[i] = cluster_client_within(&ce, ce.cl.node[i].url, 15000);
     const char *name = "el-failover";
     unsigned slot = cluster_slot_of(name);
     test_redis *m = NULL, *r = NULL;

@@ -543,10 +543,7 @@ Test(guard_cluster, writes_on_the_slots_master_and_refuses_other_slots) {
  * data and the lock, but not the script: NOSCRIPT, then EVAL); a lock
  * taken over there refuses them. */
 Test(guard_cluster, writes_follow_the_slot_through_a_failover) {
-    hilock_config cfg;
-    cluster_config(&cfg, ce.cl.url);
-    cfg.request_timeout_ms = 15000;
-    hilock_client *a = cluster_client_cfg(&ce, &cfg);
+    hilock_client *a = cluster_client_within(&ce, ce.cl.url, 15000);
     const char *name = "gw-failover";
     unsigned slot = cluster_slot_of(name);
     test_redis *m = NULL, *r = NULL;

@@ -387,11 +387,7 @@ TestSuite(multi_cluster, .init = csetup, .fini = cteardown, .timeout = 120);
 
 Test(multi_cluster, names_over_three_masters_taken_together_without_deadlock) {
     hilock_client *cs[3];
-    for (int i = 0; i < 3; i++) {
-        hilock_config cfg;
-        cluster_config(&cfg, ce.cl.node[i].url);
-        cr_assert_eq(hilock_client_new(&cs[i], &cfg, &ce.loop), 0);
-    }
+    for (int i = 0; i < 3; i++) cs[i] = cluster_client_within(&ce, ce.cl.node[i].url, 0);
     const char *names[] = {"cm-0", "cm-1", "cm-2", "cm-3", "cm-4", "cm-5", "cm-6", "cm-7"};
     test_redis *masters[8];
     int distinct = 0;
@@ -422,12 +418,7 @@ static void got_and_give_back(hilock_hold *h, int status, void *data) {
  * granted, one holder per name. */
 Test(multi_cluster, a_failover_under_held_and_waiting_multi_locks) {
     hilock_client *cs[2];
-    for (int i = 0; i < 2; i++) {
-        hilock_config cfg;
-        cluster_config(&cfg, ce.cl.url);
-        cfg.request_timeout_ms = 15000;
-        cr_assert_eq(hilock_client_new(&cs[i], &cfg, &ce.loop), 0);
-    }
+    for (int i = 0; i < 2; i++) cs[i] = cluster_client_within(&ce, ce.cl.url, 15000);
     const char *names[] = {"fo-0", "fo-1", "fo-2", "fo-3"};
     unsigned slot = cluster_slot_of(names[1]);
     test_redis *m = NULL, *r = NULL;

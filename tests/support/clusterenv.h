@@ -42,6 +42,16 @@ static inline hilock_client *cluster_client_cfg(clusterenv *e, const hilock_conf
     return c;
 }
 
+/* A client seeded at `url` whose requests wait request_timeout_ms (0:
+ * cluster_config's), longer than a failover's write pause when a test
+ * fails a master over under it. */
+static inline hilock_client *cluster_client_within(clusterenv *e, const char *url, uint32_t request_timeout_ms) {
+    hilock_config cfg;
+    cluster_config(&cfg, url);
+    if (request_timeout_ms) cfg.request_timeout_ms = request_timeout_ms;
+    return cluster_client_cfg(e, &cfg);
+}
+
 /* Two clients of `cl` on `loop`, seeded at different nodes (the first
  * master, and node 3, a replica): what the primitives' cluster tests use. */
 static inline void cluster_client_pair(const test_cluster *cl, hilock_loop *loop, hilock_client **a,
