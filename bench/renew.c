@@ -7,7 +7,14 @@
  * its calls) and its CPU (INFO cpu) per renewal, the renewals counted by
  * the client, and per hold and second (a batched hold renews a little
  * more often: up to a twentieth of its lease early). Twice: every hold renewing alone (renew_batch 1), then
- * batched (the default), the same server in the same run. */
+ * batched (the default), the same server in the same run.
+ *
+ * Then the least a batch can cost, on as many keys of the same shape, sent
+ * by this program without the library, RN_BATCH keys per script call
+ * pipelined: a script that only PEXPIREs each key (no check: what any hold
+ * with a lease of its own must cost at the least), and hilock's
+ * mutex_renew_many.lua driven the same way. A goal below the first is
+ * out of reach of any renewal that keeps each hold's own lease. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +23,7 @@
 #include <hilock/hilock.h>
 
 #include "bench.h"
+#include "prim/prim.h" /* hl_script_mutex_renew_many */
 
 #define RN_LEASE_MS 6000   /* renewed every 2 s alone, 1.7-2 s batched */
 #define RN_WINDOW_MS 8000  /* four renewals of each hold */
@@ -119,6 +127,78 @@ static int rn_measure(struct event_base *base, redisContext *rc, uint32_t renew_
     return err ? -1 : 0;
 }
 
+#define RN_BATCH 100      /* hilock_config.renew_batch's default */
+#define RN_IN_FLIGHT 16
+
+static const char pexpire_only[] =
+    "local k, a = KEYS, ARGV for i = 1, #k do redis.call('PEXPIRE', k[i], a[2 * i]) end return 1";
+
+/* n keys hb-rnb-PID-i holding a token, on a long TTL, pipelined. */
+static int rn_keys_make(redisContext *rc, int n) {
+    int sent = 0, got = 0, err = 0;
+    while (got < n && !err) {
+        for (; sent < n && sent - got < 1000; sent++)
+            redisAppendCommand(rc, "SET hilock:{hb-rnb-%d-%d} 0123456789abcdef0123456789abcdef PX 600000",
+                               (int)getpid(), sent);
+        for (; got < sent; got++) {
+            redisReply *r = NULL;
+            if (redisGetReply(rc, (void **)&r) != REDIS_OK || r == NULL || r->type == REDIS_REPLY_ERROR) err = 1;
+            if (r) freeReplyObject(r);
+        }
+    }
+    return err ? -1 : 0;
+}
+
+/* EVALSHA sha on keys [from, from + RN_BATCH): each key with its token
+ * and RN_LEASE_MS, as the library sends a batch. */
+static void rn_batch_append(redisContext *rc, const char *sha, int from) {
+    static char keys[RN_BATCH][48];
+    const char *argv[3 + 3 * RN_BATCH];
+    int c = 0;
+    argv[c++] = "EVALSHA";
+    argv[c++] = sha;
+    argv[c++] = "100";
+    for (int i = 0; i < RN_BATCH; i++) {
+        snprintf(keys[i], sizeof keys[i], "hilock:{hb-rnb-%d-%d}", (int)getpid(), from + i);
+        argv[c++] = keys[i];
+    }
+    for (int i = 0; i < RN_BATCH; i++) {
+        argv[c++] = "0123456789abcdef0123456789abcdef";
+        argv[c++] = "6000";
+    }
+    redisAppendCommandArgv(rc, c, argv, NULL);
+}
+
+/* The script `body` over n keys (n a multiple of RN_BATCH), RN_BATCH per
+ * call: Redis's time and CPU per key renewed. */
+static int rn_scripted(redisContext *rc, const char *body, int n, double *us, double *cpu_us) {
+    static cmdstats before, after;
+    const char *const evalsha[] = {"evalsha", NULL};
+    char sha[48];
+    redisReply *r = redisCommand(rc, "SCRIPT LOAD %s", body);
+    int err = r == NULL || r->type != REDIS_REPLY_STRING;
+    if (!err) snprintf(sha, sizeof sha, "%s", r->str);
+    if (r) freeReplyObject(r);
+    if (err || rn_keys_make(rc, n) != 0 || cmdstats_get(rc, &before) != 0) return -1;
+    double cpu0 = redis_cpu_seconds(rc);
+    int calls = n / RN_BATCH, sent = 0, got = 0;
+    while (got < calls && !err) {
+        for (; sent < calls && sent - got < RN_IN_FLIGHT; sent++) rn_batch_append(rc, sha, sent * RN_BATCH);
+        r = NULL;
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK || r == NULL || r->type == REDIS_REPLY_ERROR) err = 1;
+        if (r) freeReplyObject(r);
+        got++;
+    }
+    double cpu1 = redis_cpu_seconds(rc);
+    if (err || cmdstats_get(rc, &after) != 0) return -1;
+    *us = (double)cmdstats_usec_delta(&before, &after, evalsha) / (double)n;
+    *cpu_us = (cpu1 - cpu0) * 1e6 / (double)n;
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "hilock:{hb-rnb-%d-*", (int)getpid());
+    delete_keys(rc, pattern);
+    return 0;
+}
+
 int scenario_renewals(void) {
     int n = g_opts.quick ? 5000 : 100000;
     redisContext *rc = sync_connect();
@@ -156,6 +236,29 @@ int scenario_renewals(void) {
                 "a hold kept a second, %.3fx\n", alone.us > 0 ? batched.us / alone.us : 0,
                 alone.cpu_us > 0 ? batched.cpu_us / alone.cpu_us : 0,
                 alone.us_hold_s > 0 ? batched.us_hold_s / alone.us_hold_s : 0);
+    double least_us = 0, least_cpu = 0, script_us = 0, script_cpu = 0;
+    if (!errors && (rn_scripted(rc, pexpire_only, n, &least_us, &least_cpu) != 0 ||
+                    rn_scripted(rc, hl_script_mutex_renew_many.body, n, &script_us, &script_cpu) != 0)) {
+        fprintf(stderr, "renewals: the scripted batches failed\n");
+        errors = 1;
+    }
+    if (!errors) {
+        json_begin("renewals");
+        json_str("mode", "least");
+        json_int("holds", n);
+        json_int("batch", RN_BATCH);
+        json_num("redis_us_per_renewal", least_us, 3);
+        json_num("redis_cpu_us_per_renewal", least_cpu, 3);
+        json_num("us_over_alone", alone.us > 0 ? least_us / alone.us : 0, 3);
+        json_num("script_us_per_renewal", script_us, 3);
+        json_num("script_cpu_us_per_renewal", script_cpu, 3);
+        json_num("script_us_over_alone", alone.us > 0 ? script_us / alone.us : 0, 3);
+        json_end();
+        fprintf(stderr, "  renewals: the least a hold with its own lease costs, one PEXPIRE per key, %d keys per "
+                "script: %.2f us (CPU %.2f us), %.3fx one alone; mutex_renew_many.lua sent the same way: %.2f us "
+                "(CPU %.2f us), %.3fx\n", RN_BATCH, least_us, least_cpu, alone.us > 0 ? least_us / alone.us : 0,
+                script_us, script_cpu, alone.us > 0 ? script_us / alone.us : 0);
+    }
     if (base) event_base_free(base);
     if (rc) redisFree(rc);
     return errors ? 1 : 0;

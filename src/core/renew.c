@@ -7,9 +7,11 @@
  * (hilock_config.renew_batch), or when the window of its most pressing
  * member ends, so that no hold is renewed later than it would be alone.
  * One script call then costs Redis its fixed part once for the batch, and
- * each hold its own key's check and PEXPIRE (which, measured, is most of
- * a renewal's cost: batching saves about a quarter of Redis's time, and
- * all but one in a hundred requests). Each member keeps its own lease
+ * each hold its own key's check (one MGET reads them all) and PEXPIRE.
+ * That PEXPIRE is the least a hold with a lease of its own can cost, and
+ * about a quarter of a renewal alone (measured by the bench's renewals
+ * scenario): batching saves about half of Redis's time, and all but one
+ * in a hundred requests. Each member keeps its own lease
  * (its renew_lease), its own answer (a character of the reply) and so its
  * own loss. A batch of one goes as a single renewal. */
 #include <stdlib.h>

@@ -165,6 +165,55 @@ Test(renew, a_hold_gone_from_a_batch_is_lost_alone) {
     hilock_client_free(c);
 }
 
+/* The batch reads each lock's value as its token, or its token, a space
+ * and its marks. Holds marked by another client's failed tries renew (and
+ * keep the marks); a foreign token that merely starts with the hold's, or
+ * is the start of it, is not the hold's: those two are lost alone. */
+Test(renew, marked_holds_renew_and_look_alike_tokens_do_not) {
+    enum { N = 30 };
+    static holdrec h[N];
+    name_all(h, N, "marks");
+    hilock_client *c = client_batch(0), *other = client_batch(0);
+    take_all(e.base, c, h, N);
+    got busy[2] = {{0}};
+    for (int k = 0; k < 2; k++) {
+        hilock_acquire_opts o = opts_wait_lease(0, LEASE);
+        cr_assert_eq(hilock_acquire(other, h[5 + k].name, &o, got_cb, &busy[k], NULL), 0);
+    }
+    long long until = test_now_ms() + 5000;
+    while ((busy[0].calls == 0 || busy[1].calls == 0) && test_now_ms() < until) test_loop_for(e.base, 10);
+    cr_assert_eq(busy[0].status, HILOCK_EBUSY);
+    cr_assert_eq(busy[1].status, HILOCK_EBUSY);
+    char token[128];
+    redisReply *v = test_redis_cmd(&e.r, "GET %s", prim_key(h[9].name, ""));
+    cr_assert(v && v->type == REDIS_REPLY_STRING && v->len < sizeof(token) - 2);
+    snprintf(token, sizeof(token), "%s", v->str);
+    freeReplyObject(v);
+    cr_assert_eq(test_redis_int(&e.r, "SET %s %sx KEEPTTL", prim_key(h[9].name, ""), token), -1);
+    v = test_redis_cmd(&e.r, "GET %s", prim_key(h[13].name, ""));
+    cr_assert(v && v->type == REDIS_REPLY_STRING && v->len > 4);
+    cr_assert_eq(test_redis_int(&e.r, "SET %s %b KEEPTTL", prim_key(h[13].name, ""), v->str, v->len - 1), -1);
+    freeReplyObject(v);
+    test_loop_for(e.base, 1500);
+    for (int i = 0; i < N; i++) {
+        int gone = i == 9 || i == 13;
+        cr_expect_eq(h[i].lost.calls, gone, "%s: lost %d times", h[i].name, h[i].lost.calls);
+        if (!gone) cr_expect_gt(test_redis_int(&e.r, "PTTL %s", prim_key(h[i].name, "")), LEASE / 2, "%s", h[i].name);
+    }
+    for (int k = 0; k < 2; k++) {
+        v = test_redis_cmd(&e.r, "GET %s", prim_key(h[5 + k].name, ""));
+        cr_expect(v && v->type == REDIS_REPLY_STRING && strstr(v->str, " w") != NULL, "%s: the mark is gone",
+                  h[5 + k].name);
+        if (v) freeReplyObject(v);
+    }
+    release_all(e.base, h, N);
+    for (int i = 0; i < N; i++)
+        cr_expect_eq(h[i].r.status, i == 9 || i == 13 ? HILOCK_ELOST : 0, "%s: %s", h[i].name,
+                     hilock_strerror(h[i].r.status));
+    hilock_client_free(other);
+    hilock_client_free(c);
+}
+
 /* Releases at every moment of the batches' life (waiting in an open
  * batch, in flight): each is answered 0, its key is gone for good (no
  * renewal puts it back), and the holds left keep theirs. */

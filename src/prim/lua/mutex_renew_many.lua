@@ -6,16 +6,22 @@
 -- (mutex_revoke.lua), "0" where the lock is no longer that token's (one
 -- reply, not an array of integers: cheaper for Redis to write and the
 -- client to read).
--- #include "_mutex_value.lua"
-local call, pcall, keys, argv = redis.call, redis.pcall, KEYS, ARGV
+-- The locks are read by one MGET (a key that is not a string, an older
+-- hilock's hash, reads as nil: not ours), and each is then only compared:
+-- its token alone, or its token, a space and its marks (_mutex_value.lua).
+-- One PEXPIRE per lock that is still ours is the rest, and the least a
+-- hold with a lease of its own can cost.
+local call, keys, argv, find, sub = redis.call, KEYS, ARGV, string.find, string.sub
+local held = call('MGET', unpack(keys))
 local out = {}
 for i = 1, #keys do
-  local held, marks = mutex_split(pcall('GET', keys[i]))
-  if held == argv[2 * i - 1] then
-    call('PEXPIRE', keys[i], argv[2 * i])
-    out[i] = (marks ~= '' and string.find(marks, 'v', 1, true)) and '2' or '1'
-  else
-    out[i] = '0'
+  local v, token, r = held[i], argv[2 * i - 1], '0'
+  if v == token then
+    r = '1'
+  elseif v and sub(v, #token + 1, #token + 1) == ' ' and sub(v, 1, #token) == token then
+    r = find(v, 'v', #token + 2, true) and '2' or '1'
   end
+  if r ~= '0' then call('PEXPIRE', keys[i], argv[2 * i]) end
+  out[i] = r
 end
 return table.concat(out)
