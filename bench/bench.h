@@ -258,6 +258,8 @@ typedef struct bench_results {
     double cost_over_fenced;  /* over the fenced lock's whole cycles */
     double cost_fenced_over_floor; /* the least fenced lock over the classic protocol (medians) */
     double cost_scripts_over_fenced; /* its scripts, driven as the floors are, over the fenced lock's */
+    int renew_run;            /* renewals: Redis time per renewal over one alone */
+    double renew_batched, renew_least; /* batched by the library; one PEXPIRE per key, batched */
     int rl_masters;
     int rl_acq_run;           /* redlock_acquire */
     double rl_acq_p50, rl_acq_one_p50, rl_acq_ratio;

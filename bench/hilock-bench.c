@@ -202,6 +202,13 @@ static void targets(void) {
                 g_res.cost_fenced_over_floor, g_res.cost_scripts_over_fenced);
         json_bool("redis_cost_mutex_le_2x_floor", a);
     }
+    if (g_res.renew_run) {
+        int a = g_res.renew_batched < 1;
+        fprintf(stderr, "  renewals: batched, Redis time per renewal %.2fx one alone's, below 1: %s; the least a "
+                "renewal keeping each hold's own lease costs (one PEXPIRE per key, batched): %.2fx, so 1/20 is out "
+                "of reach of any such renewal\n", g_res.renew_batched, verdict(a), g_res.renew_least);
+        json_bool("renewals_batched_below_alone", a);
+    }
     if (g_res.herd_runs) {
         int a = g_res.herd_worst_excess <= 0;
         fprintf(stderr, "  herd: worst %.2f commands/handoff at P=%d W=%d, target <= P+2 = %d: %s\n",
