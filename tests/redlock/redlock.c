@@ -565,6 +565,35 @@ Test(redlock, majority_down_of_three) {
     hilock_client_free(c);
 }
 
+/* Renewals over Redlock are never batched (each carries its hold's fence,
+ * for a master that lost the key): 20 holds of a default client, each
+ * renewed every 300 ms, cost every master a script call per renewal, and
+ * none is lost. */
+Test(redlock, many_holds_renew_alone_on_every_master) {
+    enum { N = 20 };
+    hilock_client *a = rl_client(3);
+    hilock_acquire_opts o = opts_lease(HILOCK_WAIT_FOREVER, 900);
+    got g[N];
+    char name[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof(name), "rl-many-%d", i);
+        g[i] = acquire_timed(a, name, &o, 5000, NULL);
+        cr_assert_eq(g[i].status, 0, "%s: %s", name, hilock_strerror(g[i].status));
+    }
+    long long calls0[3];
+    for (int m = 0; m < 3; m++) calls0[m] = script_calls(&srv[m]);
+    test_loop_for(e.base, 1500); /* four renewals of each hold at least */
+    for (int m = 0; m < 3; m++) {
+        long long calls = script_calls(&srv[m]) - calls0[m];
+        cr_expect_geq(calls, N * 4, "master %d: %lld script calls for %d holds renewed every 300 ms", m, calls, N);
+    }
+    for (int i = 0; i < N; i++) {
+        cr_expect_eq(hilock_hold_lost(g[i].hold), 0, "hold %d lost", i);
+        cr_expect_eq(release_now(&e, g[i].hold), 0);
+    }
+    hilock_client_free(a);
+}
+
 /* ---- e. A master restarted empty under a holder ---------------------------- */
 
 Test(redlock, master_restarted_empty_under_holder) {

@@ -2,7 +2,7 @@
  * on loopback, fresh for every test): the lock lands on the master the
  * sentinels name (a majority of them, not a stale one), holds, waiters and
  * the exclusion invariant survive a failover (SENTINEL FAILOVER or kill -9
- * of the master), sentinels that are down or unknown names fail cleanly,
+ * of the master), holds renew in batches there and after a failover, sentinels that are down or unknown names fail cleanly,
  * and the CLI takes a redis-sentinel:// URL. */
 #include <signal.h>
 #include <sys/wait.h>
@@ -353,6 +353,71 @@ Test(sentinel, hold_survives_failover, .timeout = 120) {
     }
     hilock_client_free(a);
     hilock_client_free(b);
+}
+
+/* Many holds renew in batches on the master the sentinels name, as on one
+ * server: far fewer script calls than renewals; a hold whose key is gone
+ * is lost alone; and after SENTINEL FAILOVER the batches go on at the new
+ * master, none of the other holds lost. */
+Test(sentinel, many_holds_renew_in_batches_through_a_failover, .timeout = 120) {
+    enum { N = 30, GONE = 7 };
+    up();
+    hilock_client *a = client(s.url);
+    static lostrec lost[N];
+    got g[N];
+    char name[32];
+    memset(lost, 0, sizeof(lost));
+    for (int i = 0; i < N; i++) {
+        hilock_acquire_opts o;
+        hilock_acquire_opts_init(&o);
+        o.lease_ms = 3000; /* renewed every second */
+        o.lost_cb = lost_cb;
+        o.lost_data = &lost[i];
+        snprintf(name, sizeof(name), "batch-%d", i);
+        g[i] = take_opts(a, name, &o);
+        cr_assert_eq(g[i].status, 0, "%s: %s", name, hilock_strerror(g[i].status));
+    }
+    test_redis *old = &s.node[0];
+    hilock_stats s0 = stats_of(a);
+    long long calls0 = stat_calls(old, "evalsha") + stat_calls(old, "eval");
+    test_loop_for(base, 2500);
+    hilock_stats s1 = stats_of(a);
+    long long calls = stat_calls(old, "evalsha") + stat_calls(old, "eval") - calls0;
+    uint64_t renewals = s1.renewals - s0.renewals;
+    cr_expect_geq(renewals, (uint64_t)N * 2, "%llu renewals", (unsigned long long)renewals);
+    cr_expect_lt(calls * 3, (long long)renewals, "%lld script calls for %llu renewals: not batched", calls,
+                 (unsigned long long)renewals);
+
+    char key[256];
+    hilock_key("hilock:", "batch-7", key, sizeof(key));
+    cr_assert_eq(test_redis_int(old, "DEL %s", key), 1);
+    test_loop_for(base, 1300);
+    for (int i = 0; i < N; i++) cr_expect_eq(lost[i].calls, i == GONE, "batch-%d: lost %d times", i, lost[i].calls);
+
+    /* Fail over just after a renewal of the first hold (which the replica has). */
+    long long until = test_now_ms() + 2000;
+    while (lock_pttl(old, "batch-0") < 2800 && test_now_ms() < until) test_loop_for(base, 5);
+    cr_assert_eq(test_sentinel_failover(&s), 0);
+    test_redis *newm = loop_until_new_master(old, 20000);
+    cr_assert_not_null(newm, "no new master after SENTINEL FAILOVER");
+    test_loop_for(base, 1000); /* the batches find the new master */
+    s0 = stats_of(a);
+    calls0 = stat_calls(newm, "evalsha") + stat_calls(newm, "eval");
+    test_loop_for(base, 2500);
+    s1 = stats_of(a);
+    calls = stat_calls(newm, "evalsha") + stat_calls(newm, "eval") - calls0;
+    renewals = s1.renewals - s0.renewals;
+    cr_expect_geq(renewals, (uint64_t)(N - 1) * 2, "%llu renewals at the new master", (unsigned long long)renewals);
+    cr_expect_lt(calls * 3, (long long)renewals, "%lld script calls for %llu renewals at the new master", calls,
+                 (unsigned long long)renewals);
+    for (int i = 0; i < N; i++) {
+        cr_expect_eq(lost[i].calls, i == GONE, "batch-%d: lost %d times", i, lost[i].calls);
+        snprintf(name, sizeof(name), "batch-%d", i);
+        long long pttl = lock_pttl(newm, name);
+        if (i != GONE) cr_expect(pttl > 0 && pttl <= 3000, "%s: PTTL %lld on the new master", name, pttl);
+    }
+    for (int i = 0; i < N; i++) cr_expect_eq(give_back(g[i].hold), i == GONE ? HILOCK_ELOST : 0, "batch-%d", i);
+    hilock_client_free(a);
 }
 
 /* ---- Sentinels down, stale, or not knowing the name ----------------------------- */
