@@ -8,6 +8,10 @@
 #   3. examples/many_waiters     5000 waiters on 4 names, checked invariants
 #   4. examples/metrics          20 waiters, then the client's statistics as
 #                                Prometheus text (a few lines of it shown)
+#   5. examples/transfers        300 transfers between 5 accounts, each
+#                                holding both accounts' locks (a multi-lock)
+#   6. examples/leader           an election among 3 candidates, 6 terms,
+#                                and an observer that sees every change
 # and always stops the server and removes its directory, however it ends.
 # Exits non-zero if the server cannot be started or any part fails.
 #
@@ -22,8 +26,10 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 BASIC=$BUILD/examples/libevent_basic
 MANY=$BUILD/examples/many_waiters
 METRICS=$BUILD/examples/metrics
+TRANSFERS=$BUILD/examples/transfers
+LEADER=$BUILD/examples/leader
 
-for bin in "$BASIC" "$MANY" "$METRICS"; do
+for bin in "$BASIC" "$MANY" "$METRICS" "$TRANSFERS" "$LEADER"; do
     if [ ! -x "$bin" ]; then
         echo "demo: $bin is not built (run: make demo)" >&2
         exit 1
@@ -72,11 +78,11 @@ part() {
 }
 
 echo
-echo "== 1/4 libevent_basic: acquire with a 5 s wait, work 100 ms, release, close"
+echo "== 1/6 libevent_basic: acquire with a 5 s wait, work 100 ms, release, close"
 part libevent_basic $WRAP "$BASIC" "$URL" demo
 
 echo
-echo "== 2/4 hilock command-line tool"
+echo "== 2/6 hilock command-line tool"
 if [ -f "$HERE/demo-cli.sh" ]; then
     part cli sh "$HERE/demo-cli.sh" "$URL" "$BUILD"
 else
@@ -84,14 +90,22 @@ else
 fi
 
 echo
-echo "== 3/4 many_waiters: $WAITERS waiters on 4 names in one event loop"
+echo "== 3/6 many_waiters: $WAITERS waiters on 4 names in one event loop"
 part many_waiters $WRAP "$MANY" "$URL" "$WAITERS" 4 0
 
 echo
-echo "== 4/4 metrics: 20 waiters on one name, then the statistics (Prometheus text)"
+echo "== 4/6 metrics: 20 waiters on one name, then the statistics (Prometheus text)"
 part metrics sh -c '$0 "$@" > "'"$TMP"'/metrics.txt"' $WRAP "$METRICS" "$URL" demo-metrics 20
 grep -E '^hilock_(acquires_total|wait_seconds_(count|sum)|handoff_seconds_count|hold_seconds_count|tries_total|node_up)' \
     "$TMP/metrics.txt" 2>/dev/null | sed 's/^/   /'
+
+echo
+echo "== 5/6 transfers: 300 transfers between 5 accounts from 3 clients, both accounts locked at once"
+part transfers $WRAP "$TRANSFERS" "$URL" 5 300 3
+
+echo
+echo "== 6/6 leader: an election among 3 candidates, 6 terms of 50 ms, and an observer"
+part leader $WRAP "$LEADER" "$URL" 3 6
 
 echo
 if [ -n "$FAILED" ]; then

@@ -492,6 +492,8 @@ Test(install, prefix_and_destdir, .init = setup, .fini = teardown, .timeout = 40
     build_example("many_waiters", "-levent");
     build_example("http_singleflight", "-levent");
     build_example("metrics", "-levent");
+    build_example("transfers", "-levent");
+    build_example("leader", "-levent");
 
     /* The programs in the README and in hilock(3), as pasted. */
     extract_snippet("README.md", "## A first program", "```c\n", "```\n", 0, "readme.c");
@@ -515,6 +517,16 @@ Test(install, prefix_and_destdir, .init = setup, .fini = teardown, .timeout = 40
                        "%s", metrics);
     rc = promcheck(metrics, strlen(metrics), out, sizeof(out));
     cr_expect_eq(rc, 0, "promtool: %s", out);
+    /* The multi-lock and election examples check their own promises. */
+    char *targv[] = {(char *)at("%s/ex_transfers", tmp), srv.url, "4", "60", "2", NULL};
+    rc = run(targv, NULL, at("%s/transfers.out", tmp), NULL, 30000);
+    test_slurp(at("%s/transfers.out", tmp), out, sizeof(out));
+    cr_expect_eq(rc, 0, "ex_transfers exited with %d:\n%s", rc, out);
+    char *largv[] = {(char *)at("%s/ex_leader", tmp), srv.url, "2", "4", NULL};
+    rc = run(largv, NULL, at("%s/leader.out", tmp), NULL, 30000);
+    test_slurp(at("%s/leader.out", tmp), out, sizeof(out));
+    cr_expect_eq(rc, 0, "ex_leader exited with %d:\n%s", rc, out);
+    cr_expect_not_null(strstr(out, "4 terms among 2 candidates"), "%s", out);
     unsigned long long fence = 0;
     run_prog("prog_libevent", "installed", &fence);
     run_prog("prog_libev", "installed", &fence);
