@@ -860,18 +860,21 @@ typedef struct hilock_observer hilock_observer;
  * its message (a leader elected and resigned at once is reported, then
  * nobody). The leader is read only at every resubscription after a
  * reconnect or a failover (a change missed meanwhile is reported then:
- * tenures that came and went while the connection was down are reported
- * as the latest) and at the end of the leader's lease (a leader that
- * died publishes nothing). Epochs only grow: a skipped one is a leader
- * nobody saw while connected. Until hilock_observe_stop();
+ * tenures that came and went while the connection was down or being
+ * subscribed again are reported as the latest) and at the end of the
+ * leader's lease (a leader that died publishes nothing); a read is placed
+ * among the messages it races, never reported out of their order. Epochs
+ * only grow: a skipped one is a leader nobody saw while connected. The
+ * channel is trusted: a client that may PUBLISH on it can mislead
+ * observers. Until hilock_observe_stop();
  * if the client is closed or freed first, a last call with
  * HILOCK_ECANCELED. Returns 0 and *out, or HILOCK_EINVAL / HILOCK_ENOMEM /
  * HILOCK_ECLOSED / HILOCK_EFORK at once. */
 HILOCK_API int hilock_observe(hilock_client *c, const char *name, hilock_leader_cb cb, void *data,
                               hilock_observer **out);
 
-/* Stop observing: no call after this; `o` is freed. Not after the last
- * call (HILOCK_EINVAL). */
+/* Stop observing: no call after this; `o` is freed. Not during or after
+ * the last call (HILOCK_EINVAL). */
 HILOCK_API int hilock_observe_stop(hilock_observer *o);
 
 /* A revoke (hilock_revoke) asks the holder of `h` to release it. The

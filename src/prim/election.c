@@ -252,8 +252,11 @@ struct hilock_observer {
     hl_link changes;       /* el_change to report, in order */
     uint64_t epoch;        /* the leader as last queued (0: nobody) */
     uint64_t newest;       /* the highest epoch heard of: reads older are dropped */
+    uint64_t read_from;    /* newest when the read in flight was sent */
     unsigned known : 1;    /* a first state was queued */
     unsigned reread : 1;   /* read again when the one in flight is answered */
+    unsigned resub : 1;    /* the next read is a (re)subscription's */
+    unsigned read_resub : 1; /* the read in flight is one */
     unsigned stopped : 1;  /* hilock_observe_stop(), or its last call made */
     unsigned ending : 1;   /* the client closes: its last call is queued */
 };
@@ -279,9 +282,10 @@ static void observer_run(hl_defer *d, int cancel) {
     hilock_client *c = o->name->c;
     int forked = c->loop.forked;
     if (cancel || o->ending) {
-        /* The client's end: a last call, once. */
-        if (!forked) o->cb(HILOCK_ECANCELED, 0, "", 0, o->data);
+        /* The client's end: a last call, once (stopped first: a stop
+         * inside it is refused, not a second free). */
         o->stopped = 1;
+        if (!forked) o->cb(HILOCK_ECANCELED, 0, "", 0, o->data);
         if (o->req == NULL) observer_free(o);
         return;
     }
@@ -316,7 +320,38 @@ static void observe_change(hilock_observer *o, uint64_t epoch, const char *value
     hl_list_push(&o->changes, &ch->link);
 }
 
-/* A read answered: a change, unless a message it crossed is newer. */
+/* A read's answer, placed among the messages. The states come in one
+ * order: epoch E leads, then nobody after E, then E+1 leads... A leader
+ * read is (its epoch, leading); nobody is (the last epoch given, ended),
+ * and never before what the observer knew when it sent the read (the fence
+ * key, which says the last epoch, may have expired meanwhile). The reply
+ * comes on another connection than the messages, so it may overtake them
+ * or be overtaken:
+ * - behind what the messages said (it ran before a message handled since):
+ *   dropped;
+ * - the same: the leader renewed; its lease is timed again;
+ * - ahead, from a read at a lease's end or for a message not understood:
+ *   the messages of what it saw are on their way, and will tell it in
+ *   order; the read only says that the leader known has ended;
+ * - ahead, from a (re)subscription's read: what went by unheard, reported
+ *   as the latest. */
+static void observe_answer(hilock_observer *o, const el_state *s) {
+    int ended = s->epoch == 0, was_ended = o->epoch == 0;
+    uint64_t at = ended ? (s->last > o->read_from ? s->last : o->read_from) : s->epoch;
+    if (o->known && (at < o->newest || (at == o->newest && ended < was_ended))) return;
+    if (o->known && at == o->newest && ended == was_ended) {
+        if (!ended) observe_change(o, s->epoch, s->value, s->len, s->ttl_ms);
+        return;
+    }
+    if (o->known && !o->read_resub && at > o->newest) {
+        if (!was_ended) observe_change(o, 0, "", 0, 0);
+        return;
+    }
+    o->newest = at;
+    observe_change(o, s->epoch, s->value, s->len, s->ttl_ms);
+}
+
+/* A read answered. */
 static void on_observed(hl_req *r, redisReply *reply, int err) {
     hilock_observer *o = r->owner;
     hilock_client *c = o->name->c;
@@ -333,10 +368,10 @@ static void on_observed(hl_req *r, redisReply *reply, int err) {
     }
     if (o->reread) {
         o->reread = 0;
+        o->resub |= o->read_resub; /* a (re)subscription's read stays one */
         observe_read(o);
-    } else if (s.last >= o->newest) {
-        o->newest = s.last;
-        observe_change(o, s.epoch, s.value, s.len, s.ttl_ms);
+    } else {
+        observe_answer(o, &s);
     }
     free(s.value);
 }
@@ -353,6 +388,9 @@ static void observe_read(hilock_observer *o) {
         return;
     }
     o->req = r;
+    o->read_from = o->newest;
+    o->read_resub = o->resub;
+    o->resub = 0;
     hl_name_submit(o->name, r);
 }
 
@@ -380,7 +418,9 @@ static void observe_message(hilock_observer *o, const char *msg, size_t len) {
         o->newest = epoch;
         observe_change(o, epoch, p, (size_t)(end - p), ttl);
     } else if (epoch != 0 && msg[0] == 'r') {
-        if (o->known && o->epoch == epoch) observe_change(o, 0, "", 0, 0);
+        if (epoch < o->newest || (epoch == o->newest && o->epoch == 0)) return; /* known already */
+        o->newest = epoch;
+        observe_change(o, 0, "", 0, 0);
     } else {
         observe_read(o); /* not ours to parse: read who leads */
     }
@@ -391,8 +431,12 @@ static void observe_message(hilock_observer *o, const char *msg, size_t len) {
 static void el_heard(hl_name *n, const char *msg, size_t len) {
     for (hl_link *l = n->observers.next; l != &n->observers; l = l->next) {
         hilock_observer *o = HL_CONTAINER(l, hilock_observer, link);
-        if (msg != NULL) observe_message(o, msg, len);
-        else observe_read(o);
+        if (msg != NULL) {
+            observe_message(o, msg, len);
+        } else {
+            o->resub = 1;
+            observe_read(o);
+        }
     }
 }
 
@@ -419,6 +463,7 @@ int hilock_observe(hilock_client *c, const char *name, hilock_leader_cb cb, void
     hl_list_push(&n->observers, &o->link);
     hl_list_push(&c->observers, &o->all);
     hl_name_listen(n, 1);
+    o->resub = 1; /* the first read: what is, whatever came before */
     observe_read(o);
     *out = o;
     return 0;

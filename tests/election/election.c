@@ -6,9 +6,11 @@
  *                   once, or at a dead leader's lease end; the leader read
  *                   once; an observer reports every change once, in epoch
  *                   order, every tenure however short, also one missed
- *                   while its connection was down; a cancel racing
- *                   the grant leaves no leader;
- *                   stop and the client's end; the bad cases.
+ *                   while its connection was down, every tenure in
+ *                   order while its reads race the messages, a dead
+ *                   leader whose fence key is gone; a cancel racing the
+ *                   grant leaves no leader; stop and the client's end
+ *                   (a stop inside the last call refused); the bad cases.
  * election_cluster: campaigns and an observer on a 3+3 cluster, and
  *                   through a failover of the election's master.
  * election_sentinel: a campaign, the leader read and observed, under
@@ -329,6 +331,178 @@ Test(election, the_clients_end_is_a_last_call_and_the_bad_cases_are_refused) {
     hilock_client_free(rl);
     hilock_client_free(a);
 }
+
+/* An observer whose callback stops it on any error, as a generic handler
+ * would: inside the client's last call (HILOCK_ECANCELED) the stop is
+ * refused, not a second free; on both ways a client ends. */
+typedef struct stop_on_error {
+    hilock_observer *ob;
+    int calls, stop_rc;
+} stop_on_error;
+
+static void stop_on_error_cb(int status, uint64_t epoch, const char *value, size_t len, void *data) {
+    stop_on_error *st = data;
+    (void)epoch;
+    (void)value;
+    (void)len;
+    st->calls++;
+    if (status != 0) st->stop_rc = hilock_observe_stop(st->ob);
+}
+
+Test(election, a_stop_inside_the_last_call_is_refused) {
+    for (int close = 0; close < 2; close++) {
+        hilock_client *o = lockenv_client(&e);
+        stop_on_error st = {NULL, 0, 0};
+        cr_assert_eq(hilock_observe(o, "last-call", stop_on_error_cb, &st, &st.ob), 0);
+        test_loop_for(e.base, 200);
+        cr_assert_eq(st.calls, 1);
+        if (close) {
+            cr_assert_eq(hilock_client_close(o, NULL, NULL), 0);
+            test_loop_for(e.base, 300);
+        } else {
+            hilock_client_free(o);
+        }
+        cr_expect_eq(st.calls, 2, "%s: %d calls", close ? "close" : "free", st.calls);
+        cr_expect_eq(st.stop_rc, HILOCK_EINVAL, "%s: stop inside the last call: %s", close ? "close" : "free",
+                     hilock_strerror(st.stop_rc));
+    }
+}
+
+/* A leader that dies after its fence key is gone (it expires fence_ttl_s
+ * after it was made, or is deleted): the observer's read at the lease end
+ * finds nobody, and reports it, though the read cannot say the last epoch. */
+Test(election, a_dead_leader_is_reported_once_the_fence_key_is_gone) {
+    hilock_client *a = lockenv_client(&e), *o = lockenv_client(&e);
+    seen s;
+    memset(&s, 0, sizeof(s));
+    hilock_observer *ob = NULL;
+    cr_assert_eq(hilock_observe(o, "unfenced", seen_cb, &s, &ob), 0);
+    wait_calls(e.base, &s, 1, 3000);
+    hilock_acquire_opts opts = opts_wait_lease(5000, 1000);
+    got g = campaign_now(e.base, a, "unfenced", "a", &opts);
+    cr_assert_eq(g.status, 0);
+    wait_calls(e.base, &s, 2, 3000);
+    cr_assert_eq(s.epoch[1], hilock_hold_fence(g.hold));
+    char key[256];
+    hilock_key("hilock:", "unfenced", key, sizeof(key));
+    cr_assert_eq(test_redis_int(&e.r, "DEL %s:el:fence", key), 1);
+    test_loop_for(e.base, 700); /* a renewal or two: the leader lives on */
+    cr_expect_eq(s.calls, 2);
+    hilock_client_free(a); /* dies without resigning */
+    long long t0 = test_now_ms();
+    wait_calls(e.base, &s, 3, 4000);
+    cr_assert_eq(s.calls, 3, "the dead leader was never reported gone");
+    cr_expect_eq(s.epoch[2], 0);
+    cr_log_info("a dead leader without its fence key: nobody reported %lld ms after its end", test_now_ms() - t0);
+    cr_assert_eq(hilock_observe_stop(ob), 0);
+    hilock_client_free(o);
+}
+
+/* Rapid terms, two candidates that resign as soon as they are elected,
+ * and three observers whose reads (forced by messages they cannot parse,
+ * or by leases of 30 ms ending) race the channel's messages: each
+ * observer reports every tenure, in order, each followed by nobody, and
+ * all three the same. */
+#define RT_TERMS 400 /* the most terms of a run */
+typedef struct rapid {
+    hilock_client *cand[2];
+    int terms, want, stopping, lease_ms, linger_us;
+    hilock_hold *held[2];
+    uint64_t elected[RT_TERMS + 8];
+    int nel;
+    struct event_base *base;
+} rapid;
+
+typedef struct rapid_seen {
+    uint64_t epoch[2 * RT_TERMS + 16];
+    int n;
+} rapid_seen;
+
+static rapid rt;
+
+static void rapid_seen_cb(int status, uint64_t epoch, const char *value, size_t len, void *data) {
+    rapid_seen *s = data;
+    (void)value;
+    (void)len;
+    if (status == 0 && s->n < (int)(sizeof(s->epoch) / sizeof(s->epoch[0]))) s->epoch[s->n++] = epoch;
+}
+
+static void rapid_campaign(int i);
+
+static void rapid_resigned(int status, void *data) {
+    (void)status;
+    if (!rt.stopping) rapid_campaign((int)(intptr_t)data);
+}
+
+static const int rapid_index[2] = {0, 1};
+
+static void rapid_term_end(evutil_socket_t fd, short what, void *data) {
+    int i = *(const int *)data;
+    (void)fd;
+    (void)what;
+    hilock_resign(rt.held[i], rapid_resigned, (void *)(intptr_t)i);
+}
+
+static void rapid_elected(hilock_hold *h, int status, void *data) {
+    int i = (int)(intptr_t)data;
+    if (status != 0) return;
+    rt.held[i] = h;
+    if (rt.nel < RT_TERMS + 8) rt.elected[rt.nel++] = hilock_hold_fence(h);
+    if (++rt.terms >= rt.want) rt.stopping = 1;
+    struct timeval tv = {0, rt.linger_us ? rt.linger_us + rand() % rt.linger_us : 0};
+    if (rt.linger_us == 0) hilock_resign(h, rapid_resigned, data);
+    else event_base_once(rt.base, -1, EV_TIMEOUT, rapid_term_end, (void *)&rapid_index[i], &tv);
+}
+
+static void rapid_campaign(int i) {
+    hilock_acquire_opts o = opts_wait_lease(HILOCK_WAIT_FOREVER, (uint32_t)rt.lease_ms);
+    char v[16];
+    snprintf(v, sizeof(v), "c%d", i);
+    cr_assert_eq(hilock_campaign(rt.cand[i], "rapid", v, &o, rapid_elected, (void *)(intptr_t)i, NULL), 0);
+}
+
+static void rapid_run(int garbage, int lease_ms, int linger_us, int terms) {
+    static rapid_seen seen3[3];
+    hilock_observer *ob[3];
+    hilock_client *w = lockenv_client(&e);
+    memset(&rt, 0, sizeof(rt));
+    memset(seen3, 0, sizeof(seen3));
+    rt.base = e.base;
+    rt.lease_ms = lease_ms;
+    rt.linger_us = linger_us;
+    rt.want = terms;
+    for (int i = 0; i < 3; i++) cr_assert_eq(hilock_observe(w, "rapid", rapid_seen_cb, &seen3[i], &ob[i]), 0);
+    test_loop_for(e.base, 200);
+    for (int i = 0; i < 2; i++) rt.cand[i] = lockenv_client(&e);
+    for (int i = 0; i < 2; i++) rapid_campaign(i);
+    char ch[256];
+    hilock_key("hilock:", "rapid", ch, sizeof(ch));
+    long long until = test_now_ms() + 30000;
+    while (!rt.stopping && test_now_ms() < until) {
+        if (garbage) test_redis_int(&e.r, "PUBLISH %s:el:ch garbage", ch);
+        test_loop_for(e.base, 1);
+    }
+    test_loop_for(e.base, 500);
+    cr_assert(rt.stopping, "only %d terms in 30 s", rt.terms);
+    for (int i = 0; i < 3; i++) {
+        const rapid_seen *s = &seen3[i];
+        int j = s->n > 0 && s->epoch[0] == 0 ? 1 : 0; /* the first state: nobody yet */
+        for (int k = 0; k < rt.nel; k++, j += 2) {
+            cr_assert_lt(j + 1, s->n, "observer %d: %d reports for %d tenures", i, s->n, rt.nel);
+            cr_assert_eq(s->epoch[j], rt.elected[k], "observer %d, report %d: epoch %llu, tenure %d was %llu", i, j,
+                         (unsigned long long)s->epoch[j], k, (unsigned long long)rt.elected[k]);
+            cr_assert_eq(s->epoch[j + 1], 0, "observer %d, report %d: %llu after tenure %d, not nobody", i, j + 1,
+                         (unsigned long long)s->epoch[j + 1], k);
+        }
+    }
+    for (int i = 0; i < 3; i++) hilock_observe_stop(ob[i]);
+    for (int i = 0; i < 2; i++) hilock_client_free(rt.cand[i]);
+    hilock_client_free(w);
+}
+
+Test(election, reads_racing_the_messages_keep_every_tenure_in_order) { rapid_run(1, 2000, 0, 400); }
+
+Test(election, lease_end_reads_racing_the_messages_keep_every_tenure_in_order) { rapid_run(0, 30, 20000, 150); }
 
 /* ---- election_cluster ---------------------------------------------------- */
 
