@@ -409,7 +409,8 @@ extern const hl_sub_events hl_engine_sub_events;
 
 /* A hold that stands for several: hilock_acquire_multi's (prim/multi.c)
  * hands the caller the hold of its first name, whose group takes the
- * public calls that concern them all. */
+ * public calls that concern them all. Such a hold's own release leaves it
+ * to the group to free, once the caller's callback has run. */
 typedef struct hl_group hl_group;
 struct hl_group {
     int (*release)(hl_group *g, hilock_release_cb cb, void *data);

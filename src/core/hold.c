@@ -415,9 +415,12 @@ typedef struct hl_relop {
 static void relop_run(hl_defer *d, int cancel) {
     hl_relop *op = HL_CONTAINER(d, hl_relop, defer);
     int status = cancel ? HILOCK_ECANCELED : op->status;
+    /* A multi-lock's hold (its group's) is freed by the group, once every
+     * part has answered: the caller's hold lives until its callback. */
+    hilock_hold *gone = op->last && !cancel && op->hold->group == NULL ? op->hold : NULL;
     hl_count_status(&op->c->counts, status);
     if (op->cb && !op->c->loop.forked) op->cb(status, op->data);
-    if (op->last && !cancel) hl_hold_free(op->hold);
+    if (gone != NULL) hl_hold_free(gone);
     free(op);
 }
 

@@ -29,6 +29,7 @@
 struct hilock_multi {
     hl_group group;            /* the calls on the caller's hold (core.h) */
     hl_link link;              /* in client->multis, until released */
+    hl_defer defer;            /* the outcome's callback, from the loop */
     hilock_client *c;
     hilock_acquire_cb cb;
     void *data;
@@ -46,10 +47,15 @@ struct hilock_multi {
     unsigned *slot;            /* slot[k]: the k-th name's Cluster slot */
     char **name;               /* by the caller's index */
     hilock_hold **part;        /* by the caller's index */
+    uint64_t *fence;           /* by the caller's index, once granted */
+    int status;                /* the outcome queued */
+    int lost_why;              /* a part lost before the caller had the hold */
     unsigned cancelled : 1;    /* hilock_multi_cancel() */
+    unsigned ended : 1;        /* the outcome is queued: no cancel */
     unsigned delivered : 1;    /* the caller has its hold */
     unsigned told_lost : 1;    /* its lost_cb has run */
     unsigned releasing : 1;
+    unsigned lost_at_release : 1; /* hilock_hold_lost() while it is released */
 };
 
 static void multi_free(hilock_multi *m) {
@@ -59,6 +65,7 @@ static void multi_free(hilock_multi *m) {
     free(m->order);
     free(m->slot);
     free(m->part);
+    free(m->fence);
     free(m);
 }
 
@@ -76,20 +83,38 @@ static void give_back(hilock_multi *m) {
     m->taken = 0;
 }
 
-/* The outcome, from a part's callback (never from inside an API call). */
-static void multi_end(hilock_multi *m, int status) {
-    hilock_acquire_cb cb = m->cb;
-    void *data = m->data;
-    if (status != 0) {
-        give_back(m);
-        multi_free(m);
-        cb(NULL, status, data);
+static void part_lost(hilock_hold *h, int why, void *data);
+
+/* The outcome's callback, from the loop (never from inside a reply's
+ * handler, where a callback that frees the client would pull the request
+ * from under it), or at once while the client is freed (cancel: its
+ * ECANCELED). The multi-lock is freed after a failure's callback, so that
+ * a cancel inside it is refused, not a use after free. */
+static void multi_run(hl_defer *d, int cancel) {
+    hilock_multi *m = HL_CONTAINER(d, hilock_multi, defer);
+    hilock_client *c = m->c;
+    int forked = c->loop.forked;
+    if (m->status != 0 || cancel) {
+        if (!forked) m->cb(NULL, cancel ? HILOCK_ECANCELED : m->status, m->data);
+        if (m->status != 0) multi_free(m); /* else the client frees it, with the parts */
         return;
     }
     hilock_hold *head = m->part[0];
+    for (size_t i = 0; i < m->n; i++) m->fence[i] = m->part[i]->fence;
     head->group = &m->group;
     m->delivered = 1;
-    cb(head, 0, data);
+    if (!forked) m->cb(head, 0, m->data);
+    if (m->lost_why != 0 && !c->loop.freeing) part_lost(head, m->lost_why, m); /* lost before it was had */
+}
+
+/* The outcome, from a part's callback (never from inside an API call):
+ * what failed is given back at once, and the caller told from the loop. */
+static void multi_end(hilock_multi *m, int status) {
+    if (status != 0) give_back(m);
+    m->status = status;
+    m->ended = 1;
+    if (m->c->loop.freeing) multi_run(&m->defer, 1);
+    else hl_defer_push(&m->c->loop, &m->defer);
 }
 
 static void part_granted(hilock_hold *h, int status, void *data);
@@ -128,11 +153,11 @@ static int multi_next_try(hilock_multi *m, int try) {
 
 static int multi_next(hilock_multi *m) { return multi_next_try(m, 1); }
 
-/* Every part still held now? */
+/* Every part taken so far still held now? */
 static int parts_live(const hilock_multi *m) {
     uint64_t now = hl_now_ms();
     for (size_t i = 0; i < m->n; i++)
-        if (!hl_hold_live(m->part[i], now)) return 0;
+        if (m->part[i] != NULL && !hl_hold_live(m->part[i], now)) return 0;
     return 1;
 }
 
@@ -155,6 +180,7 @@ static void part_granted(hilock_hold *h, int status, void *data) {
 static void part_lost(hilock_hold *h, int why, void *data) {
     hilock_multi *m = data;
     (void)h;
+    if (!m->delivered && m->ended && m->status == 0 && m->lost_why == 0) m->lost_why = why;
     if (!m->delivered || m->told_lost || m->releasing) return;
     m->told_lost = 1;
     if (m->lost_cb != NULL) m->lost_cb(m->part[0], why, m->lost_data);
@@ -263,6 +289,7 @@ static int batch_send(hilock_multi *m, size_t g) {
  * first error (HILOCK_ELOST before any other). */
 typedef struct fanout {
     hilock_multi *m;           /* a release: freed with the last answer */
+    hilock_hold *head;         /* ... and the caller's hold, kept until then */
     size_t pending;
     int status;
     hilock_release_cb cb;
@@ -274,7 +301,11 @@ static void part_done(int status, void *data) {
     if (status != 0 && (f->status == 0 || status == HILOCK_ELOST)) f->status = status;
     if (--f->pending > 0) return;
     if (f->cb != NULL) f->cb(f->status, f->data);
-    if (f->m != NULL) multi_free(f->m);
+    if (f->m != NULL) {
+        hilock_client *c = f->head->c;
+        multi_free(f->m);
+        if (!c->loop.freeing) hl_hold_free(f->head); /* else with the client's holds */
+    }
     free(f);
 }
 
@@ -309,8 +340,11 @@ static int fan_out(hilock_multi *m, part_op op, uint32_t lease_ms, hilock_releas
     if (release) {
         m->releasing = 1;
         /* freed with the last answer, unless a part is left held (its
-         * lost_data): then with the client */
+         * lost_data): then with the client. The caller's hold too: its
+         * own release's answer leaves it to us (core.h, hl_group), so
+         * that it stays valid until the callback. */
         f->m = first == 0 ? m : NULL;
+        f->head = m->part[0];
     }
     f->pending--;
     return 0;
@@ -322,6 +356,7 @@ static int multi_release(hl_group *g, hilock_release_cb cb, void *data) {
     if (head->c->loop.forked) return HILOCK_EFORK;
     if (m->releasing || head->releasing) return HILOCK_EINVAL;
     if (head->c->loop.freeing) return HILOCK_ECLOSED;
+    m->lost_at_release = !parts_live(m);
     return fan_out(m, op_release, 0, cb, data, 1);
 }
 
@@ -337,14 +372,14 @@ static int multi_extend(hl_group *g, uint32_t lease_ms, hilock_release_cb cb, vo
 
 static int multi_lost(const hl_group *g) {
     const hilock_multi *m = HL_CONTAINER(g, hilock_multi, group);
-    return !parts_live(m);
+    return m->releasing ? m->lost_at_release : !parts_live(m); /* parts go as their releases end */
 }
 
 uint64_t hilock_hold_fence_at(const hilock_hold *h, size_t i) {
     if (h == NULL) return 0;
     if (h->group == NULL || h->group->release != multi_release) return i == 0 ? h->fence : 0;
     const hilock_multi *m = HL_CONTAINER(h->group, hilock_multi, group);
-    return i < m->n ? m->part[i]->fence : 0;
+    return i < m->n ? m->fence[i] : 0;
 }
 
 /* ---- Acquire and cancel ------------------------------------------------------ */
@@ -374,8 +409,9 @@ static int multi_names(hilock_multi *m, const char *const names[]) {
     m->order = calloc(m->n, sizeof(*m->order));
     m->slot = calloc(m->n, sizeof(*m->slot));
     m->part = calloc(m->n, sizeof(*m->part));
+    m->fence = calloc(m->n, sizeof(*m->fence));
     ordered *o = calloc(m->n, sizeof(*o));
-    int rc = m->name && m->order && m->slot && m->part && o ? 0 : HILOCK_ENOMEM;
+    int rc = m->name && m->order && m->slot && m->part && m->fence && o ? 0 : HILOCK_ENOMEM;
     for (size_t i = 0; rc == 0 && i < m->n; i++) {
         size_t len = names[i] ? strnlen(names[i], HILOCK_NAME_MAX + 1) : 0;
         if (len == 0 || len > HILOCK_NAME_MAX) rc = HILOCK_EINVAL;
@@ -404,6 +440,8 @@ int hilock_acquire_multi(hilock_client *c, const char *const names[], size_t n,
     hilock_multi *m = calloc(1, sizeof(*m));
     if (m == NULL) return HILOCK_ENOMEM;
     hl_list_init(&m->link);
+    hl_list_init(&m->defer.link);
+    m->defer.run = multi_run;
     m->c = c;
     m->n = n;
     hilock_acquire_opts_init(&m->opts);
@@ -430,17 +468,19 @@ int hilock_acquire_multi(hilock_client *c, const char *const names[], size_t n,
     m->opts.lost_data = m;
     m->started_ms = hl_now_ms();
     if (m->opts.wait_ms > 0) m->deadline = m->started_ms + (uint64_t)m->opts.wait_ms;
-    if ((rc = multi_next(m)) != 0) {
+    rc = multi_next(m);
+    if (rc != 0 && rc != HILOCK_ETIMEDOUT) {
         multi_free(m);
         return rc;
     }
     hl_list_push(&c->multis, &m->link);
+    if (rc == HILOCK_ETIMEDOUT) multi_end(m, rc); /* a tick ran past a wait_ms of 1: told as any */
     if (out) *out = m;
     return 0;
 }
 
 int hilock_multi_cancel(hilock_multi *m) {
-    if (m == NULL || m->delivered || m->cancelled) return HILOCK_EINVAL;
+    if (m == NULL || m->ended || m->delivered || m->cancelled) return HILOCK_EINVAL;
     if (m->c->loop.forked) return HILOCK_EFORK;
     m->cancelled = 1;
     if (m->wait != NULL) hl_wait_cancel(m->wait); /* else its grant is on its way: given back */

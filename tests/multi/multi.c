@@ -8,7 +8,10 @@
  *                three clients taking overlapping sets in opposite orders
  *                never deadlock, one holder per name, fences growing;
  *                cancels racing the grants at every point; a name lost
- *                reported once; extend; the client's end; the bad cases.
+ *                reported once; extend; the client's end; the bad cases;
+ *                a fresh client's slot groups; callbacks from the loop
+ *                (the client freed, the handle cancelled inside them);
+ *                the hold alive until its release's callback; 1 ms.
  * multi_cluster: the same on a 3+3 cluster, names over the three masters,
  *                and through a master's failover.
  * multi_sentinel: one script on the master; one by one, confirmed, with
@@ -362,6 +365,159 @@ Test(multi, bad_cases_are_refused) {
 
 /* Over Redlock (here one master) the names are taken one at a time, each
  * through its quorum: all of them, released together. */
+/* A client that does not know yet that its server is no Cluster groups
+ * names by slot: two names of one slot, then one of another, are a group
+ * of two among three. Taken, not a crash. */
+Test(multi, a_fresh_client_takes_a_slots_group_and_then_the_rest) {
+    cr_assert_eq(cluster_slot_of("s410"), cluster_slot_of("s3018"), "the names no longer share a slot");
+    cr_assert_neq(cluster_slot_of("s410"), cluster_slot_of("zz"));
+    const char *names[] = {"s410", "s3018", "zz"};
+    hilock_client *a = lockenv_client(&e);
+    got g = multi_now(e.base, a, names, 3, NULL, 5000);
+    cr_assert_eq(g.status, 0, "%s", hilock_strerror(g.status));
+    cr_expect_eq(held_count(&e.r, names, 3), 3);
+    cr_expect_eq(release_now(&e, g.hold), 0);
+    cr_expect_eq(held_count(&e.r, names, 3), 0);
+    hilock_client_free(a);
+}
+
+/* The callback runs from the loop, so it may free the client, however the
+ * outcome came (the names' one script, or a single wait, or a failure). */
+static hilock_client *freed_in_cb;
+static int free_cb_calls;
+static void free_in_cb(hilock_hold *h, int status, void *data) {
+    (void)h;
+    (void)status;
+    (void)data;
+    free_cb_calls++;
+    hilock_client_free(freed_in_cb);
+}
+
+Test(multi, the_callback_may_free_the_client) {
+    hilock_client *b = lockenv_client(&e);
+    for (int kind = 0; kind < 3; kind++) {
+        /* names of their own: a freed client's keys stay for their lease */
+        char na[16], nb[16];
+        snprintf(na, sizeof(na), "fc-a-%d", kind);
+        snprintf(nb, sizeof(nb), "fc-b-%d", kind);
+        const char *names[] = {na, nb};
+        freed_in_cb = lockenv_client(&e);
+        got warm = acquire_now(&e, freed_in_cb, "fc-warm", NULL); /* it knows its server now */
+        cr_assert_eq(release_now(&e, warm.hold), 0);
+        got other = {0, 0, NULL, 0};
+        if (kind > 0) other = acquire_now(&e, b, nb, NULL);
+        hilock_acquire_opts o = opts_wait(kind == 2 ? 0 : 5000);
+        free_cb_calls = 0;
+        cr_assert_eq(hilock_acquire_multi(freed_in_cb, names, 2, &o, free_in_cb, NULL, NULL), 0);
+        if (kind == 1) {
+            test_loop_for(e.base, 100);
+            cr_assert_eq(release_now(&e, other.hold), 0); /* the wait for fc-b is granted */
+        }
+        test_loop_until(e.base, &free_cb_calls, 5000);
+        cr_expect_eq(free_cb_calls, 1, "kind %d: %d calls", kind, free_cb_calls);
+        test_loop_for(e.base, 100);
+        if (kind == 2) cr_expect_eq(release_now(&e, other.hold), 0);
+    }
+    hilock_client_free(b);
+}
+
+/* The caller's hold lives until its release's callback: its name, fences
+ * and loss can be read there, and a second release meanwhile is refused. */
+typedef struct relcheck {
+    hilock_hold *h;
+    uint64_t fence[3];
+    int calls, status, lost;
+    char name[16];
+} relcheck;
+
+static void relcheck_cb(int status, void *data) {
+    relcheck *rc = data;
+    rc->calls++;
+    rc->status = status;
+    snprintf(rc->name, sizeof(rc->name), "%s", hilock_hold_name(rc->h));
+    for (size_t i = 0; i < 3; i++) rc->fence[i] = hilock_hold_fence_at(rc->h, i);
+    rc->lost = hilock_hold_lost(rc->h);
+}
+
+Test(multi, the_hold_lives_until_its_release_callback) {
+    const char *names[] = {"hl-c", "hl-a", "hl-b"};
+    hilock_client *a = lockenv_client(&e);
+    got g = multi_now(e.base, a, names, 3, NULL, 5000);
+    cr_assert_eq(g.status, 0);
+    uint64_t fence[3];
+    for (size_t i = 0; i < 3; i++) fence[i] = hilock_hold_fence_at(g.hold, i);
+    relcheck rc;
+    memset(&rc, 0, sizeof(rc));
+    rc.h = g.hold;
+    cr_assert_eq(hilock_release(g.hold, relcheck_cb, &rc), 0);
+    cr_expect_eq(hilock_release(g.hold, NULL, NULL), HILOCK_EINVAL, "a second release while the first is out");
+    cr_expect_eq(hilock_hold_fence_at(g.hold, 2), fence[2]);
+    test_loop_until(e.base, &rc.calls, 5000);
+    cr_assert_eq(rc.calls, 1);
+    cr_expect_eq(rc.status, 0);
+    cr_expect_str_eq(rc.name, "hl-c");
+    for (size_t i = 0; i < 3; i++) cr_expect_eq(rc.fence[i], fence[i], "name %zu's fence in the callback", i);
+    cr_expect_eq(rc.lost, 0);
+    cr_expect_eq(held_count(&e.r, names, 3), 0);
+    hilock_client_free(a);
+}
+
+/* A failure's callback may cancel its own handle: refused, nothing freed
+ * twice. */
+static hilock_multi *cancel_me;
+static int cancel_rc = 1;
+static void cancel_in_cb(hilock_hold *h, int status, void *data) {
+    (void)h;
+    *(int *)data = status;
+    cancel_rc = hilock_multi_cancel(cancel_me);
+}
+
+Test(multi, a_cancel_inside_its_callback_is_refused) {
+    const char *names[] = {"cc-a", "cc-b", "cc-c"};
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
+    got other = acquire_now(&e, b, "cc-b", NULL);
+    hilock_acquire_opts once = opts_wait(0);
+    int status = 1;
+    cr_assert_eq(hilock_acquire_multi(a, names, 3, &once, cancel_in_cb, &status, &cancel_me), 0);
+    test_loop_for(e.base, 300);
+    cr_expect_eq(status, HILOCK_EBUSY, "%s", hilock_strerror(status));
+    cr_expect_eq(cancel_rc, HILOCK_EINVAL);
+    cr_expect_eq(held_count(&e.r, names, 3), 1, "only the other client's name");
+    cr_expect_eq(release_now(&e, other.hold), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
+/* A deadline of 1 ms never fails the call itself: its end is told by the
+ * callback, as any (the clock may tick between the call and its try). */
+Test(multi, a_deadline_of_one_ms_is_told_by_the_callback) {
+    const char *names[] = {"dl-a", "dl-b"};
+    hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
+    got other = acquire_now(&e, b, "dl-a", NULL);
+    hilock_acquire_opts o = opts_wait(1);
+    static got g[400];
+    memset(g, 0, sizeof(g));
+    for (int i = 0; i < 400; i++) {
+        cr_assert_eq(hilock_acquire_multi(a, names, 2, &o, got_cb, &g[i], NULL), 0, "call %d", i);
+        if (i % 50 == 0) test_loop_for(e.base, 1);
+    }
+    long long until = test_now_ms() + 10000;
+    int done = 0;
+    while (done < 400 && test_now_ms() < until) {
+        test_loop_for(e.base, 10);
+        done = 0;
+        for (int i = 0; i < 400; i++) done += g[i].calls;
+    }
+    for (int i = 0; i < 400; i++) {
+        cr_expect_eq(g[i].calls, 1, "call %d: %d callbacks", i, g[i].calls);
+        cr_expect_eq(g[i].status, HILOCK_ETIMEDOUT, "call %d: %s", i, hilock_strerror(g[i].status));
+    }
+    cr_expect_eq(release_now(&e, other.hold), 0);
+    cr_expect_eq(held_count(&e.r, names, 2), 0);
+    hilock_client_free(a);
+    hilock_client_free(b);
+}
+
 Test(multi, over_redlock_the_names_are_taken_one_at_a_time) {
     char url[96];
     snprintf(url, sizeof(url), "redlock://127.0.0.1:%d", e.r.port);
