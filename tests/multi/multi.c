@@ -489,7 +489,8 @@ Test(multi, a_cancel_inside_its_callback_is_refused) {
 }
 
 /* A deadline of 1 ms never fails the call itself: its end is told by the
- * callback, as any (the clock may tick between the call and its try). */
+ * callback, as any (the clock may tick between the call and its try):
+ * ETIMEDOUT, or EDEADLINE when the try was still out at the deadline. */
 Test(multi, a_deadline_of_one_ms_is_told_by_the_callback) {
     const char *names[] = {"dl-a", "dl-b"};
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
@@ -510,7 +511,9 @@ Test(multi, a_deadline_of_one_ms_is_told_by_the_callback) {
     }
     for (int i = 0; i < 400; i++) {
         cr_expect_eq(g[i].calls, 1, "call %d: %d callbacks", i, g[i].calls);
-        cr_expect_eq(g[i].status, HILOCK_ETIMEDOUT, "call %d: %s", i, hilock_strerror(g[i].status));
+        /* the wait ran out, or the try it had out did not come back within 1 ms */
+        cr_expect(g[i].status == HILOCK_ETIMEDOUT || g[i].status == HILOCK_EDEADLINE, "call %d: %s", i,
+                  hilock_strerror(g[i].status));
     }
     cr_expect_eq(release_now(&e, other.hold), 0);
     cr_expect_eq(held_count(&e.r, names, 2), 0);
