@@ -38,6 +38,9 @@ Test(revoke, a_listening_holder_is_asked_at_once_and_may_release) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e);
     got g = acquire_now(&e, a, "r", NULL);
     cr_assert_eq(g.status, 0);
+    /* Read now: the hold is freed once the callback's release has answered,
+     * which may be before revoke_now returns. */
+    uint64_t fence = hilock_hold_fence(g.hold);
     asked k = {0, 0, 1, {0, 0}};
     cr_assert_eq(hilock_hold_on_revoke(g.hold, on_asked, &k), 0);
     test_loop_for(e.base, 100);
@@ -48,7 +51,7 @@ Test(revoke, a_listening_holder_is_asked_at_once_and_may_release) {
     long long t0 = test_now_ms();
     fencerec r = revoke_now(e.base, b, "r");
     cr_expect_eq(r.status, 0);
-    cr_expect_eq(r.fence, hilock_hold_fence(g.hold));
+    cr_expect_eq(r.fence, fence);
     test_loop_until(e.base, &k.calls, 5000);
     cr_expect_eq(k.calls, 1);
     cr_expect_lt(k.at_ms - t0, 500, "asked %lld ms after the revoke (the message)", k.at_ms - t0);
@@ -185,12 +188,13 @@ Test(revoke_cluster, a_listening_holder_is_asked_at_once) {
     for (int i = 0; i < 3; i++) {
         got g = acquire_loop(ce.base, a, names[i], NULL, 10000);
         cr_assert_eq(g.status, 0);
+        uint64_t fence = hilock_hold_fence(g.hold); /* freed once released */
         asked k = {0, 0, 1, {0, 0}};
         cr_assert_eq(hilock_hold_on_revoke(g.hold, on_asked, &k), 0);
         test_loop_for(ce.base, 200);
         long long t0 = test_now_ms();
         fencerec r = revoke_now(ce.base, b, names[i]);
-        cr_expect_eq(r.fence, hilock_hold_fence(g.hold), "%s", names[i]);
+        cr_expect_eq(r.fence, fence, "%s", names[i]);
         test_loop_until(ce.base, &k.released.calls, 5000);
         cr_expect_eq(k.calls, 1, "%s", names[i]);
         cr_expect_lt(k.at_ms - t0, 1000, "%s: asked %lld ms after", names[i], k.at_ms - t0);
@@ -212,6 +216,7 @@ Test(revoke_cluster, a_listening_holder_is_asked_after_its_masters_failover) {
     hilock_acquire_opts o = opts_wait_lease(-1, 20000);
     got g = acquire_loop(ce.base, a, name, &o, 10000);
     cr_assert_eq(g.status, 0);
+    uint64_t fence = hilock_hold_fence(g.hold); /* freed once released */
     asked k = {0, 0, 1, {0, 0}};
     cr_assert_eq(hilock_hold_on_revoke(g.hold, on_asked, &k), 0);
     got w = {0, 0, NULL, 0};
@@ -224,7 +229,7 @@ Test(revoke_cluster, a_listening_holder_is_asked_after_its_masters_failover) {
     long long t0 = test_now_ms();
     fencerec f = revoke_now(ce.base, b, name);
     cr_expect_eq(f.status, 0, "%s", hilock_strerror(f.status));
-    cr_expect_eq(f.fence, hilock_hold_fence(g.hold));
+    cr_expect_eq(f.fence, fence);
     test_loop_until(ce.base, &k.released.calls, 5000);
     cr_expect_eq(k.calls, 1);
     cr_expect_lt(k.at_ms - t0, 1000, "asked %lld ms after", k.at_ms - t0);
