@@ -64,6 +64,18 @@ static void wait_calls(struct event_base *base, seen *s, int n, int ms) {
     while (s->calls < n && test_now_ms() < until) test_loop_for(base, 10);
 }
 
+/* Observe `name` from c into s (cleared) and run the loop until the
+ * observer's first report, which never comes from inside the call. */
+static hilock_observer *observe_now(struct event_base *base, hilock_client *c, const char *name, seen *s, int ms) {
+    hilock_observer *ob = NULL;
+    memset(s, 0, sizeof(*s));
+    cr_assert_eq(hilock_observe(c, name, seen_cb, s, &ob), 0);
+    cr_expect_eq(s->calls, 0, "never from inside the call");
+    wait_calls(base, s, 1, ms);
+    cr_assert_geq(s->calls, 1, "%s: no first report in %d ms", name, ms);
+    return ob;
+}
+
 /* ... until its last report names `value`. */
 static void wait_value(struct event_base *base, seen *s, const char *value, int ms) {
     long long until = test_now_ms() + ms;
@@ -127,11 +139,7 @@ Test(election, a_campaign_leads_and_the_next_leads_at_the_resign) {
 Test(election, an_observer_reports_every_change_once) {
     hilock_client *a = lockenv_client(&e), *b = lockenv_client(&e), *o = lockenv_client(&e);
     seen s;
-    memset(&s, 0, sizeof(s));
-    hilock_observer *ob = NULL;
-    cr_assert_eq(hilock_observe(o, "obs", seen_cb, &s, &ob), 0);
-    cr_expect_eq(s.calls, 0, "never from inside the call");
-    wait_calls(e.base, &s, 1, 3000);
+    hilock_observer *ob = observe_now(e.base, o, "obs", &s, 3000);
     cr_assert_eq(s.calls, 1);
     cr_expect_eq(s.epoch[0], 0);
     test_loop_for(e.base, 100);
@@ -267,10 +275,7 @@ Test(election, a_cancel_racing_the_grant_leaves_no_leader_behind) {
 Test(election, a_change_missed_while_disconnected_is_reported_after) {
     hilock_client *a = lockenv_client(&e), *o = lockenv_client(&e);
     seen s;
-    memset(&s, 0, sizeof(s));
-    hilock_observer *ob = NULL;
-    cr_assert_eq(hilock_observe(o, "miss", seen_cb, &s, &ob), 0);
-    wait_calls(e.base, &s, 1, 3000);
+    hilock_observer *ob = observe_now(e.base, o, "miss", &s, 3000);
     test_loop_for(e.base, 100);
     cr_assert(test_redis_int(&e.r, "CLIENT KILL TYPE pubsub") >= 1);
     got ga = campaign_now(e.base, a, "miss", "a", NULL);
@@ -288,10 +293,7 @@ Test(election, a_change_missed_while_disconnected_is_reported_after) {
 Test(election, the_clients_end_is_a_last_call_and_the_bad_cases_are_refused) {
     hilock_client *a = lockenv_client(&e), *o = lockenv_client(&e);
     seen s;
-    memset(&s, 0, sizeof(s));
-    hilock_observer *ob = NULL;
-    cr_assert_eq(hilock_observe(o, "end", seen_cb, &s, &ob), 0);
-    wait_calls(e.base, &s, 1, 3000);
+    hilock_observer *ob = observe_now(e.base, o, "end", &s, 3000);
     hilock_client_free(o);
     cr_expect_eq(s.calls, 2);
     cr_expect_eq(s.status, HILOCK_ECANCELED);
@@ -374,10 +376,7 @@ Test(election, a_stop_inside_the_last_call_is_refused) {
 Test(election, a_dead_leader_is_reported_once_the_fence_key_is_gone) {
     hilock_client *a = lockenv_client(&e), *o = lockenv_client(&e);
     seen s;
-    memset(&s, 0, sizeof(s));
-    hilock_observer *ob = NULL;
-    cr_assert_eq(hilock_observe(o, "unfenced", seen_cb, &s, &ob), 0);
-    wait_calls(e.base, &s, 1, 3000);
+    hilock_observer *ob = observe_now(e.base, o, "unfenced", &s, 3000);
     hilock_acquire_opts opts = opts_wait_lease(5000, 1000);
     got g = campaign_now(e.base, a, "unfenced", "a", &opts);
     cr_assert_eq(g.status, 0);
@@ -518,10 +517,7 @@ Test(election_cluster, campaigns_and_an_observer) {
     const char *names[] = {"alpha", "beta", "gamma"};
     for (int i = 0; i < 3; i++) {
         seen s;
-        memset(&s, 0, sizeof(s));
-        hilock_observer *ob = NULL;
-        cr_assert_eq(hilock_observe(b, names[i], seen_cb, &s, &ob), 0);
-        wait_calls(ce.base, &s, 1, 5000);
+        hilock_observer *ob = observe_now(ce.base, b, names[i], &s, 5000);
         cr_assert_eq(s.calls, 1, "%s", names[i]);
         got g = campaign_now(ce.base, a, names[i], "a", NULL);
         cr_assert_eq(g.status, 0);
@@ -557,10 +553,7 @@ Test(election_cluster, a_failover_under_a_leader_a_campaign_and_an_observer) {
     test_redis *m = NULL, *r = NULL;
     cr_assert(cluster_settled_pair(&ce.cl, slot, 20000, &m, &r));
     seen s;
-    memset(&s, 0, sizeof(s));
-    hilock_observer *ob = NULL;
-    cr_assert_eq(hilock_observe(cs[2], name, seen_cb, &s, &ob), 0);
-    wait_calls(ce.base, &s, 1, 5000);
+    hilock_observer *ob = observe_now(ce.base, cs[2], name, &s, 5000);
     lostrec lr = {0, 0, 0};
     hilock_acquire_opts o = opts_wait_lease(-1, 20000);
     o.lost_cb = lost_cb;
@@ -609,10 +602,7 @@ Test(election_sentinel, a_campaign_leads_on_the_master) {
     cfg.request_timeout_ms = 8000;
     hilock_client *a = lockenv_client_cfg(&e, &cfg), *o = lockenv_client_cfg(&e, &cfg);
     seen s;
-    memset(&s, 0, sizeof(s));
-    hilock_observer *ob = NULL;
-    cr_assert_eq(hilock_observe(o, "sel", seen_cb, &s, &ob), 0);
-    wait_calls(e.base, &s, 1, 5000);
+    hilock_observer *ob = observe_now(e.base, o, "sel", &s, 5000);
     got g = campaign_now(e.base, a, "sel", "a", NULL);
     cr_assert_eq(g.status, 0, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(a));
     wait_value(e.base, &s, "a", 5000);
