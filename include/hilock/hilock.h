@@ -329,7 +329,9 @@ typedef struct hilock_config {
      * up to 100 ms earlier (a twentieth of a lease under 2 s) and share
      * one call with the other holds of its server (of its slot, in a
      * Cluster) that are due by then. Each hold keeps its own lease and its own
-     * loss: a hold found gone in a batch is lost alone. 0: the default,
+     * loss: a hold found gone in a batch is lost alone, and a batch refused
+     * as a whole (an ACL: a batch needs +mget) goes again as one renewal
+     * per hold, with a warning. 0: the default,
      * 100; 1: every hold renews alone, at its own time. At most 1000.
      * Over Redlock, and for the other primitives, every hold renews alone. */
     uint32_t renew_batch;

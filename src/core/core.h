@@ -51,6 +51,7 @@ struct hilock_client {
     uint64_t token_id, token_salt, token_seq; /* see hl_token_new */
     hl_counts counts;
     uint64_t late_warned_at;     /* the last late renewal logged (hl_log_due) */
+    uint64_t batch_warned_at;    /* the last batch of renewals refused, logged */
     /* renew.c: the batches open for holds due soon, by slot in a Cluster,
      * else all at 0 (HL_SLOTS of them; NULL until the first). */
     struct hl_renew_batch **renew_open;
@@ -532,6 +533,8 @@ typedef struct hl_renewal hl_renewal;
 hilock_hold *hl_renewal_hold(const hl_renewal *rn);
 /* Send it alone (the primitive's renew_req). */
 void hl_renewal_send(hl_renewal *rn);
+/* The lease a renewal of h sent now asks for (an extend's still out, else h's). */
+uint32_t hl_hold_renew_lease(const hilock_hold *h);
 /* Its answer (reply NULL when err != 0): the hold is renewed, lost, or
  * tried again at its watchdog's next turn. Frees rn. */
 void hl_renewal_answer(hl_renewal *rn, hl_req *r, const redisReply *reply, int err);
@@ -540,9 +543,9 @@ void hl_renewal_drop(hl_renewal *rn);
 /* How much earlier than its own time h's renewal may go to share a call
  * with others (0: it goes alone). */
 uint32_t hl_renew_window(const hilock_hold *h);
-/* Put rn (of a hold whose hl_renew_window is `window`) in the open batch of
- * its slot, sent `window` ms from now at the latest. 0, or -1 when out of
- * memory (nothing done). */
+/* Put rn in the open batch of its slot, sent `window` ms from now at the
+ * latest (what is left of its hl_renew_window after a late watchdog; 0:
+ * the batch goes now). 0, or -1 when out of memory (nothing done). */
 int hl_renew_join(hl_renewal *rn, uint32_t window);
 /* Client teardown: free the batches not sent. */
 void hl_renew_batches_free(hilock_client *c);

@@ -291,9 +291,19 @@ static void on_renewed(hl_req *r, redisReply *reply, int err) {
     hl_renewal_answer(r->owner, r, reply, err);
 }
 
+/* The lease a renewal sent now asks for: that of the last extend still out,
+ * which Redis runs before it and whose caller is promised that lease from
+ * then on, else the hold's own. Read when the renewal is sent, not when it
+ * joins a batch: an extend may come in between. */
+uint32_t hl_hold_renew_lease(const hilock_hold *h) {
+    if (hl_list_empty(&h->extends)) return h->terms.lease_ms;
+    return HL_CONTAINER(h->extends.prev, hl_extendop, link)->lease_ms;
+}
+
 void hl_renewal_send(hl_renewal *rn) {
     hilock_hold *h = rn->hold;
     hl_name *n = h->name;
+    h->renew_lease = hl_hold_renew_lease(h);
     hl_fence_raise(n, h->fence);
     hl_req *r = n->prim->renew_req(n, h, h->renew_lease, on_renewed, rn);
     if (r == NULL) hl_renewal_drop(rn); /* tried again at the next turn of the watchdog */
@@ -328,12 +338,13 @@ static void watchdog_fired(hl_timer *t) {
     if (h->renew == NULL) {
         hl_renewal *rn = calloc(1, sizeof(*rn));
         uint32_t window = hl_renew_window(h);
+        uint64_t now = hl_now_ms(), late = now > t->when ? now - t->when : 0; /* a stall spent it */
         if (rn != NULL) { /* else tried again at the next turn of the watchdog */
             rn->hold = h;
             h->renew = rn; /* before the submit, which may answer at once */
-            h->renew_lease = h->terms.lease_ms;
             h->c->counts.renewals++;
-            if (window == 0 || hl_renew_join(rn, window) != 0) hl_renewal_send(rn);
+            if (window == 0 || hl_renew_join(rn, late < window ? window - (uint32_t)late : 0) != 0)
+                hl_renewal_send(rn);
         }
     }
     watchdog_arm(h);

@@ -28,12 +28,18 @@ typedef struct hl_renew_batch {
     hl_renewal *item[];        /* c->cfg.renew_batch of them */
 } hl_renew_batch;
 
-/* TRYAGAIN: the slot is half moved, some of the keys on each side. Each
- * goes alone then: a single renewal follows ASK to wherever its key is,
- * so that no hold waits for the whole slot to move. */
-static int split_after_tryagain(hl_renew_batch *b, const redisReply *reply) {
-    if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "TRYAGAIN", 8) != 0 || b->c->loop.freeing)
-        return 0;
+/* An error for the whole call: each member goes alone then, so that each
+ * gets an answer of its own. TRYAGAIN: the slot is half moved, some of the
+ * keys on each side, and a single renewal follows ASK to wherever its key
+ * is, so that no hold waits for the whole slot to move. An ACL refusing
+ * one key (NOPERM, or the script's error): only that hold is refused. */
+static int split_after_error(hl_renew_batch *b, const redisReply *reply) {
+    if (reply->type != REDIS_REPLY_ERROR || b->c->loop.freeing) return 0;
+    if (hl_reply_is_acl(reply->str) && hl_log_due(&b->c->batch_warned_at, hl_now_ms()))
+        hl_log(&b->c->loop, HILOCK_LOG_WARNING,
+               "renewals in one call refused by the ACL (%.*s): each of the %d renews alone; a batch "
+               "needs +mget beside what a renewal needs (docs/tls-and-acl.md)",
+               (int)(reply->len < 200 ? reply->len : 200), reply->str, b->n);
     for (int i = 0; i < b->n; i++) {
         if (hl_renewal_hold(b->item[i]) != NULL) hl_renewal_send(b->item[i]);
         else hl_renewal_drop(b->item[i]);
@@ -47,7 +53,7 @@ static int split_after_tryagain(hl_renew_batch *b, const redisReply *reply) {
 static void on_renewed_many(hl_req *r, redisReply *reply, int err) {
     hl_renew_batch *b = r->owner;
     redisReply one = {.type = REDIS_REPLY_INTEGER};
-    if (err == 0 && split_after_tryagain(b, reply)) return;
+    if (err == 0 && split_after_error(b, reply)) return;
     if (err == 0 && reply->type == REDIS_REPLY_STRING && reply->len != (size_t)b->n) err = HILOCK_EPROTO;
     else if (err == 0 && reply->type != REDIS_REPLY_STRING && reply->type != REDIS_REPLY_ERROR) err = HILOCK_EPROTO;
     for (int i = 0; i < b->n; i++) {
@@ -80,14 +86,17 @@ static void batch_send(hl_renew_batch *b) {
         return;
     }
     uint32_t lease = 0;
-    for (int i = 0; i < n; i++) lease = h[i]->renew_lease > lease ? h[i]->renew_lease : lease;
+    for (int i = 0; i < n; i++) {
+        h[i]->renew_lease = hl_hold_renew_lease(h[i]);
+        lease = h[i]->renew_lease > lease ? h[i]->renew_lease : lease;
+    }
     hl_req *r = b->prim->renew_many_req(h, n, on_renewed_many, b);
     if (r == NULL) { /* each tries again at its watchdog's next turn */
         for (int i = 0; i < n; i++) hl_renewal_drop(b->item[i]);
         free(b);
         return;
     }
-    r->tryagain_ends = 1; /* split_after_tryagain */
+    r->tryagain_ends = 1; /* split_after_error */
     hl_name_submit_leased(h[0]->name, r, lease);
 }
 
@@ -115,7 +124,7 @@ int hl_renew_join(hl_renewal *rn, uint32_t window) {
         c->renew_open[key] = b;
     }
     b->item[b->n++] = rn;
-    if ((uint32_t)b->n == c->cfg.renew_batch) {
+    if ((uint32_t)b->n == c->cfg.renew_batch || window == 0) { /* full, or one is due now */
         batch_send(b);
     } else if (due < b->flush_at) {
         b->flush_at = due;

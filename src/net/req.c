@@ -341,6 +341,11 @@ void hl_req_on_reply(redisAsyncContext *ac, void *reply_, void *privdata) {
     if (reply->type == REDIS_REPLY_ERROR && req_redirected(r, reply)) return;
     if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0 && !r->use_eval) {
         r->use_eval = 1; /* e.g. after a server restart or SCRIPT FLUSH */
+        /* It did not run, and runs now behind whatever was sent since (an
+         * extend, by another script, overtakes a batch of renewals): a
+         * key's TTL set by it starts no earlier than now, and requests
+         * still run in the order of their submitted_at. */
+        r->submitted_at = hl_now_ms();
         hl_conn_send(k, r);
         return;
     }

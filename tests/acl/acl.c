@@ -18,7 +18,7 @@
 static const char *const standalone_rule[] = {
     "~hilock:*", "&hilock:*",
     "+eval", "+evalsha", "+info", "+subscribe", "+unsubscribe", "+publish",
-    "+time", "+get", "+set", "+incr", "+del", "+exists", "+pexpire", "+pexpireat", "+pttl",
+    "+time", "+get", "+mget", "+set", "+incr", "+del", "+exists", "+pexpire", "+pexpireat", "+pttl",
     "+hget", "+hset", "+hmget", "+hdel", "+hexists", "+hincrby",
     "+zadd", "+zcard", "+zpopmin", "+zrange", "+zrangebyscore", "+zrem", "+zremrangebyscore",
     "+zscore",
@@ -283,6 +283,10 @@ static void check_missing(int from, int to) {
             /* Nothing fails: subscriptions stay until the connection goes. */
             cr_expect_gt(o.unsub_refused, 0, "without +unsubscribe: no warning");
             cr_expect_eq(o.eauth + o.other, 0, "without +unsubscribe: %s", o.first);
+        } else if (strcmp(standalone_rule[i], "+mget") == 0) {
+            /* Only a batch of renewals calls it (one mutex hold here renews
+             * alone): a_rule_without_mget_renews_each_hold_alone_and_warns. */
+            cr_expect_eq(o.eauth + o.other, 0, "without +mget: %s", o.first);
         } else if (strcmp(standalone_rule[i], "+info") == 0) {
             /* A check that cannot be made: warned at connect, and served. */
             cr_expect_gt(o.info_refused, 0, "without +info: no warning");
@@ -413,6 +417,108 @@ Test(acl, select_and_wait, .timeout = 30) {
     lockenv_stop(&e);
 }
 
+/* ---- Renewals in batches ------------------------------------------------- */
+
+#define BATCH_N 6
+
+typedef struct batchrun {
+    got g[BATCH_N];
+    lostrec lost[BATCH_N];
+    rel r[BATCH_N];
+    long long calls;          /* script calls once the batches go wrong */
+    int warned;               /* warnings that a batch was refused */
+    char warning[512];
+} batchrun;
+
+static const char *const batch_names[BATCH_N] = {"ok-0", "ok-1", "ok-2", "ok-3", "ok-4", "bad"};
+
+static void batch_log(int level, const char *msg, void *data) {
+    batchrun *b = data;
+    if (level == HILOCK_LOG_WARNING && strstr(msg, "renewals in one call") && b->warned++ == 0)
+        snprintf(b->warning, sizeof(b->warning), "%s", msg);
+}
+
+static long long script_calls(const test_redis *r) { return stat_calls(r, "evalsha") + stat_calls(r, "eval"); }
+
+/* A user with `rule` less rule[skip] holds six mutexes (leases of 900 ms,
+ * renewed in batches), then (if `keys` is not NULL) its key pattern
+ * becomes `keys`, and the holds are kept 1.5 s more, then released. */
+static void batch_run(lockenv *e, const char *const *rule, int skip, const char *keys, batchrun *b) {
+    hilock_config cfg;
+    char url[128];
+    memset(b, 0, sizeof(*b));
+    acl_user(&e->r, "batch", rule, skip, NULL);
+    user_url(url, sizeof(url), "batch", &e->r, NULL);
+    lockenv_config(&cfg, url);
+    cfg.log_cb = batch_log;
+    cfg.log_data = b;
+    hilock_client *c = lockenv_client_cfg(e, &cfg);
+    for (int i = 0; i < BATCH_N; i++) {
+        hilock_acquire_opts o = opts_wait_lease(3000, 900);
+        o.lost_cb = lost_cb;
+        o.lost_data = &b->lost[i];
+        cr_assert_eq(hilock_acquire(c, batch_names[i], &o, got_cb, &b->g[i], NULL), 0);
+    }
+    for (int i = 0; i < BATCH_N; i++) {
+        test_loop_until(e->base, &b->g[i].calls, 5000);
+        cr_assert_eq(b->g[i].status, 0, "%s: %s", batch_names[i], hilock_strerror(b->g[i].status));
+    }
+    if (keys != NULL) {
+        long long calls0 = script_calls(&e->r);
+        test_loop_for(e->base, 700);
+        long long calls = script_calls(&e->r) - calls0;
+        cr_assert_lt(calls, BATCH_N, "the renewals did not share calls (%lld calls)", calls);
+        redisReply *rep = test_redis_cmd(&e->r, "ACL SETUSER batch resetkeys %s", keys);
+        cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "ACL SETUSER: %s", rep && rep->str ? rep->str : "");
+        freeReplyObject(rep);
+    }
+    long long calls0 = script_calls(&e->r);
+    test_loop_for(e->base, 1500);
+    b->calls = script_calls(&e->r) - calls0;
+    for (int i = 0; i < BATCH_N; i++) cr_assert_eq(hilock_release(b->g[i].hold, rel_cb, &b->r[i]), 0);
+    for (int i = 0; i < BATCH_N; i++) test_loop_until(e->base, &b->r[i].calls, 5000);
+    hilock_client_free(c);
+}
+
+/* The ACL comes to refuse one hold's key while its renewals share script
+ * calls with others': the call is refused as a whole, and each member then
+ * goes alone, so only that hold is refused (lost with HILOCK_EAUTH at its
+ * lease's end); the others keep their leases, and a warning says why. */
+Test(acl, a_key_refused_in_a_batch_of_renewals_fails_its_hold_alone, .timeout = 30) {
+    lockenv e;
+    static batchrun b;
+    lockenv_start(&e);
+    batch_run(&e, standalone_rule, -1, "~hilock:{ok-*", &b);
+    for (int i = 0; i < BATCH_N; i++) {
+        int refused = i == BATCH_N - 1;
+        cr_expect_eq(b.lost[i].calls, refused, "%s: lost %d times (%s)", batch_names[i], b.lost[i].calls,
+                     hilock_strerror(b.lost[i].why));
+        if (refused) cr_expect_eq(b.lost[i].why, HILOCK_EAUTH, "%s", hilock_strerror(b.lost[i].why));
+        else cr_expect_eq(b.r[i].status, 0, "%s: %s", batch_names[i], hilock_strerror(b.r[i].status));
+    }
+    cr_expect_gt(b.warned, 0, "no warning");
+    lockenv_stop(&e);
+}
+
+/* A rule without +mget: a batch of renewals is refused, each
+ * of its holds renews alone, none is lost, and a warning names +mget. */
+Test(acl, a_rule_without_mget_renews_each_hold_alone_and_warns, .timeout = 30) {
+    lockenv e;
+    static batchrun b;
+    int skip = 0;
+    while (strcmp(standalone_rule[skip], "+mget") != 0) skip++;
+    lockenv_start(&e);
+    batch_run(&e, standalone_rule, skip, NULL, &b);
+    for (int i = 0; i < BATCH_N; i++) {
+        cr_expect_eq(b.lost[i].calls, 0, "%s: lost (%s)", batch_names[i], hilock_strerror(b.lost[i].why));
+        cr_expect_eq(b.r[i].status, 0, "%s: %s", batch_names[i], hilock_strerror(b.r[i].status));
+    }
+    cr_expect_geq(b.calls, 4 * BATCH_N, "%lld calls in 1.5 s: not renewed alone", b.calls);
+    cr_expect_gt(b.warned, 0, "no warning");
+    cr_expect(strstr(b.warning, "+mget") != NULL, "the warning does not name +mget: %s", b.warning);
+    lockenv_stop(&e);
+}
+
 /* ---- The operator: hilock_break ------------------------------------------- */
 
 static const char *const break_rule[] = {"~hilock:*", "&hilock:*", "+eval", "+evalsha", "+info",
@@ -486,7 +592,7 @@ static const char *const cluster_rule[] = {
     "~hilock:*", "&hilock:*",
     "+eval", "+evalsha", "+info", "+cluster|slots", "+asking",
     "+ssubscribe", "+sunsubscribe", "+spublish",
-    "+time", "+get", "+set", "+incr", "+del", "+exists", "+pexpire", "+pexpireat", "+pttl",
+    "+time", "+get", "+mget", "+set", "+incr", "+del", "+exists", "+pexpire", "+pexpireat", "+pttl",
     "+hget", "+hset", "+hmget", "+hdel", "+hexists", "+hincrby",
     "+zadd", "+zcard", "+zpopmin", "+zrange", "+zrangebyscore", "+zrem", "+zremrangebyscore",
     "+zscore",

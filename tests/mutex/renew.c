@@ -4,9 +4,12 @@
  *
  * renew:         many holds share calls (counted on the server); with
  *                renew_batch 1 each renews alone; a hold whose key is gone
- *                or taken is lost alone; releases while batches are open.
+ *                or taken is lost alone; releases while batches are open;
+ *                an extend meeting an open batch, or overtaking one sent
+ *                again after NOSCRIPT; a late watchdog waits no window.
  * renew_cluster: holds of one slot batch together, holds of other slots
  *                apart (a script's keys share a slot), on a real cluster. */
+#include <sys/wait.h>
 #include <unistd.h>
 #include "support/clusterenv.h"
 
@@ -77,7 +80,7 @@ static void release_all(struct event_base *base, holdrec *h, int n) {
 /* ---- renew ---------------------------------------------------------------- */
 
 static lockenv e;
-static void setup(void) { lockenv_start(&e); }
+static void setup(void) { lockenv_start_debuggable(&e); }
 static void teardown(void) { lockenv_stop(&e); }
 TestSuite(renew, .init = setup, .fini = teardown, .timeout = 60);
 
@@ -255,6 +258,122 @@ Test(renew, client_freed_with_batches_open) {
     hilock_client_free(c);
     test_loop_for(e.base, 200);
     cr_expect_eq(lost_count(h, N), 0);
+}
+
+/* Run the loop until c's watchdogs have put n more renewals in batches
+ * (hilock_stats.renewals counts them as they join). */
+static void wait_renewals(hilock_client *c, uint64_t n) {
+    uint64_t want = stats_of(c).renewals + n;
+    long long until = test_now_ms() + 5000;
+    while (stats_of(c).renewals < want && test_now_ms() < until) test_loop_for(e.base, 1);
+    cr_assert_geq(stats_of(c).renewals, want, "the watchdogs did not turn");
+}
+
+/* A hold extended while its renewal waits in an open batch: the batch
+ * renews it with the extend's lease (read when the batch goes), so the
+ * extend is not undone. */
+Test(renew, an_extend_while_its_batch_is_open_keeps_its_lease) {
+    enum { N = 2 };
+    static holdrec h[N];
+    name_all(h, N, "ext");
+    hilock_client *c = client_batch(0);
+    take_all(e.base, c, h, N);
+    wait_renewals(c, N); /* both in a batch that goes within 60 ms */
+    rel x = {0, 0};
+    cr_assert_eq(hilock_hold_extend(h[0].g.hold, 60000, rel_cb, &x), 0);
+    test_loop_until(e.base, &x.calls, 3000);
+    cr_expect_eq(x.status, 0, "%s", hilock_strerror(x.status));
+    test_loop_for(e.base, 200); /* the batch has gone and been answered */
+    long long pttl = test_redis_int(&e.r, "PTTL %s", prim_key(h[0].name, ""));
+    cr_expect_gt(pttl, 50000, "the extend to 60 s was undone: %lld ms left", pttl);
+    cr_expect_leq(test_redis_int(&e.r, "PTTL %s", prim_key(h[1].name, "")), LEASE);
+    cr_expect_eq(lost_count(h, N), 0);
+    release_all(e.base, h, N);
+    for (int i = 0; i < N; i++) cr_expect_eq(h[i].r.status, 0, "%s: %s", h[i].name, hilock_strerror(h[i].r.status));
+    hilock_client_free(c);
+}
+
+/* After SCRIPT FLUSH, a batch's EVALSHA is refused (NOSCRIPT) and sent
+ * again as EVAL, behind an extend sent meanwhile with a script the server
+ * has again (another client loaded it): the batch runs last, so its lease
+ * is the key's. The hold counts from it and renews in time, where it once
+ * believed the extend's lease while the key expired under it. */
+Test(renew, a_batch_sent_again_after_noscript_counts_from_then) {
+    enum { N = 2 };
+    static holdrec h[N], x1[1], b1[1];
+    name_all(h, N, "nos");
+    name_all(x1, 1, "nos-x");
+    name_all(b1, 1, "nos-b");
+    hilock_client *c = client_batch(0), *b = client_batch(0);
+    /* Both scripts used on c's connection (each goes as EVAL once there,
+     * then as EVALSHA): an extend, and a first batch. */
+    take_all(e.base, c, x1, 1);
+    rel ok = {0, 0};
+    cr_assert_eq(hilock_hold_extend(x1[0].g.hold, LEASE, rel_cb, &ok), 0);
+    test_loop_until(e.base, &ok.calls, 3000);
+    release_all(e.base, x1, 1);
+    take_all(e.base, c, h, N);
+    wait_renewals(c, N);
+    test_loop_for(e.base, 100);
+    /* The server forgets its scripts; b's extend loads the single
+     * renewal's again (NOSCRIPT, then EVAL), not the batch's. */
+    take_all(e.base, b, b1, 1);
+    cr_assert_eq(test_redis_int(&e.r, "SCRIPT FLUSH"), -1);
+    rel bx = {0, 0};
+    cr_assert_eq(hilock_hold_extend(b1[0].g.hold, LEASE, rel_cb, &bx), 0);
+    test_loop_until(e.base, &bx.calls, 3000);
+    cr_assert_eq(bx.status, 0, "%s", hilock_strerror(bx.status));
+    /* The server sleeps while c's next batch goes (EVALSHA), then an
+     * extend (EVALSHA): it wakes to NOSCRIPT for the batch, runs the
+     * extend, then the batch sent again. */
+    pid_t sleeper = test_redis_debug_sleep(&e.r, "1");
+    test_loop_for(e.base, 50);
+    wait_renewals(c, N);
+    test_loop_for(e.base, 150);
+    rel x = {0, 0};
+    cr_assert_eq(hilock_hold_extend(h[0].g.hold, 60000, rel_cb, &x), 0);
+    test_loop_until(e.base, &x.calls, 3000);
+    cr_expect_eq(x.status, 0, "%s", hilock_strerror(x.status));
+    int st = 0;
+    cr_expect_eq(waitpid(sleeper, &st, 0), sleeper);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "DEBUG SLEEP failed");
+    test_loop_for(e.base, 2 * LEASE);
+    long long pttl = test_redis_int(&e.r, "PTTL %s", prim_key(h[0].name, ""));
+    cr_expect_eq(hilock_hold_lost(h[0].g.hold), 0);
+    cr_expect_gt(pttl, 50000, "held by its client, %lld ms left on the server", pttl);
+    cr_expect_eq(lost_count(h, N), 0);
+    release_all(e.base, h, N);
+    release_all(e.base, b1, 1);
+    for (int i = 0; i < N; i++) cr_expect_eq(h[i].r.status, 0, "%s: %s", h[i].name, hilock_strerror(h[i].r.status));
+    hilock_client_free(b);
+    hilock_client_free(c);
+}
+
+/* A watchdog that turns late (the loop stalled) has spent its window: its
+ * renewal goes at once, as it would alone, not a window later. */
+Test(renew, a_late_watchdog_renews_at_once) {
+    enum { L = 3000 }; /* a window of 100 ms */
+    static holdrec h[2];
+    name_all(h, 2, "late");
+    hilock_client *c = client_batch(0);
+    take_all(e.base, c, h, 1); /* the connection is up */
+    hilock_acquire_opts o = opts_wait_lease(5000, L);
+    o.lost_cb = lost_cb;
+    o.lost_data = &h[1].lost;
+    long long t0 = test_now_ms();
+    cr_assert_eq(hilock_acquire(c, h[1].name, &o, got_cb, &h[1].g, NULL), 0);
+    test_loop_until(e.base, &h[1].g.calls, 3000);
+    cr_assert_eq(h[1].g.status, 0);
+    /* The loop stalls until 70 ms before the hold's end by its own clock
+     * (the lease less the drift allowance): alone, the renewal makes it;
+     * one that waited out a window of 100 ms would not. */
+    long long resume = t0 + L - (L / 100 + 2) - 70;
+    while (test_now_ms() < resume) usleep(1000);
+    test_loop_for(e.base, 300);
+    cr_expect_eq(h[1].lost.calls, 0, "lost: %s", hilock_strerror(h[1].lost.why));
+    cr_expect_gt(test_redis_int(&e.r, "PTTL %s", prim_key(h[1].name, "")), L / 2);
+    release_all(e.base, h, 2);
+    hilock_client_free(c);
 }
 
 Test(renew, renew_batch_over_its_limit_is_refused) {

@@ -220,7 +220,7 @@ Test(tls, default_user_with_the_acl_rule, .init = setup_certs, .fini = teardown_
     start("no");
     redisReply *rep = test_redis_cmd(&srv.r, "ACL SETUSER default on nopass resetkeys ~hilock:* resetchannels "
                                      "&hilock:* -@all +eval +evalsha +info +subscribe +unsubscribe +publish "
-                                     "+time +get +set +incr +del +exists +pexpire +pexpireat +pttl +hget +hset "
+                                     "+time +get +mget +set +incr +del +exists +pexpire +pexpireat +pttl +hget +hset "
                                      "+hmget +hdel +hexists +hincrby +zadd +zcard +zpopmin +zrange "
                                      "+zrangebyscore +zrem +zremrangebyscore +zscore");
     cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "ACL SETUSER");
