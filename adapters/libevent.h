@@ -5,7 +5,13 @@
  *     hilock_loop loop;
  *     hilock_libevent_init(&loop, base);
  *     hilock_client_new(&client, &cfg, &loop);
- */
+ *
+ * libevent's time cache: after a callback of yours that blocked the loop,
+ * every timer (the watchdog's too) fires late by up to what was left until
+ * it when the block began. End such a callback with
+ * event_base_update_cache_time(base), or make the base with
+ * EVENT_BASE_FLAG_NO_CACHE_TIME (docs/guarantees.md, "A lease is a promise
+ * about time"). */
 #ifndef HILOCK_ADAPTERS_LIBEVENT_H
 #define HILOCK_ADAPTERS_LIBEVENT_H
 
