@@ -37,6 +37,13 @@ static int names_perm(const char *errstr, const char *perm) {
     return strstr(errstr, word) != NULL;
 }
 
+/* The index of perm in rule, -1 if absent. */
+static int rule_index(const char *const *rule, const char *perm) {
+    for (int i = 0; rule[i]; i++)
+        if (strcmp(rule[i], perm) == 0) return i;
+    return -1;
+}
+
 /* ACL SETUSER `user` reset on >pw, then the rule without rule[skip] (-1:
  * all of it), then the extra words (NULL-terminated). */
 static void acl_user(const test_redis *r, const char *user, const char *const *rule, int skip,
@@ -438,8 +445,6 @@ static void batch_log(int level, const char *msg, void *data) {
         snprintf(b->warning, sizeof(b->warning), "%s", msg);
 }
 
-static long long script_calls(const test_redis *r) { return stat_calls(r, "evalsha") + stat_calls(r, "eval"); }
-
 /* A user with `rule` less rule[skip] holds six mutexes (leases of 900 ms,
  * renewed in batches), then (if `keys` is not NULL) its key pattern
  * becomes `keys`, and the holds are kept 1.5 s more, then released. */
@@ -464,17 +469,17 @@ static void batch_run(lockenv *e, const char *const *rule, int skip, const char 
         cr_assert_eq(b->g[i].status, 0, "%s: %s", batch_names[i], hilock_strerror(b->g[i].status));
     }
     if (keys != NULL) {
-        long long calls0 = script_calls(&e->r);
+        long long calls0 = script_calls_of(&e->r);
         test_loop_for(e->base, 700);
-        long long calls = script_calls(&e->r) - calls0;
+        long long calls = script_calls_of(&e->r) - calls0;
         cr_assert_lt(calls, BATCH_N, "the renewals did not share calls (%lld calls)", calls);
         redisReply *rep = test_redis_cmd(&e->r, "ACL SETUSER batch resetkeys %s", keys);
         cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "ACL SETUSER: %s", rep && rep->str ? rep->str : "");
         freeReplyObject(rep);
     }
-    long long calls0 = script_calls(&e->r);
+    long long calls0 = script_calls_of(&e->r);
     test_loop_for(e->base, 1500);
-    b->calls = script_calls(&e->r) - calls0;
+    b->calls = script_calls_of(&e->r) - calls0;
     for (int i = 0; i < BATCH_N; i++) cr_assert_eq(hilock_release(b->g[i].hold, rel_cb, &b->r[i]), 0);
     for (int i = 0; i < BATCH_N; i++) test_loop_until(e->base, &b->r[i].calls, 5000);
     hilock_client_free(c);
@@ -505,8 +510,8 @@ Test(acl, a_key_refused_in_a_batch_of_renewals_fails_its_hold_alone, .timeout = 
 Test(acl, a_rule_without_mget_renews_each_hold_alone_and_warns, .timeout = 30) {
     lockenv e;
     static batchrun b;
-    int skip = 0;
-    while (strcmp(standalone_rule[skip], "+mget") != 0) skip++;
+    int skip = rule_index(standalone_rule, "+mget");
+    cr_assert_geq(skip, 0);
     lockenv_start(&e);
     batch_run(&e, standalone_rule, skip, NULL, &b);
     for (int i = 0; i < BATCH_N; i++) {
@@ -597,12 +602,6 @@ static const char *const cluster_rule[] = {
     "+zadd", "+zcard", "+zpopmin", "+zrange", "+zrangebyscore", "+zrem", "+zremrangebyscore",
     "+zscore",
     NULL};
-
-static int rule_index(const char *const *rule, const char *perm) {
-    for (int i = 0; rule[i]; i++)
-        if (strcmp(rule[i], perm) == 0) return i;
-    return -1;
-}
 
 static void cluster_user(test_cluster *cl, const char *user, int skip) {
     for (int i = 0; i < TEST_CLUSTER_NODES; i++) acl_user(&cl->node[i], user, cluster_rule, skip, NULL);

@@ -188,10 +188,10 @@ Test(owner, reentrant_acquire_sends_nothing) {
     op.owner = o;
     got g1 = acquire_now(&e, c, "re", &op);
     cr_assert_eq(g1.status, 0);
-    long long before = stat_calls(&e.r, "evalsha") + stat_calls(&e.r, "eval");
+    long long before = script_calls_of(&e.r);
     got g2 = acquire_now(&e, c, "re", &op);
     got g3 = acquire_now(&e, c, "re", &op);
-    cr_expect_eq(stat_calls(&e.r, "evalsha") + stat_calls(&e.r, "eval"), before,
+    cr_expect_eq(script_calls_of(&e.r), before,
                  "a reentrant acquire costs no round trip");
     cr_expect_eq(g2.hold, g1.hold);
     cr_expect_eq(g3.hold, g1.hold);
@@ -363,7 +363,7 @@ Test(subscribe, one_subscription_per_name_then_linger) {
     test_loop_for(e.base, 200);
     cr_expect_eq(numsub(&e.r, "sub"), 1, "200 waiters, one subscription");
     cr_expect_eq(stat_calls(&e.r, "subscribe") - subs_before, 1);
-    long long evals = stat_calls(&e.r, "evalsha") + stat_calls(&e.r, "eval");
+    long long evals = script_calls_of(&e.r);
     /* a's acquire; b's head: its try, the one after the subscription's
      * ack, and its join once it starved (100 ms): nothing per waiter. */
     cr_expect_leq(evals, 5, "queued waiters send nothing while the lock is held");
@@ -390,7 +390,7 @@ static void never(hilock_hold *h, int status, void *data) {
 Test(input, refused_at_once_nothing_sent) {
     hilock_client *c = lockenv_client(&e);
     test_loop_for(e.base, 50);
-    long long before = stat_calls(&e.r, "evalsha") + stat_calls(&e.r, "eval");
+    long long before = script_calls_of(&e.r);
     char big[HILOCK_NAME_MAX + 2];
     memset(big, 'x', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
@@ -413,7 +413,7 @@ Test(input, refused_at_once_nothing_sent) {
     cr_expect_eq(hilock_wait_cancel(NULL), HILOCK_EINVAL);
     cr_expect_eq(hilock_release(NULL, NULL, NULL), HILOCK_EINVAL);
     test_loop_for(e.base, 100);
-    cr_expect_eq(stat_calls(&e.r, "evalsha") + stat_calls(&e.r, "eval"), before, "nothing sent");
+    cr_expect_eq(script_calls_of(&e.r), before, "nothing sent");
 
     /* The longest name works, braces and all. */
     big[HILOCK_NAME_MAX] = '\0';

@@ -22,8 +22,6 @@ typedef struct holdrec {
     rel r;
 } holdrec;
 
-static long long scripts_of(const test_redis *r) { return stat_calls(r, "evalsha") + stat_calls(r, "eval"); }
-
 /* Acquire every h[i].name with LEASE, one per loop turn of about 1 ms (so
  * that their renewals fall due apart), and wait for all. */
 static void take_all(struct event_base *base, hilock_client *c, holdrec *h, int n) {
@@ -101,10 +99,10 @@ static double hold_many(uint32_t renew_batch) {
     hilock_client *c = client_batch(renew_batch);
     take_all(e.base, c, h, N);
     hilock_stats s0 = stats_of(c);
-    long long calls0 = scripts_of(&e.r);
+    long long calls0 = script_calls_of(&e.r);
     test_loop_for(e.base, 3000);
     hilock_stats s1 = stats_of(c);
-    long long calls = scripts_of(&e.r) - calls0;
+    long long calls = script_calls_of(&e.r) - calls0;
     uint64_t renewals = s1.renewals - s0.renewals;
     cr_expect_eq(lost_count(h, N), 0, "holds lost");
     cr_expect_eq(s1.renewals_late, 0, "renewals late");
@@ -144,12 +142,12 @@ Test(renew, a_hold_gone_from_a_batch_is_lost_alone) {
     name_all(h, N, "alone");
     hilock_client *c = client_batch(0);
     take_all(e.base, c, h, N);
-    long long calls0 = scripts_of(&e.r);
+    long long calls0 = script_calls_of(&e.r);
     cr_assert_eq(test_redis_int(&e.r, "DEL %s", prim_key(h[17].name, "")), 1);
     cr_assert_eq(test_redis_int(&e.r, "SET %s someone-else PX 60000", prim_key(h[23].name, "")), -1); /* +OK */
     cr_assert_gt(test_redis_int(&e.r, "PTTL %s", prim_key(h[23].name, "")), 50000);
     test_loop_for(e.base, 1500);
-    cr_expect_lt(scripts_of(&e.r) - calls0, N * 2, "not batched");
+    cr_expect_lt(script_calls_of(&e.r) - calls0, N * 2, "not batched");
     for (int i = 0; i < N; i++) {
         int gone = i == 17 || i == 23;
         cr_expect_eq(h[i].lost.calls, gone, "%s: lost %d times", h[i].name, h[i].lost.calls);
@@ -409,10 +407,10 @@ Test(renew_cluster, holds_of_one_slot_share_calls) {
     cr_assert_not_null(m);
     hilock_stats s0 = stats_of(c);
     long long total0 = 0, total = 0;
-    for (int i = 0; i < 3; i++) total0 += scripts_of(&ce.cl.node[i]);
+    for (int i = 0; i < 3; i++) total0 += script_calls_of(&ce.cl.node[i]);
     test_loop_for(ce.base, 3000);
     hilock_stats s1 = stats_of(c);
-    for (int i = 0; i < 3; i++) total += scripts_of(&ce.cl.node[i]);
+    for (int i = 0; i < 3; i++) total += script_calls_of(&ce.cl.node[i]);
     uint64_t renewals = s1.renewals - s0.renewals;
     cr_expect_eq(lost_count(h, N), 0, "holds lost (%s)", hilock_client_errstr(c));
     cr_expect_eq(s1.renewals_late, 0);
@@ -464,10 +462,10 @@ Test(renew_cluster, holds_of_a_half_moved_slot_renew_alone) {
     cluster_migration_of(&ce, h[0].name, &m);
     cluster_migration_begin(&m);
     move_keys(&m, h, N / 2);
-    long long tries0 = stat_calls(m.dst, "evalsha") + stat_calls(m.dst, "eval");
+    long long tries0 = script_calls_of(m.dst);
     test_loop_for(ce.base, 2 * LEASE);
     cr_expect_eq(lost_count(h, N), 0, "holds lost in the half-moved slot (%s)", hilock_client_errstr(c));
-    cr_expect_gt(stat_calls(m.dst, "evalsha") + stat_calls(m.dst, "eval") - tries0, 0,
+    cr_expect_gt(script_calls_of(m.dst) - tries0, 0,
                  "no renewal followed ASK");
     move_keys(&m, NULL, 0);
     cluster_slot_to(&ce.cl, m.slot, m.dst_id);

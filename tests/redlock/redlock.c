@@ -171,11 +171,6 @@ static pid_t stall(const test_redis *r, const char *secs) {
     return pid;
 }
 
-/* Calls of the lock scripts on `r` (EVALSHA, and EVAL after a NOSCRIPT). */
-static long long script_calls(const test_redis *r) {
-    return stat_calls(r, "evalsha") + stat_calls(r, "eval");
-}
-
 /* The path of the CLI next to the test binary (or $HILOCK_CLI). */
 static const char *cli_path(void) {
     static char cli[PATH_MAX];
@@ -581,10 +576,10 @@ Test(redlock, many_holds_renew_alone_on_every_master) {
         cr_assert_eq(g[i].status, 0, "%s: %s", name, hilock_strerror(g[i].status));
     }
     long long calls0[3];
-    for (int m = 0; m < 3; m++) calls0[m] = script_calls(&srv[m]);
+    for (int m = 0; m < 3; m++) calls0[m] = script_calls_of(&srv[m]);
     test_loop_for(e.base, 1500); /* four renewals of each hold at least */
     for (int m = 0; m < 3; m++) {
-        long long calls = script_calls(&srv[m]) - calls0[m];
+        long long calls = script_calls_of(&srv[m]) - calls0[m];
         cr_expect_geq(calls, N * 4, "master %d: %lld script calls for %d holds renewed every 300 ms", m, calls, N);
     }
     for (int i = 0; i < N; i++) {
@@ -632,10 +627,10 @@ Test(redlock, master_restarted_empty_under_holder) {
         cr_expect_eq(hilock_hold_lost(ga.hold), 0, "lost after %d ms with 2 of 3 masters", 500 * (step + 1));
         if (step == 2) { /* b has reconnected to the restarted node by now */
             hilock_acquire_opts once = opts_wait(0);
-            long long calls = script_calls(&srv[2]);
+            long long calls = script_calls_of(&srv[2]);
             got gb = acquire_timed(b, name, &once, 3000, NULL);
             cr_log_info("redlock, try once while held on 2 of 3: %s; script calls on the restarted node: %lld",
-                        hilock_strerror(gb.status), script_calls(&srv[2]) - calls);
+                        hilock_strerror(gb.status), script_calls_of(&srv[2]) - calls);
             cr_expect_eq(gb.status, HILOCK_EBUSY, "try once while held on 2 of 3: %s", hilock_strerror(gb.status));
             if (gb.status == 0) release_now(&e, gb.hold);
         }
@@ -952,10 +947,10 @@ Test(redlock, waiter_woken_by_release_not_polling) {
         cr_expect_geq(numsub(&srv[i], name), 1, "the waiter is not subscribed on node %d", i);
 
     long long before[3], after[3];
-    for (int i = 0; i < 3; i++) before[i] = script_calls(&srv[i]);
+    for (int i = 0; i < 3; i++) before[i] = script_calls_of(&srv[i]);
     test_loop_for(e.base, 1000);
     for (int i = 0; i < 3; i++) {
-        after[i] = script_calls(&srv[i]);
+        after[i] = script_calls_of(&srv[i]);
         cr_log_info("redlock waiter: %lld script calls on node %d in 1 s", after[i] - before[i], i);
         cr_expect_leq(after[i] - before[i], 3, "node %d: %lld script calls in 1 s of waiting", i,
                       after[i] - before[i]);
@@ -1061,11 +1056,11 @@ Test(redlock, waiter_retries_when_the_holders_majority_lapses) {
     long long t0 = test_now_ms();
     hold_by_hand(&srv[0], name, "someone-else", 400);
     hold_by_hand(&srv[1], name, "someone-else", 5000);
-    long long calls0 = script_calls(&srv[2]);
+    long long calls0 = script_calls_of(&srv[2]);
     hilock_acquire_opts o = opts_wait(3000);
     long long took;
     got g = acquire_timed(b, name, &o, 4000, &took);
-    long long at = g.at_ms - t0, tries = script_calls(&srv[2]) - calls0;
+    long long at = g.at_ms - t0, tries = script_calls_of(&srv[2]) - calls0;
     cr_log_info("redlock, a holder's majority lapsing at 400 ms: %s at %lld ms, %lld script calls on a free node",
                 hilock_strerror(g.status), at, tries);
     cr_expect_eq(g.status, 0, "%s (%s)", hilock_strerror(g.status), hilock_client_errstr(b));
@@ -1086,11 +1081,11 @@ Test(redlock, split_vote_retried_after_a_short_delay) {
     cr_expect_eq(release_now(&e, w.hold), 0);
     hold_by_hand(&srv[1], name, "holder-x", 10000);
     hold_by_hand(&srv[2], name, "holder-y", 10000);
-    long long calls0 = script_calls(&srv[1]);
+    long long calls0 = script_calls_of(&srv[1]);
     hilock_acquire_opts o = opts_wait(1000);
     long long took;
     got g = acquire_timed(b, name, &o, 4000, &took);
-    long long calls = script_calls(&srv[1]) - calls0;
+    long long calls = script_calls_of(&srv[1]) - calls0;
     cr_log_info("redlock, split vote for 1000 ms: %s in %lld ms, %lld script calls on a held node", hilock_strerror(g.status),
                 took, calls);
     cr_expect_eq(g.status, HILOCK_ETIMEDOUT, "%s", hilock_strerror(g.status));
@@ -1223,7 +1218,7 @@ Test(redlock, break_on_every_node) {
     cr_expect_gt(k.fence, 0, "break reported no fence");
     for (int i = 0; i < 3; i++)
         cr_expect_eq(lock_exists(&srv[i], name), 0, "the lock is left on node %d after the break (%llu script calls there)",
-                     i, (unsigned long long)script_calls(&srv[i]));
+                     i, (unsigned long long)script_calls_of(&srv[i]));
     cr_expect(test_loop_until(e.base, &lost.calls, 2000), "the holder was not told at its renewal");
     got gb = acquire_timed(b, name, NULL, 3000, NULL);
     cr_expect_eq(gb.status, 0, "%s", hilock_strerror(gb.status));

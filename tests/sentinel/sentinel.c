@@ -216,7 +216,7 @@ static void failover_under_contention(enum fault how) {
         if (i == TURNS / 2 + BATCH / 2) { /* mid-batch: requests in flight, holds held */
             test_loop_for(base, 5);
             t_fault = test_now_ms();
-            scripts = stat_calls(old, "evalsha") + stat_calls(old, "eval");
+            scripts = script_calls_of(old);
             if (how == FO_PAUSED) cr_assert_eq(test_sentinel_failover_paused(&s, 5000), 0);
             else if (how == FO_RAW) cr_assert_eq(test_sentinel_failover(&s), 0);
             else test_redis_kill(old);
@@ -242,7 +242,7 @@ static void failover_under_contention(enum fault how) {
                 t_done - t0);
     if (how != FO_KILL) /* what the old master took after the fault: lost */
         cr_log_info("failover (%s): the old master ran %lld lock scripts after the fault", what[how],
-                    stat_calls(old, "evalsha") + stat_calls(old, "eval") - scripts);
+                    script_calls_of(old) - scripts);
     cr_assert_not_null(newm, "no new master after the failover");
     cr_expect_eq(sh.done, TURNS, "%d of %d ended", sh.done, TURNS);
     if (how == FO_RAW) {
@@ -379,10 +379,10 @@ Test(sentinel, many_holds_renew_in_batches_through_a_failover, .timeout = 120) {
     }
     test_redis *old = &s.node[0];
     hilock_stats s0 = stats_of(a);
-    long long calls0 = stat_calls(old, "evalsha") + stat_calls(old, "eval");
+    long long calls0 = script_calls_of(old);
     test_loop_for(base, 2500);
     hilock_stats s1 = stats_of(a);
-    long long calls = stat_calls(old, "evalsha") + stat_calls(old, "eval") - calls0;
+    long long calls = script_calls_of(old) - calls0;
     uint64_t renewals = s1.renewals - s0.renewals;
     cr_expect_geq(renewals, (uint64_t)N * 2, "%llu renewals", (unsigned long long)renewals);
     cr_expect_lt(calls * 3, (long long)renewals, "%lld script calls for %llu renewals: not batched", calls,
@@ -402,10 +402,10 @@ Test(sentinel, many_holds_renew_in_batches_through_a_failover, .timeout = 120) {
     cr_assert_not_null(newm, "no new master after SENTINEL FAILOVER");
     test_loop_for(base, 1000); /* the batches find the new master */
     s0 = stats_of(a);
-    calls0 = stat_calls(newm, "evalsha") + stat_calls(newm, "eval");
+    calls0 = script_calls_of(newm);
     test_loop_for(base, 2500);
     s1 = stats_of(a);
-    calls = stat_calls(newm, "evalsha") + stat_calls(newm, "eval") - calls0;
+    calls = script_calls_of(newm) - calls0;
     renewals = s1.renewals - s0.renewals;
     cr_expect_geq(renewals, (uint64_t)(N - 1) * 2, "%llu renewals at the new master", (unsigned long long)renewals);
     cr_expect_lt(calls * 3, (long long)renewals, "%lld script calls for %llu renewals at the new master", calls,
@@ -745,10 +745,10 @@ Test(sentinel, no_word_from_the_sentinels_no_spin, .timeout = 60) {
     cr_assert_eq(held.status, 0);
     for (int i = 0; i < TEST_SENTINELS; i++) kill(s.sentinel[i].pid, SIGSTOP);
     test_loop_for(base, 3000); /* the word is overdue */
-    long long s0 = stat_calls(&s.node[0], "evalsha") + stat_calls(&s.node[0], "eval");
+    long long s0 = script_calls_of(&s.node[0]);
     hilock_acquire_opts o = opts_wait_lease(3000, 3000);
     got g = take_opts(c, "spin", &o);
-    long long s1 = stat_calls(&s.node[0], "evalsha") + stat_calls(&s.node[0], "eval");
+    long long s1 = script_calls_of(&s.node[0]);
     for (int i = 0; i < TEST_SENTINELS; i++) kill(s.sentinel[i].pid, SIGCONT);
     cr_log_info("unvouched acquire: %s, %lld scripts on the master (%s)", hilock_strerror(g.status), s1 - s0,
                 hilock_client_errstr(c));
